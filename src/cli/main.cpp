@@ -1,0 +1,3 @@
+// vitrain command-line entry point (placeholder until the subcommands land).
+#include <cstdio>
+int main() { return 0; }

@@ -1,0 +1,103 @@
+#include "model/config.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace vit {
+
+namespace {
+struct Preset {
+  int img, patch, chans, dim, depth, heads, classes;
+  Classifier cls;
+  Ffn ffn;
+};
+// timm's ViTs plus small-image presets (28 px grey, 32 px colour) for MNIST-family and CIFAR.
+const std::map<std::string, Preset>& presets() {
+  static const std::map<std::string, Preset> p = {
+      {"vit_tiny_patch16_224", {224, 16, 3, 192, 12, 3, 1000, Classifier::Token, Ffn::Mlp}},
+      {"vit_small_patch16_224", {224, 16, 3, 384, 12, 6, 1000, Classifier::Token, Ffn::Mlp}},
+      {"vit_base_patch16_224", {224, 16, 3, 768, 12, 12, 1000, Classifier::Token, Ffn::Mlp}},
+      {"vit_tiny_patch4_32", {32, 4, 3, 192, 9, 3, 10, Classifier::Avg, Ffn::Mlp}},
+      {"vit_small_patch4_32", {32, 4, 3, 384, 9, 6, 10, Classifier::Avg, Ffn::Mlp}},
+      {"vit_tiny_patch4_28", {28, 4, 1, 192, 6, 3, 10, Classifier::Avg, Ffn::Mlp}},
+      // The default recipe's model: small enough to train Fashion-MNIST on 2 CPU cores in minutes.
+      {"vit_fmnist_tiny", {28, 4, 1, 96, 4, 3, 10, Classifier::Avg, Ffn::Mlp}},
+      // The engine benchmark model of docs/benchmarks.md (C=192, L=6, H=3, 8x8 tokens).
+      {"vit_bench_cpu", {32, 4, 3, 192, 6, 3, 10, Classifier::Avg, Ffn::Mlp}},
+  };
+  return p;
+}
+}  // namespace
+
+void ModelConfig::validate() const {
+  VIT_CHECK(patch_size > 0 && img_size > 0, "image and patch size must be positive");
+  VIT_CHECK(img_size % patch_size == 0,
+            fmt::format("image size {} is not divisible by the patch size {}", img_size,
+                        patch_size));
+  VIT_CHECK(in_chans > 0, "input channels must be positive");
+  VIT_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0,
+            fmt::format("embed dim {} is not divisible by the number of heads {}", embed_dim,
+                        num_heads));
+  VIT_CHECK(depth > 0, "depth must be positive");
+  VIT_CHECK(mlp_ratio > 0 && hidden_dim() > 0, "mlp ratio must be positive");
+  VIT_CHECK(num_classes > 0, "number of classes must be positive");
+  VIT_CHECK(drop_path >= 0 && drop_path < 1, "drop path rate must be in [0, 1)");
+  VIT_CHECK(layer_scale_init >= 0, "layer scale init must be >= 0");
+}
+
+double ModelConfig::forward_flops_per_image() const {
+  const double C = embed_dim, M = hidden_dim(), N = num_tokens(), np = num_patches();
+  double f = 2.0 * np * in_chans * patch_size * patch_size * C;  // patch embedding
+  double block = N * (2 * C * 3 * C + 2 * C * C + 2 * C * M + 2 * M * C);  // qkv, proj, fc1, fc2
+  block += 2 * (2 * N * N * C);                                             // QK^T and PV
+  if (ffn == Ffn::Local) block += np * 2 * 9 * M;                           // depthwise conv
+  f += depth * block;
+  f += 2 * C * num_classes;  // head
+  return f;
+}
+
+ModelConfig model_preset(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string known;
+    for (auto& [k, v] : presets()) known += (known.empty() ? "" : ", ") + k;
+    throw Error(fmt::format("unknown model '{}' (known: {})", name, known));
+  }
+  const Preset& p = it->second;
+  ModelConfig c;
+  c.name = name;
+  c.img_size = p.img;
+  c.patch_size = p.patch;
+  c.in_chans = p.chans;
+  c.embed_dim = p.dim;
+  c.depth = p.depth;
+  c.num_heads = p.heads;
+  c.num_classes = p.classes;
+  c.classifier = p.cls;
+  c.ffn = p.ffn;
+  return c;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (auto& [k, v] : presets()) names.push_back(k);
+  return names;
+}
+
+const char* to_string(Classifier c) { return c == Classifier::Token ? "token" : "avg"; }
+const char* to_string(Ffn f) { return f == Ffn::Mlp ? "mlp" : "local"; }
+
+Classifier classifier_from_string(const std::string& s) {
+  if (s == "token") return Classifier::Token;
+  if (s == "avg") return Classifier::Avg;
+  throw Error(fmt::format("unknown classifier '{}' (use token or avg)", s));
+}
+
+Ffn ffn_from_string(const std::string& s) {
+  if (s == "mlp") return Ffn::Mlp;
+  if (s == "local") return Ffn::Local;
+  throw Error(fmt::format("unknown ffn '{}' (use mlp or local)", s));
+}
+
+}  // namespace vit

@@ -1,0 +1,59 @@
+// Elementwise activations: exact (erf) GELU and h-swish.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/cpu/blas.h"
+#include "ops/cpu/fast_math.h"
+#include "ops/cpu/ops.h"
+
+namespace vit::cpu {
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, Index n) {
+  const T inv_sqrt2 = T(0.70710678118654752440);
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) out[i] = T(0.5) * inp[i] * (T(1) + erf_any(inp[i] * inv_sqrt2));
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* dout, const T* inp, Index n) {
+  const T inv_sqrt2 = T(0.70710678118654752440);
+  const T inv_sqrt2pi = T(0.39894228040143267794);
+  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T cdf = T(0.5) * (T(1) + erf_any(x * inv_sqrt2));
+    const T pdf = inv_sqrt2pi * exp_any(T(-0.5) * x * x);
+    dinp[i] = dout[i] * (cdf + x * pdf);
+  }
+}
+
+template <typename T>
+void hswish_forward(T* out, const T* inp, Index n) {
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) {
+    const T x = inp[i];
+    out[i] = x * std::min(std::max(x + T(3), T(0)), T(6)) / T(6);
+  }
+}
+
+template <typename T>
+void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
+  // derivative: 0 for x < -3, (2x + 3) / 6 on [-3, 3], 1 for x > 3
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T g = x < T(-3) ? T(0) : (x > T(3) ? T(1) : (T(2) * x + T(3)) / T(6));
+    dinp[i] = dout[i] * g;
+  }
+}
+
+#define INSTANTIATE(T)                                                   \
+  template void gelu_forward<T>(T*, const T*, Index);                    \
+  template void gelu_backward<T>(T*, const T*, const T*, Index);         \
+  template void hswish_forward<T>(T*, const T*, Index);                  \
+  template void hswish_backward<T>(T*, const T*, const T*, Index);
+VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
+
+}  // namespace vit::cpu
