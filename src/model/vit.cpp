@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/profile.h"
 #include "core/rng.h"
 #include "ops/cpu/ops.h"
 
@@ -141,10 +142,19 @@ T Vit<T>::forward(const T* images, const T* targets, Index B, bool train, uint64
   has_targets_ = targets != nullptr;
 
   // Patch embedding (a stride-P conv as a GEMM), class token, position embedding.
-  im2patches(a.patches.data(), images, B, Index(c.in_chans), Index(c.img_size),
-             Index(c.img_size), P);
-  matmul_forward(a.patch_out.data(), a.patches.data(), w.patch_w, w.patch_b, B * Np, F, C);
-  embed_tokens_forward(a.res[0].data(), a.patch_out.data(), w.cls, w.pos, B, N, pre, C);
+  {
+    ProfileScope prof("im2patches");
+    im2patches(a.patches.data(), images, B, Index(c.in_chans), Index(c.img_size),
+               Index(c.img_size), P);
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    matmul_forward(a.patch_out.data(), a.patches.data(), w.patch_w, w.patch_b, B * Np, F, C);
+  }
+  {
+    ProfileScope prof("embed_tokens_forward");
+    embed_tokens_forward(a.res[0].data(), a.patch_out.data(), w.cls, w.pos, B, N, pre, C);
+  }
 
   // Stochastic depth: rate rises linearly over depth (timm's linspace(0, rate, L)).
   a.drop_path_active = train && c.drop_path > 0;
@@ -163,41 +173,92 @@ T Vit<T>::forward(const T* images, const T* targets, Index B, bool train, uint64
     const T* x = a.res[l].data();  // (B, N, C)
 
     // Attention branch.
-    layernorm_forward(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, bw.norm1_w,
-                      bw.norm1_b, BN, C, T(1e-6));
-    matmul_forward(b.qkv.data(), b.ln1.data(), bw.qkv_w, bw.qkv_b, BN, C, 3 * C);
-    attention_forward(b.atty.data(), b.att.data(), b.qkv.data(), B, N, H, D);
-    matmul_forward(b.proj.data(), b.atty.data(), bw.proj_w, bw.proj_b, BN, C, C);
-    residual_forward(b.r1.data(), x, b.proj.data(), bw.ls1, s1, B, N, C);
+    {
+      ProfileScope prof("layernorm_forward");
+      layernorm_forward(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, bw.norm1_w,
+                        bw.norm1_b, BN, C, T(1e-6));
+    }
+    {
+      ProfileScope prof("matmul_forward");
+      matmul_forward(b.qkv.data(), b.ln1.data(), bw.qkv_w, bw.qkv_b, BN, C, 3 * C);
+    }
+    {
+      ProfileScope prof("attention_forward");
+      attention_forward(b.atty.data(), b.att.data(), b.qkv.data(), B, N, H, D);
+    }
+    {
+      ProfileScope prof("matmul_forward");
+      matmul_forward(b.proj.data(), b.atty.data(), bw.proj_w, bw.proj_b, BN, C, C);
+    }
+    {
+      ProfileScope prof("residual_forward");
+      residual_forward(b.r1.data(), x, b.proj.data(), bw.ls1, s1, B, N, C);
+    }
 
     // FFN branch.
-    layernorm_forward(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.r1.data(),
-                      bw.norm2_w, bw.norm2_b, BN, C, T(1e-6));
-    matmul_forward(b.fc1.data(), b.ln2.data(), bw.fc1_w, bw.fc1_b, BN, C, M);
+    {
+      ProfileScope prof("layernorm_forward");
+      layernorm_forward(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.r1.data(),
+                        bw.norm2_w, bw.norm2_b, BN, C, T(1e-6));
+    }
+    {
+      ProfileScope prof("matmul_forward");
+      matmul_forward(b.fc1.data(), b.ln2.data(), bw.fc1_w, bw.fc1_b, BN, C, M);
+    }
     const T* hidden;
     if (local) {
       // Linear -> h-swish -> depthwise 3x3 on the grid -> h-swish -> Linear. The class-token
       // row leaves the conv as 0 and fc2 has no bias, so the class token bypasses the FFN.
-      hswish_forward(b.act1.data(), b.fc1.data(), BN * M);
-      dwconv3x3_forward(b.dw.data(), b.act1.data(), bw.dw_w, B, N, pre, g, g, M);
-      hswish_forward(b.act2.data(), b.dw.data(), BN * M);
+      {
+        ProfileScope prof("hswish_forward");
+        hswish_forward(b.act1.data(), b.fc1.data(), BN * M);
+      }
+      {
+        ProfileScope prof("dwconv3x3_forward");
+        dwconv3x3_forward(b.dw.data(), b.act1.data(), bw.dw_w, B, N, pre, g, g, M);
+      }
+      {
+        ProfileScope prof("hswish_forward");
+        hswish_forward(b.act2.data(), b.dw.data(), BN * M);
+      }
       hidden = b.act2.data();
     } else {
-      gelu_forward(b.act1.data(), b.fc1.data(), BN * M);
+      {
+        ProfileScope prof("gelu_forward");
+        gelu_forward(b.act1.data(), b.fc1.data(), BN * M);
+      }
       hidden = b.act1.data();
     }
-    matmul_forward(b.fc2.data(), hidden, bw.fc2_w, bw.fc2_b, BN, M, C);
-    residual_forward(a.res[l + 1].data(), b.r1.data(), b.fc2.data(), bw.ls2, s2, B, N, C);
+    {
+      ProfileScope prof("matmul_forward");
+      matmul_forward(b.fc2.data(), hidden, bw.fc2_w, bw.fc2_b, BN, M, C);
+    }
+    {
+      ProfileScope prof("residual_forward");
+      residual_forward(a.res[l + 1].data(), b.r1.data(), b.fc2.data(), bw.ls2, s2, B, N, C);
+    }
   }
 
   // Classifier: pool (class token or patch mean), norm, head.
-  pool_forward(a.pooled.data(), a.res[c.depth].data(), B, N, pre, C,
-               c.classifier == Classifier::Avg);
-  layernorm_forward(a.pooled_norm.data(), a.pool_mean.data(), a.pool_rstd.data(),
-                    a.pooled.data(), w.norm_w, w.norm_b, B, C, T(1e-6));
-  matmul_forward(a.logits.data(), a.pooled_norm.data(), w.head_w, w.head_b, B, C, K);
+  {
+    ProfileScope prof("pool_forward");
+    pool_forward(a.pooled.data(), a.res[c.depth].data(), B, N, pre, C,
+                 c.classifier == Classifier::Avg);
+  }
+  {
+    ProfileScope prof("layernorm_forward");
+    layernorm_forward(a.pooled_norm.data(), a.pool_mean.data(), a.pool_rstd.data(),
+                      a.pooled.data(), w.norm_w, w.norm_b, B, C, T(1e-6));
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    matmul_forward(a.logits.data(), a.pooled_norm.data(), w.head_w, w.head_b, B, C, K);
+  }
   if (!targets) return T(0);
-  cross_entropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), targets, B, K);
+  {
+    ProfileScope prof("cross_entropy_forward");
+    cross_entropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), targets, B, K);
+  }
   double sum = 0;
   for (Index i = 0; i < B; ++i) sum += a.losses[i];
   return T(sum / B);
@@ -217,14 +278,26 @@ void Vit<T>::backward(T loss_scale) {
   ModelView<T> dw = bind_view(table_, cfg_, grads.data());
 
   // Head.
-  cross_entropy_backward(a.dlogits.data(), a.probs.data(), targets_, loss_scale, B, K);
-  matmul_backward(a.dpooled_norm.data(), dw.head_w, dw.head_b, a.dlogits.data(),
-                  a.pooled_norm.data(), w.head_w, B, C, K);
+  {
+    ProfileScope prof("cross_entropy_backward");
+    cross_entropy_backward(a.dlogits.data(), a.probs.data(), targets_, loss_scale, B, K);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    matmul_backward(a.dpooled_norm.data(), dw.head_w, dw.head_b, a.dlogits.data(),
+                    a.pooled_norm.data(), w.head_w, B, C, K);
+  }
   std::fill(a.dpooled.begin(), a.dpooled.begin() + B * C, T(0));
-  layernorm_backward(a.dpooled.data(), dw.norm_w, dw.norm_b, a.dpooled_norm.data(),
-                     a.pooled.data(), w.norm_w, a.pool_mean.data(), a.pool_rstd.data(), B, C);
+  {
+    ProfileScope prof("layernorm_backward");
+    layernorm_backward(a.dpooled.data(), dw.norm_w, dw.norm_b, a.dpooled_norm.data(),
+                       a.pooled.data(), w.norm_w, a.pool_mean.data(), a.pool_rstd.data(), B, C);
+  }
   std::fill(a.dres.begin(), a.dres.begin() + BN * C, T(0));
-  pool_backward(a.dres.data(), a.dpooled.data(), B, N, pre, C, c.classifier == Classifier::Avg);
+  {
+    ProfileScope prof("pool_backward");
+    pool_backward(a.dres.data(), a.dpooled.data(), B, N, pre, C, c.classifier == Classifier::Avg);
+  }
 
   for (int l = c.depth - 1; l >= 0; --l) {
     BlockActs<T>& b = a.blocks[l];
@@ -234,40 +307,85 @@ void Vit<T>::backward(T loss_scale) {
     const T* s2 = a.drop_path_active ? b.scale2.data() : nullptr;
 
     // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
-    residual_backward(a.dbranch.data(), bg.ls2, a.dres.data(), b.fc2.data(), bw.ls2, s2, B, N,
-                      C);
-    const T* hidden = local ? b.act2.data() : b.act1.data();
-    matmul_backward(a.dhid_a.data(), bg.fc2_w, bg.fc2_b, a.dbranch.data(), hidden, bw.fc2_w, BN,
-                    M, C);
-    if (local) {
-      hswish_backward(a.dhid_b.data(), a.dhid_a.data(), b.dw.data(), BN * M);
-      dwconv3x3_backward(a.dhid_a.data(), bg.dw_w, a.dhid_b.data(), b.act1.data(), bw.dw_w, B,
-                         N, pre, g, g, M);
-      hswish_backward(a.dhid_b.data(), a.dhid_a.data(), b.fc1.data(), BN * M);
-    } else {
-      gelu_backward(a.dhid_b.data(), a.dhid_a.data(), b.fc1.data(), BN * M);
+    {
+      ProfileScope prof("residual_backward");
+      residual_backward(a.dbranch.data(), bg.ls2, a.dres.data(), b.fc2.data(), bw.ls2, s2, B, N,
+                        C);
     }
-    matmul_backward(a.dln.data(), bg.fc1_w, bg.fc1_b, a.dhid_b.data(), b.ln2.data(), bw.fc1_w,
-                    BN, C, M);
-    layernorm_backward(a.dres.data(), bg.norm2_w, bg.norm2_b, a.dln.data(), b.r1.data(),
-                       bw.norm2_w, b.ln2_mean.data(), b.ln2_rstd.data(), BN, C);
+    const T* hidden = local ? b.act2.data() : b.act1.data();
+    {
+      ProfileScope prof("matmul_backward");
+      matmul_backward(a.dhid_a.data(), bg.fc2_w, bg.fc2_b, a.dbranch.data(), hidden, bw.fc2_w, BN,
+                      M, C);
+    }
+    if (local) {
+      {
+        ProfileScope prof("hswish_backward");
+        hswish_backward(a.dhid_b.data(), a.dhid_a.data(), b.dw.data(), BN * M);
+      }
+      {
+        ProfileScope prof("dwconv3x3_backward");
+        dwconv3x3_backward(a.dhid_a.data(), bg.dw_w, a.dhid_b.data(), b.act1.data(), bw.dw_w, B,
+                           N, pre, g, g, M);
+      }
+      {
+        ProfileScope prof("hswish_backward");
+        hswish_backward(a.dhid_b.data(), a.dhid_a.data(), b.fc1.data(), BN * M);
+      }
+    } else {
+      {
+        ProfileScope prof("gelu_backward");
+        gelu_backward(a.dhid_b.data(), a.dhid_a.data(), b.fc1.data(), BN * M);
+      }
+    }
+    {
+      ProfileScope prof("matmul_backward");
+      matmul_backward(a.dln.data(), bg.fc1_w, bg.fc1_b, a.dhid_b.data(), b.ln2.data(), bw.fc1_w,
+                      BN, C, M);
+    }
+    {
+      ProfileScope prof("layernorm_backward");
+      layernorm_backward(a.dres.data(), bg.norm2_w, bg.norm2_b, a.dln.data(), b.r1.data(),
+                         bw.norm2_w, b.ln2_mean.data(), b.ln2_rstd.data(), BN, C);
+    }
 
     // Attention branch; dres now holds d(r1) and, through the identity path, d(block input).
-    residual_backward(a.dbranch.data(), bg.ls1, a.dres.data(), b.proj.data(), bw.ls1, s1, B, N,
-                      C);
-    matmul_backward(a.datty.data(), bg.proj_w, bg.proj_b, a.dbranch.data(), b.atty.data(),
-                    bw.proj_w, BN, C, C);
-    attention_backward(a.dqkv.data(), a.datty.data(), b.qkv.data(), b.att.data(), B, N, H, D);
-    matmul_backward(a.dln.data(), bg.qkv_w, bg.qkv_b, a.dqkv.data(), b.ln1.data(), bw.qkv_w, BN,
-                    C, 3 * C);
-    layernorm_backward(a.dres.data(), bg.norm1_w, bg.norm1_b, a.dln.data(), a.res[l].data(),
-                       bw.norm1_w, b.ln1_mean.data(), b.ln1_rstd.data(), BN, C);
+    {
+      ProfileScope prof("residual_backward");
+      residual_backward(a.dbranch.data(), bg.ls1, a.dres.data(), b.proj.data(), bw.ls1, s1, B, N,
+                        C);
+    }
+    {
+      ProfileScope prof("matmul_backward");
+      matmul_backward(a.datty.data(), bg.proj_w, bg.proj_b, a.dbranch.data(), b.atty.data(),
+                      bw.proj_w, BN, C, C);
+    }
+    {
+      ProfileScope prof("attention_backward");
+      attention_backward(a.dqkv.data(), a.datty.data(), b.qkv.data(), b.att.data(), B, N, H, D);
+    }
+    {
+      ProfileScope prof("matmul_backward");
+      matmul_backward(a.dln.data(), bg.qkv_w, bg.qkv_b, a.dqkv.data(), b.ln1.data(), bw.qkv_w, BN,
+                      C, 3 * C);
+    }
+    {
+      ProfileScope prof("layernorm_backward");
+      layernorm_backward(a.dres.data(), bg.norm1_w, bg.norm1_b, a.dln.data(), a.res[l].data(),
+                         bw.norm1_w, b.ln1_mean.data(), b.ln1_rstd.data(), BN, C);
+    }
   }
 
   // Embedding.
-  embed_tokens_backward(a.dpatch_out.data(), dw.cls, dw.pos, a.dres.data(), B, N, pre, C);
-  matmul_backward(static_cast<T*>(nullptr), dw.patch_w, dw.patch_b, a.dpatch_out.data(),
-                  a.patches.data(), w.patch_w, B * Np, F, C);
+  {
+    ProfileScope prof("embed_tokens_backward");
+    embed_tokens_backward(a.dpatch_out.data(), dw.cls, dw.pos, a.dres.data(), B, N, pre, C);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    matmul_backward(static_cast<T*>(nullptr), dw.patch_w, dw.patch_b, a.dpatch_out.data(),
+                    a.patches.data(), w.patch_w, B * Np, F, C);
+  }
 }
 
 template class Vit<float>;

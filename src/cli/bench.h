@@ -1,0 +1,4 @@
+#pragma once
+namespace vit {
+int run_bench(int argc, char** argv);  // argv[0] is the subcommand name
+}
