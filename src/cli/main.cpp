@@ -2,9 +2,14 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli/bench.h"
+#include "cli/eval_export.h"
+#include "cli/train_args.h"
+#include "train/trainer.h"
 #include "core/common.h"
 
 namespace {
@@ -16,11 +21,39 @@ constexpr const char* kUsage =
     "  export   write a timm-loadable folder (model.safetensors + config.json)\n"
     "  bench    training throughput on synthetic data\n"
     "run 'vitrain <command> --help' for the options of a command\n";
+
+// `vitrain train`: with --resume, the run's own args.yaml is the config and flags override it.
+int run_train_command(int argc, char** argv) {
+  vit::TrainArgs args;
+  try {
+    args = vit::parse_train_args(argc, argv);
+    if (!args.resume.empty()) {
+      VIT_CHECK(args.config.empty(), "use either --resume or -c/--config, not both");
+      namespace fs = std::filesystem;
+      const fs::path dir = fs::is_directory(args.resume) ? fs::path(args.resume)
+                                                         : fs::path(args.resume).parent_path();
+      const std::string cfg = (dir / "args.yaml").string();
+      VIT_CHECK(fs::is_regular_file(cfg),
+                fmt::format("--resume: '{}' is not a run folder (no args.yaml)", dir.string()));
+      std::vector<const char*> av = {argv[0], "-c", cfg.c_str()};
+      for (int i = 1; i < argc; ++i) av.push_back(argv[i]);
+      args = vit::parse_train_args(int(av.size()), av.data());
+    }
+  } catch (const vit::HelpRequested& h) {
+    fmt::print("{}", h.what());
+    return 0;
+  }
+  return vit::run_train(args);
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   try {
+    if (cmd == "train") return run_train_command(argc - 1, argv + 1);
+    if (cmd == "eval") return vit::run_eval(argc - 1, argv + 1);
+    if (cmd == "export") return vit::run_export(argc - 1, argv + 1);
     if (cmd == "bench") return vit::run_bench(argc - 1, argv + 1);
     if (cmd == "" || cmd == "-h" || cmd == "--help") {
       fmt::print("{}", kUsage);

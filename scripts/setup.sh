@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything vitrain needs on Debian 12 (run as root, or with sudo available).
+# Idempotent: apt is only called when a package is missing.
+set -euo pipefail
+PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libopenblas-openmp-dev libopenblas0-pthread   # our BLAS (OpenMP flavour); PyTorch's (pthread)
+  zlib1g-dev libpng-dev libturbojpeg0-dev libfftw3-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libgtest-dev libbenchmark-dev
+  python3 python3-numpy python3-torch            # the reference implementation for the tests
+  dataset-fashion-mnist                          # the default recipe's data
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# PyTorch finds BLAS through Debian's alternative: point it at OpenBLAS (pthread), never the
+# reference BLAS, which is an order of magnitude slower.
+for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
+  target=/usr/lib/x86_64-linux-gnu/openblas-pthread/${alt%%-x86_64-linux-gnu}
+  if update-alternatives --list "$alt" 2>/dev/null | grep -qx "$target"; then
+    $SUDO update-alternatives --set "$alt" "$target" >/dev/null
+  fi
+done

@@ -1,0 +1,62 @@
+// Options of `vitrain train`: timm's flag names, a YAML config file that sets defaults (flags
+// override it, as in timm), and the effective config dumped as args.yaml. Every option is
+// declared once, in train_args.cpp's table, which drives the flags, the YAML keys and the dump.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace vit {
+
+struct TrainArgs {
+  // Data and model.
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string model = "vit_fmnist_tiny";
+  int img_size = 0;     // 0 = the preset's
+  int num_classes = 0;  // 0 = from the data
+  std::string gp;       // "" (preset) | token | avg
+  std::string ffn;      // "" (preset) | mlp | local
+  double drop_path = 0.0;
+  // Optimisation.
+  int batch_size = 128;
+  int grad_accum_steps = 1;
+  int epochs = 6;
+  std::string opt = "adamw";
+  double lr = 2e-3;
+  double min_lr = 1e-5;
+  double warmup_epochs = 1.0;
+  double warmup_lr = 1e-6;
+  double weight_decay = 0.05;
+  double clip_grad = 0.0;  // 0 = off
+  double smoothing = 0.1;
+  // Augmentation (in-memory data sets).
+  int crop_pad = 2;    // random crop of the zero-padded image
+  double hflip = 0.5;  // horizontal flip probability
+  // Run.
+  int64_t seed = 42;
+  std::string output = "./output/train";
+  std::string experiment;
+  std::string resume;
+  std::string initial_checkpoint;
+  int log_interval = 50;
+  int eval_interval = 1;
+  int patience = 0;  // early stopping after this many evaluations without improvement; 0 = off
+  int workers = 0;   // threads; 0 = all cores
+  std::string device = "cpu";
+  std::string config;
+  int64_t stop_after_updates = 0;  // testing: save the state and stop after this many updates
+};
+
+// Thrown by parse_train_args for --help; what() is the help text (print it, exit 0).
+struct HelpRequested : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// argv[0] is the subcommand name. Throws vit::Error for unknown flags, bad values, unreadable
+// or invalid config files (typo'd keys, wrong types).
+TrainArgs parse_train_args(int argc, const char* const* argv);
+
+// The effective config as YAML (underscore keys), itself a valid --config file.
+std::string to_yaml(const TrainArgs& a);
+
+}  // namespace vit

@@ -1,0 +1,75 @@
+#include "data/batch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/rng.h"
+
+namespace vit::data {
+
+std::vector<Index> epoch_order(Index n, uint64_t seed, uint64_t epoch) {
+  std::vector<Index> order(n);
+  std::iota(order.begin(), order.end(), Index(0));
+  Rng rng(mix_seed(seed, 0x0e0c, epoch));
+  for (Index i = n - 1; i > 0; --i) std::swap(order[i], order[rng.below(uint64_t(i + 1))]);
+  return order;
+}
+
+namespace {
+// Bilinear sample (align_corners=False) of one channel plane (h, w) at output pixel (y, x) of
+// an (oh, ow) resize; out-of-range source coordinates clamp to the border.
+float bilinear(const uint8_t* plane, Index h, Index w, Index oh, Index ow, Index y, Index x) {
+  const float sy = std::max(0.0f, (y + 0.5f) * float(h) / float(oh) - 0.5f);
+  const float sx = std::max(0.0f, (x + 0.5f) * float(w) / float(ow) - 0.5f);
+  const Index y0 = std::min<Index>(Index(sy), h - 1), x0 = std::min<Index>(Index(sx), w - 1);
+  const Index y1 = std::min<Index>(y0 + 1, h - 1), x1 = std::min<Index>(x0 + 1, w - 1);
+  const float fy = sy - y0, fx = sx - x0;
+  const float top = plane[y0 * w + x0] * (1 - fx) + plane[y0 * w + x1] * fx;
+  const float bot = plane[y1 * w + x0] * (1 - fx) + plane[y1 * w + x1] * fx;
+  return top * (1 - fy) + bot * fy;
+}
+}  // namespace
+
+void make_batch(const ImageDataset& d, const Index* indices, Index B, const BatchConfig& cfg,
+                bool train, uint64_t seed, uint64_t epoch, float* images, float* targets) {
+  const Index C = d.channels, h = d.height, w = d.width, S = cfg.img_size, K = d.num_classes;
+  const float off = K > 1 ? float(cfg.smoothing / K) : 0.0f;
+  const float on = float(1.0 - cfg.smoothing) + off;
+#pragma omp parallel for schedule(static)
+  for (Index b = 0; b < B; ++b) {
+    const Index idx = indices[b];
+    Rng rng(mix_seed(seed, epoch, uint64_t(idx)));
+    const int pad = train ? cfg.crop_padding : 0;
+    // Random crop offset in the zero-padded source (in source pixels), and flip.
+    const Index dy = pad ? Index(rng.below(2 * pad + 1)) - pad : 0;
+    const Index dx = pad ? Index(rng.below(2 * pad + 1)) - pad : 0;
+    const bool flip = train && cfg.hflip > 0 && rng.uniform() < cfg.hflip;
+    const uint8_t* src = d.pixels.data() + idx * C * h * w;
+    float* dst = images + b * C * S * S;  // (C, S, S)
+    for (Index c = 0; c < C; ++c) {
+      const uint8_t* plane = src + c * h * w;
+      const float scale = 1.0f / (255.0f * cfg.std[c]), bias = cfg.mean[c] / cfg.std[c];
+      for (Index y = 0; y < S; ++y)
+        for (Index x = 0; x < S; ++x) {
+          const Index xs = flip ? S - 1 - x : x;
+          float v;
+          if (S == h && S == w) {
+            const Index yy = y + dy, xx = xs + dx;
+            v = (yy < 0 || yy >= h || xx < 0 || xx >= w) ? 0.0f : plane[yy * w + xx];
+          } else {
+            // Resize first, then shift by the crop offset scaled to the output size.
+            const Index yy = y + dy * S / h, xx = xs + dx * S / w;
+            v = (yy < 0 || yy >= S || xx < 0 || xx >= S) ? 0.0f
+                                                         : bilinear(plane, h, w, S, S, yy, xx);
+          }
+          dst[(c * S + y) * S + x] = v * scale - bias;
+        }
+    }
+    float* t = targets + b * K;
+    for (Index k = 0; k < K; ++k) t[k] = off;
+    t[d.labels[idx]] = on;
+  }
+}
+
+}  // namespace vit::data
