@@ -152,7 +152,9 @@ TrainArgs parse_train_args(int argc, const char* const* argv) {
 
   CLI::App app{"Train a Vision Transformer (timm-style flags; -c FILE.yaml sets defaults)",
                "vitrain train"};
-  app.option_defaults()->always_capture_default();
+  // A repeated flag takes its last value, as argparse does (lets scripts append overrides).
+  app.option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
   for (auto& o : opts)
     std::visit([&](auto* p) { app.add_option(o.flags, *p, o.help); }, o.target);
   std::string config_flag = a.config;

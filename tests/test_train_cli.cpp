@@ -1,0 +1,268 @@
+// End-to-end tests of `vitrain train/eval/export` on a small generated IDX data set: bitwise
+// resume, checkpoints that survive kill -9, run-folder contents, and one clear error line with
+// a non-zero exit for every kind of bad input.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/rng.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the vitrain binary with a shell command line; captures stdout and stderr.
+RunResult run_vitrain(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
+  const std::string cmd =
+      std::string(VIT_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
+  gzclose(f);
+}
+
+std::vector<uint8_t> idx_header(uint8_t ndims, std::vector<uint32_t> dims) {
+  std::vector<uint8_t> h = {0, 0, 0x08, ndims};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) h.push_back(uint8_t(d >> s));
+  return h;
+}
+
+// A learnable 4-class toy data set: class k has k + 1 bright 4x4 quadrants (patch tokens).
+void write_toy_idx(const std::string& dir, int n_train, int n_test) {
+  fs::create_directories(dir);
+  vit::Rng rng(3);
+  for (auto [prefix, n] : {std::pair{"train", n_train}, std::pair{"t10k", n_test}}) {
+    std::vector<uint8_t> img = idx_header(3, {uint32_t(n), 8, 8});
+    std::vector<uint8_t> lab = idx_header(1, {uint32_t(n)});
+    for (int i = 0; i < n; ++i) {
+      const int k = int(rng.below(4));
+      lab.push_back(uint8_t(k));
+      int bright[4] = {0, 1, 2, 3};  // the first k + 1 of a random order are bright
+      for (int j = 3; j > 0; --j) std::swap(bright[j], bright[rng.below(uint64_t(j + 1))]);
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 8; ++x) {
+          const int q = (y / 4) * 2 + (x / 4);
+          bool bar = false;
+          for (int j = 0; j <= k; ++j) bar = bar || bright[j] == q;
+          img.push_back(uint8_t(bar ? 200 + rng.below(50) : rng.below(40)));
+        }
+    }
+    write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", img);
+    write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", lab);
+  }
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("vitrain_cli_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    data_ = (dir_ / "data").string();
+    write_toy_idx(data_, 512, 128);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A small model and recipe on the toy data; `extra` appends/overrides flags.
+  std::string train_flags(const std::string& experiment, const std::string& extra = "") {
+    return "train --data-dir " + data_ + " --model vit_fmnist_tiny --img-size 8 --output " +
+           (dir_ / "out").string() + " --experiment " + experiment +
+           " -b 32 --epochs 3 --lr 2e-3 --warmup-epochs 1 --log-interval 1 -j 2 --seed 5 " +
+           "--drop-path 0.1 --hflip 0 --crop-pad 0 " + extra;
+  }
+
+  // Per-update training losses from a run's log.jsonl, keyed by optimizer step.
+  std::map<int64_t, double> losses(const std::string& experiment) {
+    std::map<int64_t, double> m;
+    std::ifstream f(dir_ / "out" / experiment / "log.jsonl");
+    std::string line;
+    while (std::getline(f, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("type", "") == "train") m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    }
+    return m;
+  }
+
+  fs::path dir_;
+  std::string data_;
+};
+
+TEST_F(TrainCli, RunFolderHasEverything) {
+  const RunResult r = run_vitrain(train_flags("full"), dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path run = dir_ / "out" / "full";
+  for (const char* f : {"args.yaml", "summary.csv", "log.jsonl", "last.safetensors",
+                        "model_best.safetensors", "state.safetensors", "plot.png", "classes.txt"})
+    EXPECT_TRUE(fs::is_regular_file(run / f)) << f;
+  std::ifstream csv(run / "summary.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s");
+  int rows = 0;
+  for (std::string line; std::getline(csv, line);) rows += !line.empty();
+  EXPECT_EQ(rows, 3);
+  EXPECT_NE(r.out.find("Final test top-1:"), std::string::npos) << r.out;
+  // The toy task is easy: the model must learn it.
+  const vit::WeightsFile w = vit::load_weights((run / "model_best.safetensors").string());
+  EXPECT_GT(std::stod(w.metadata.at("eval_top1")), 60.0);
+}
+
+TEST_F(TrainCli, ResumeIsBitwiseIdentical) {
+  ASSERT_EQ(run_vitrain(train_flags("straight"), dir_.string()).exit_code, 0);
+  // Interrupt mid-epoch (update 21 of 16 per epoch -> epoch 1), then resume to the end.
+  const RunResult a = run_vitrain(train_flags("split", "--stop-after-updates 21"), dir_.string());
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const RunResult b =
+      run_vitrain("train --resume " + (dir_ / "out" / "split").string(), dir_.string());
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto ref = losses("straight"), got = losses("split");
+  ASSERT_EQ(ref.size(), 48u);
+  ASSERT_EQ(got.size(), ref.size());
+  for (const auto& [step, loss] : ref) {
+    ASSERT_TRUE(got.count(step)) << "step " << step;
+    EXPECT_EQ(got.at(step), loss) << "step " << step;  // bitwise
+  }
+}
+
+TEST_F(TrainCli, CheckpointsSurviveKill9) {
+  // Many tiny epochs so checkpoints are written constantly; SIGKILL at varied moments.
+  int runs = 0, saved = 0;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    const std::string exp = "kill" + std::to_string(attempt);
+    const std::string cmd = std::string(VIT_BINARY) + " " +
+                            train_flags(exp, "--epochs 200 --log-interval 100") +
+                            " > /dev/null 2>&1";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500 + 337 * attempt));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const fs::path run = dir_ / "out" / exp;
+    if (!fs::exists(run)) continue;  // killed before the run folder existed
+    ++runs;
+    saved += fs::exists(run / "state.safetensors");
+    for (const char* f : {"last.safetensors", "state.safetensors"}) {
+      if (!fs::exists(run / f)) continue;  // killed before the first save
+      EXPECT_NO_THROW(vit::load_weights((run / f).string())) << exp << "/" << f;
+    }
+    if (fs::exists(run / "state.safetensors")) {
+      EXPECT_NO_THROW(vit::load_train_state((run / "state.safetensors").string())) << exp;
+    }
+  }
+  EXPECT_GE(saved, 3) << "too few runs got far enough to checkpoint (" << runs << " started)";
+}
+
+TEST_F(TrainCli, EvalAndExport) {
+  ASSERT_EQ(run_vitrain(train_flags("ev", "--epochs 1"), dir_.string()).exit_code, 0);
+  const std::string ckpt = (dir_ / "out" / "ev" / "last.safetensors").string();
+  const std::string npy = (dir_ / "logits.npy").string();
+  const RunResult e = run_vitrain(
+      "eval --checkpoint " + ckpt + " --data-dir " + data_ + " --save-logits " + npy,
+      dir_.string());
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.out.find("top-1"), std::string::npos);
+  // .npy: header then 128 x 4 float32
+  EXPECT_EQ(fs::file_size(npy) % 64, (128u * 4u * 4u) % 64);
+  const RunResult x =
+      run_vitrain("export --checkpoint " + ckpt + " --out " + (dir_ / "exp").string(),
+                  dir_.string());
+  ASSERT_EQ(x.exit_code, 0) << x.err;
+  std::ifstream cj(dir_ / "exp" / "config.json");
+  const auto cfg = nlohmann::json::parse(cj);
+  EXPECT_EQ(cfg.at("num_classes"), 4);
+  EXPECT_EQ(cfg.at("model_args").at("embed_dim"), 96);
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "exp" / "model.safetensors"));
+}
+
+// Every bad input: exit code 1 (not a crash/abort), one line on stderr starting "error:".
+TEST_F(TrainCli, BadInputsGiveOneClearError) {
+  ASSERT_EQ(run_vitrain(train_flags("ok", "--epochs 1"), dir_.string()).exit_code, 0);
+  const std::string ckpt = (dir_ / "out" / "ok" / "last.safetensors").string();
+  // Truncated and garbage checkpoints.
+  {
+    std::ifstream in(ckpt, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream((dir_ / "trunc.safetensors").string(), std::ios::binary)
+        << bytes.substr(0, bytes.size() / 2);
+    std::ofstream((dir_ / "garbage.safetensors").string(), std::ios::binary) << "not a file";
+  }
+  // A corrupt data directory: truncated gzip of the training images.
+  const std::string bad_data = (dir_ / "bad_data").string();
+  fs::create_directories(bad_data);
+  for (const auto& e : fs::directory_iterator(data_)) fs::copy(e.path(), bad_data);
+  fs::resize_file(bad_data + "/train-images-idx3-ubyte.gz", 100);
+  std::ofstream((dir_ / "typo.yaml").string()) << "batch_sise: 32\n";
+  std::ofstream((dir_ / "badtype.yaml").string()) << "epochs: many\n";
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"missing data dir", "train --data-dir /nonexistent/dir"},
+      {"corrupt data", "train --data-dir " + bad_data},
+      {"unknown model", train_flags("x1", "--model vit_gigantic")},
+      {"img size not divisible", train_flags("x2", "--img-size 10")},
+      {"unknown flag", train_flags("x3", "--no-such-flag")},
+      {"bad value", train_flags("x4", "--lr -1")},
+      {"config typo", train_flags("x5", "-c " + (dir_ / "typo.yaml").string())},
+      {"config bad type", train_flags("x6", "-c " + (dir_ / "badtype.yaml").string())},
+      {"missing config", train_flags("x7", "-c /nonexistent.yaml")},
+      {"resume nothing", "train --resume /nonexistent/run"},
+      {"truncated checkpoint",
+       "eval --data-dir " + data_ + " --checkpoint " + (dir_ / "trunc.safetensors").string()},
+      {"garbage checkpoint",
+       "eval --data-dir " + data_ + " --checkpoint " + (dir_ / "garbage.safetensors").string()},
+      {"missing checkpoint", "eval --data-dir " + data_ + " --checkpoint /nonexistent.st"},
+      {"bad initial checkpoint",
+       train_flags("x8", "--initial-checkpoint " + (dir_ / "trunc.safetensors").string())},
+      {"unknown command", "frobnicate"},
+  };
+  for (const auto& [what, args] : cases) {
+    const RunResult r = run_vitrain(args, dir_.string());
+    EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << what << ": exit " << r.exit_code;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << what << ": " << r.err;
+    const size_t lines = std::count(r.err.begin(), r.err.end(), '\n');
+    EXPECT_LE(lines, what == std::string("unknown command") ? 10u : 1u) << what << ": " << r.err;
+  }
+}
+
+}  // namespace
