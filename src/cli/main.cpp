@@ -1,6 +1,11 @@
 // vitrain: train, evaluate, export and benchmark Vision Transformers.
 #include <fmt/format.h>
 
+#if defined(__SSE3__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -49,6 +54,17 @@ int run_train_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Flush denormals to zero (inputs and results), before any worker thread exists so every
+  // OpenMP thread inherits it: saturating activations (GELU tails, softmax) otherwise produce
+  // denormals whose slow path made training several times slower as it progressed.
+#if defined(__SSE3__)
+  // MXCSR is per thread: set it in the master and, explicitly, in every OpenMP worker.
+#pragma omp parallel
+  {
+    _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+    _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+  }
+#endif
   const std::string cmd = argc > 1 ? argv[1] : "";
   try {
     if (cmd == "train") return run_train_command(argc - 1, argv + 1);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/profile.h"
 #include "core/rng.h"
 #include "data/batch.h"
 #include "data/dataset.h"
@@ -238,6 +239,10 @@ int run_train(const TrainArgs& args) {
     }
     if (tty) fmt::print("\n");
     const double train_seconds = elapsed() - t_epoch0;
+    if (Profile::enabled()) {  // VIT_PROFILE=1: where this epoch's time went
+      Profile::print(stdout);
+      Profile::reset();
+    }
 
     const bool do_eval = (epoch + 1) % args.eval_interval == 0 || epoch + 1 == args.epochs;
     if (!do_eval) {

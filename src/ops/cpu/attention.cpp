@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ops/cpu/blas.h"
+#include "ops/cpu/fast_math.h"
 #include "ops/cpu/ops.h"
 
 namespace vit::cpu {
@@ -28,9 +29,12 @@ void attention_forward(T* out, T* att, const T* qkv, Index B, Index N, Index H, 
         T* row = p + i * N;
         T mx = row[0];
         for (Index j = 1; j < N; ++j) mx = std::max(mx, row[j]);
+        // Vectorised exp: libm's expf takes a slow path for every score that underflows,
+        // and trained attention is sharp enough to make that most of them.
         T sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (Index j = 0; j < N; ++j) {
-          row[j] = std::exp(row[j] - mx);
+          row[j] = exp_any(row[j] - mx);
           sum += row[j];
         }
         const T inv = T(1) / sum;

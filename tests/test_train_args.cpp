@@ -1,0 +1,115 @@
+// `vitrain train` options: defaults, flags, config-file precedence (file sets defaults, flags
+// win), typos and wrong types in the file, invalid values, and args.yaml round trip.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/train_args.h"
+#include "core/common.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+vit::TrainArgs parse(std::vector<std::string> args) {
+  std::vector<const char*> av = {"train"};
+  for (const auto& a : args) av.push_back(a.c_str());
+  return vit::parse_train_args(int(av.size()), av.data());
+}
+
+std::string temp_yaml(const std::string& name, const std::string& text) {
+  const std::string p =
+      (fs::temp_directory_path() / ("vitrain_args_" + std::to_string(getpid()) + name)).string();
+  std::ofstream(p) << text;
+  return p;
+}
+
+TEST(TrainArgs, Defaults) {
+  const vit::TrainArgs a = parse({});
+  EXPECT_EQ(a.model, "vit_fmnist_tiny");
+  EXPECT_EQ(a.data_dir, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(a.batch_size, 128);
+  EXPECT_EQ(a.opt, "adamw");
+  EXPECT_EQ(a.device, "cpu");
+}
+
+TEST(TrainArgs, FlagsAndShortForms) {
+  const vit::TrainArgs a = parse({"-b", "64", "--lr", "3e-4", "--epochs", "7", "-j", "1",
+                                  "--model", "vit_tiny_patch4_28", "--gp", "token", "--ffn",
+                                  "local", "--clip-grad", "1.5", "--patience", "3"});
+  EXPECT_EQ(a.batch_size, 64);
+  EXPECT_DOUBLE_EQ(a.lr, 3e-4);
+  EXPECT_EQ(a.epochs, 7);
+  EXPECT_EQ(a.workers, 1);
+  EXPECT_EQ(a.model, "vit_tiny_patch4_28");
+  EXPECT_EQ(a.gp, "token");
+  EXPECT_EQ(a.ffn, "local");
+  EXPECT_DOUBLE_EQ(a.clip_grad, 1.5);
+  EXPECT_EQ(a.patience, 3);
+}
+
+TEST(TrainArgs, ConfigSetsDefaultsAndFlagsOverride) {
+  const std::string cfg = temp_yaml("prec.yaml", "batch_size: 32\nlr: 0.01\nwarmup-epochs: 2\n");
+  vit::TrainArgs a = parse({"-c", cfg});
+  EXPECT_EQ(a.batch_size, 32);
+  EXPECT_DOUBLE_EQ(a.lr, 0.01);
+  EXPECT_DOUBLE_EQ(a.warmup_epochs, 2.0);  // dashed keys work too
+  a = parse({"--lr", "0.5", "-c", cfg, "-b", "16"});  // flags win wherever they stand
+  EXPECT_EQ(a.batch_size, 16);
+  EXPECT_DOUBLE_EQ(a.lr, 0.5);
+  EXPECT_DOUBLE_EQ(a.warmup_epochs, 2.0);
+  fs::remove(cfg);
+}
+
+TEST(TrainArgs, ConfigErrorsNameTheProblem) {
+  const std::string typo = temp_yaml("typo.yaml", "batch_sise: 32\n");
+  const std::string type = temp_yaml("type.yaml", "epochs: many\n");
+  const std::string list = temp_yaml("list.yaml", "- a\n- b\n");
+  const std::string broken = temp_yaml("broken.yaml", "epochs: [1,\n");
+  auto message = [](std::vector<std::string> args) {
+    try {
+      parse(args);
+    } catch (const vit::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message({"-c", typo}).find("unknown key 'batch_sise'"), std::string::npos);
+  EXPECT_NE(message({"-c", type}).find("'epochs' must be an integer"), std::string::npos);
+  EXPECT_NE(message({"-c", list}).find("key: value"), std::string::npos);
+  EXPECT_NE(message({"-c", broken}).find("not valid YAML"), std::string::npos);
+  EXPECT_NE(message({"-c", "/nonexistent.yaml"}).find("does not exist"), std::string::npos);
+  for (const auto& p : {typo, type, list, broken}) fs::remove(p);
+}
+
+TEST(TrainArgs, InvalidFlagsAreErrors) {
+  EXPECT_THROW(parse({"--no-such-flag"}), vit::Error);
+  EXPECT_THROW(parse({"--epochs", "ten"}), vit::Error);
+  EXPECT_THROW(parse({"-b", "0"}), vit::Error);
+  EXPECT_THROW(parse({"--lr", "-1"}), vit::Error);
+  EXPECT_THROW(parse({"--opt", "sgd"}), vit::Error);
+  EXPECT_THROW(parse({"--device", "tpu"}), vit::Error);
+  EXPECT_THROW(parse({"--gp", "max"}), vit::Error);
+  EXPECT_THROW(parse({"--smoothing", "1.5"}), vit::Error);
+  EXPECT_THROW(parse({"--help"}), vit::HelpRequested);
+}
+
+TEST(TrainArgs, ArgsYamlRoundTrips) {
+  const vit::TrainArgs a = parse({"-b", "48", "--lr", "0.00123456789", "--experiment",
+                                  "my run: 1", "--drop-path", "0.1", "--seed", "7"});
+  const std::string yaml = vit::to_yaml(a);
+  const std::string p = temp_yaml("rt.yaml", yaml);
+  const vit::TrainArgs b = parse({"-c", p});
+  EXPECT_EQ(vit::to_yaml(b), yaml);
+  EXPECT_EQ(b.batch_size, 48);
+  EXPECT_DOUBLE_EQ(b.lr, 0.00123456789);
+  EXPECT_EQ(b.experiment, "my run: 1");
+  EXPECT_EQ(b.seed, 7);
+  fs::remove(p);
+}
+
+}  // namespace
