@@ -1,25 +1,36 @@
-// The training curves as a PNG a person opens: three stacked panels against wall time —
-// train/eval loss, eval top-1 accuracy, learning rate — with axes, tick labels and a legend.
+// The training curves as a PNG a person opens: three stacked panels against wall time in
+// seconds — (1) train and eval loss, (2) eval top-1 accuracy %, (3) learning rate — with axes,
+// numbered ticks, panel titles and legends, drawn with a built-in bitmap font (no font files).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace vit {
 
 struct PlotPoint {
-  double t;  // seconds since the start of training
-  double v;
+  double t;  // x: seconds of training wall time
+  double v;  // y: the value
 };
 
 struct PlotData {
-  std::string title;
+  std::string title;  // drawn at the top; empty = "Training curves"
   std::vector<PlotPoint> train_loss, eval_loss, eval_top1, lr;
 };
 
-// Written atomically. Empty or constant series are fine.
+// The line colour of each series, 0xRRGGBB (a fully covered line pixel has exactly this colour).
+namespace plot_colour {
+inline constexpr uint32_t train_loss = 0x1f64c8;  // blue
+inline constexpr uint32_t eval_loss = 0xe66e14;   // orange
+inline constexpr uint32_t eval_top1 = 0x1e963c;   // green
+inline constexpr uint32_t lr = 0x8c3caa;          // purple
+}  // namespace plot_colour
+
+// Writes the PNG atomically (io::write_file_atomic). Empty, single-point, constant and
+// non-finite values are all fine (non-finite points are skipped). Throws vit::Error.
 void write_training_plot(const std::string& png_path, const PlotData& data);
 
-// The PNG bytes (for tests), width x height RGB.
+// The PNG bytes: an 8-bit RGB image, width x height (each at least 300).
 std::string render_training_plot(const PlotData& data, int width = 900, int height = 900);
 
 }  // namespace vit
