@@ -65,6 +65,30 @@ TEST(TrainArgs, ConfigSetsDefaultsAndFlagsOverride) {
   fs::remove(cfg);
 }
 
+TEST(TrainArgs, ConfigInEverySpelling) {
+  const std::string cfg = temp_yaml("spell.yaml", "epochs: 9\nexperiment:\n");
+  EXPECT_EQ(parse({"--config", cfg}).epochs, 9);
+  EXPECT_EQ(parse({"--config=" + cfg}).epochs, 9);
+  EXPECT_EQ(parse({"-c" + cfg}).epochs, 9);
+  EXPECT_EQ(parse({"-c", cfg}).config, cfg);
+  EXPECT_EQ(parse({"-c", cfg}).experiment, "");  // a null value is an empty string
+  EXPECT_EQ(parse({"-c", cfg, "--epochs", "2"}).epochs, 2);
+  fs::remove(cfg);
+}
+
+TEST(TrainArgs, ConfigValuesShowInHelp) {
+  const std::string cfg = temp_yaml("help.yaml", "batch_size: 77\n");
+  try {
+    parse({"-c", cfg, "--help"});
+    ADD_FAILURE() << "--help did not throw HelpRequested";
+  } catch (const vit::HelpRequested& h) {
+    const std::string text = h.what();
+    EXPECT_NE(text.find("--batch-size"), std::string::npos);
+    EXPECT_NE(text.find("77"), std::string::npos);
+  }
+  fs::remove(cfg);
+}
+
 TEST(TrainArgs, ConfigErrorsNameTheProblem) {
   const std::string typo = temp_yaml("typo.yaml", "batch_sise: 32\n");
   const std::string type = temp_yaml("type.yaml", "epochs: many\n");
@@ -79,6 +103,8 @@ TEST(TrainArgs, ConfigErrorsNameTheProblem) {
     return std::string("(accepted)");
   };
   EXPECT_NE(message({"-c", typo}).find("unknown key 'batch_sise'"), std::string::npos);
+  EXPECT_NE(message({"-c", typo}).find(typo), std::string::npos);  // names the file
+  EXPECT_NE(message({"-c", type}).find(type), std::string::npos);
   EXPECT_NE(message({"-c", type}).find("'epochs' must be an integer"), std::string::npos);
   EXPECT_NE(message({"-c", list}).find("key: value"), std::string::npos);
   EXPECT_NE(message({"-c", broken}).find("not valid YAML"), std::string::npos);
@@ -95,7 +121,34 @@ TEST(TrainArgs, InvalidFlagsAreErrors) {
   EXPECT_THROW(parse({"--device", "tpu"}), vit::Error);
   EXPECT_THROW(parse({"--gp", "max"}), vit::Error);
   EXPECT_THROW(parse({"--smoothing", "1.5"}), vit::Error);
+  EXPECT_THROW(parse({"--epochs", "2.5"}), vit::Error);
+  EXPECT_THROW(parse({"--lr", "inf"}), vit::Error);
+  EXPECT_THROW(parse({"--grad-accum-steps", "0"}), vit::Error);
+  EXPECT_THROW(parse({"--ffn", "conv"}), vit::Error);
+  EXPECT_THROW(parse({"--warmup-epochs", "-1"}), vit::Error);
+  EXPECT_THROW(parse({"--lr"}), vit::Error);  // missing value
+  EXPECT_THROW(parse({"stray"}), vit::Error);  // positional
   EXPECT_THROW(parse({"--help"}), vit::HelpRequested);
+  EXPECT_THROW(parse({"-h"}), vit::HelpRequested);
+}
+
+TEST(TrainArgs, ErrorsAreOneLine) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--no-such-flag"}, {"--epochs", "ten"}, {"--lr"}, {"stray"}}) {
+    try {
+      parse(args);
+      ADD_FAILURE() << "accepted " << args[0];
+    } catch (const vit::Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+      EXPECT_FALSE(m.empty());
+    }
+  }
+  try {
+    parse({"--no-such-flag"});
+  } catch (const vit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--no-such-flag"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainArgs, ArgsYamlRoundTrips) {
@@ -110,6 +163,13 @@ TEST(TrainArgs, ArgsYamlRoundTrips) {
   EXPECT_EQ(b.experiment, "my run: 1");
   EXPECT_EQ(b.seed, 7);
   fs::remove(p);
+  // Defaults round-trip too, and doubles are spelled as YAML 1.1 floats (1.0e-05, not 1e-05).
+  const std::string def = vit::to_yaml(parse({}));
+  EXPECT_NE(def.find("min_lr: 1.0e-05"), std::string::npos) << def;
+  EXPECT_NE(def.find("batch_size: 128"), std::string::npos) << def;
+  const std::string p2 = temp_yaml("rt2.yaml", def);
+  EXPECT_EQ(vit::to_yaml(parse({"-c", p2})), def);
+  fs::remove(p2);
 }
 
 }  // namespace

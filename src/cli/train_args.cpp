@@ -5,8 +5,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <variant>
 #include <vector>
 
@@ -82,17 +84,26 @@ void apply_yaml(const std::string& path, std::vector<Option>& opts) {
   if (root.IsNull()) return;
   if (!root.IsMap()) throw Error(fmt::format("config file '{}' is not a key: value map", path));
   for (const auto& kv : root) {
-    const std::string key = normalise_key(kv.first.as<std::string>());
+    const std::string name = kv.first.IsScalar() ? kv.first.as<std::string>() : "?";
+    const std::string key = normalise_key(name);
+    if (key == "config") throw Error(fmt::format("config file '{}' cannot name another config", path));
     auto it = std::find_if(opts.begin(), opts.end(), [&](const Option& o) { return o.key == key; });
     if (it == opts.end())
-      throw Error(fmt::format("config file '{}': unknown key '{}'", path, kv.first.as<std::string>()));
-    if (key == "config") throw Error(fmt::format("config file '{}' cannot name another config", path));
+      throw Error(fmt::format("config file '{}': unknown key '{}' (keys are the flag names of "
+                              "'vitrain train --help', e.g. batch_size or batch-size)",
+                              path, name));
     const YAML::Node& v = kv.second;
     try {
-      if (!v.IsScalar()) throw YAML::BadConversion(v.Mark());
       std::visit(
           [&](auto* p) {
             using T = std::remove_pointer_t<decltype(p)>;
+            if constexpr (std::is_same_v<T, std::string>) {
+              if (v.IsNull()) {  // `experiment:` or `experiment: null` (timm's None)
+                p->clear();
+                return;
+              }
+            }
+            if (!v.IsScalar()) throw YAML::BadConversion(v.Mark());
             *p = v.as<T>();
           },
           it->target);
@@ -105,7 +116,7 @@ void apply_yaml(const std::string& path, std::vector<Option>& opts) {
             else return "an integer";
           },
           it->target);
-      throw Error(fmt::format("config file '{}': '{}' must be {}", path, key, kind));
+      throw Error(fmt::format("config file '{}': '{}' must be {}", path, name, kind));
     }
   }
 }
@@ -135,54 +146,94 @@ void validate(const TrainArgs& a) {
   VIT_CHECK(a.ffn.empty() || a.ffn == "mlp" || a.ffn == "local",
             fmt::format("--ffn {}: use mlp or local", a.ffn));
   VIT_CHECK(a.stop_after_updates >= 0, "--stop-after-updates must be >= 0");
+  for (double v : {a.lr, a.min_lr, a.warmup_epochs, a.warmup_lr, a.weight_decay, a.clip_grad,
+                   a.smoothing, a.drop_path, a.hflip})
+    VIT_CHECK(std::isfinite(v), "numeric options must be finite numbers (not inf or nan)");
+}
+
+// A CLI11 app with every option of `opts`, plus -c/--config bound to `config`.
+std::unique_ptr<CLI::App> make_app(std::vector<Option>& opts, std::string& config) {
+  auto app = std::make_unique<CLI::App>(
+      "Train a Vision Transformer. Flags follow timm's train.py; -c FILE.yaml sets defaults "
+      "(keys as the flag names) that flags override.",
+      "vitrain train");
+  // A repeated flag takes its last value, as argparse does (lets scripts append overrides).
+  app->option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+  for (auto& o : opts)
+    std::visit([&](auto* p) { app->add_option(o.flags, *p, o.help); }, o.target);
+  app->add_option("-c,--config", config, "YAML file of defaults (keys as the flags)");
+  return app;
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
 }
 
 }  // namespace
 
 TrainArgs parse_train_args(int argc, const char* const* argv) {
+  // Pass 1 only finds -c/--config, in any spelling CLI11 accepts (-c F, -cF, --config=F).
+  std::string config;
+  {
+    TrainArgs scratch;
+    std::vector<Option> opts = options(scratch);
+    auto app = make_app(opts, config);
+    try {
+      app->parse(argc, argv);
+    } catch (const CLI::CallForHelp&) {
+      // pass 2 prints the help, showing the config file's values as the defaults
+    } catch (const CLI::CallForAllHelp&) {
+    } catch (const CLI::ParseError& e) {
+      throw Error(fmt::format("train: {}", one_line(e.what())));
+    }
+  }
+  // Pass 2: the config file sets the defaults, then the flags given override them.
   TrainArgs a;
   std::vector<Option> opts = options(a);
-  // The config file sets defaults first, so flags given on the command line override it.
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    if ((s == "-c" || s == "--config") && i + 1 < argc) a.config = argv[i + 1];
-    if (s.rfind("--config=", 0) == 0) a.config = s.substr(9);
-  }
+  a.config = config;
   if (!a.config.empty()) apply_yaml(a.config, opts);
-
-  CLI::App app{"Train a Vision Transformer (timm-style flags; -c FILE.yaml sets defaults)",
-               "vitrain train"};
-  // A repeated flag takes its last value, as argparse does (lets scripts append overrides).
-  app.option_defaults()->always_capture_default()->multi_option_policy(
-      CLI::MultiOptionPolicy::TakeLast);
-  for (auto& o : opts)
-    std::visit([&](auto* p) { app.add_option(o.flags, *p, o.help); }, o.target);
-  std::string config_flag = a.config;
-  app.add_option("-c,--config", config_flag, "YAML file of defaults (keys as the flags)");
+  auto app = make_app(opts, a.config);
   try {
-    app.parse(argc, argv);
+    app->parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    throw HelpRequested(app.help());
+    throw HelpRequested(app->help());
+  } catch (const CLI::CallForAllHelp&) {
+    throw HelpRequested(app->help());
   } catch (const CLI::ParseError& e) {
-    throw Error(fmt::format("train: {}", e.what()));
+    throw Error(fmt::format("train: {}", one_line(e.what())));
   }
   validate(a);
   return a;
 }
+
+namespace {
+// The shortest text that reads back as the same double, spelled so that YAML 1.1 readers
+// (PyYAML) also see a float: "1.0e-05", not "1e-05".
+std::string yaml_number(double v) {
+  std::string s = fmt::format("{}", v);
+  const size_t e = s.find('e');
+  if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
+  return s;
+}
+}  // namespace
 
 std::string to_yaml(const TrainArgs& in) {
   TrainArgs a = in;
   YAML::Emitter out;
   out << YAML::BeginMap;
   for (const auto& o : options(a)) {
-    // Not part of the recipe: where it came from, and how this process was started.
-    if (o.key == "resume" || o.key == "stop_after_updates") continue;  // not part of a recipe
+    // Not part of the recipe: which run to continue, and a testing stop. (-c/--config is not
+    // an entry of the table, so the dump never names another config.)
+    if (o.key == "resume" || o.key == "stop_after_updates") continue;
     out << YAML::Key << o.key << YAML::Value;
     std::visit(
         [&](auto* p) {
           using T = std::remove_pointer_t<decltype(p)>;
           if constexpr (std::is_same_v<T, double>)
-            out << fmt::format("{:.17g}", *p);
+            out << yaml_number(*p);
           else if constexpr (std::is_same_v<T, std::string>)
             out << YAML::DoubleQuoted << *p;
           else

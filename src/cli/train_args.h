@@ -43,7 +43,7 @@ struct TrainArgs {
   int patience = 0;  // early stopping after this many evaluations without improvement; 0 = off
   int workers = 0;   // threads; 0 = all cores
   std::string device = "cpu";
-  std::string config;
+  std::string config;  // the -c/--config file that was applied ("" = none)
   int64_t stop_after_updates = 0;  // testing: save the state and stop after this many updates
 };
 
@@ -52,8 +52,11 @@ struct HelpRequested : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// argv[0] is the subcommand name. Throws vit::Error for unknown flags, bad values, unreadable
-// or invalid config files (typo'd keys, wrong types).
+// argv[0] is the subcommand name (skipped). -c/--config FILE.yaml (any spelling: -c F, -cF,
+// --config=F) is applied first as defaults, keys being flag names with '-' or '_'; the flags
+// given then override it. Throws HelpRequested for -h/--help, and vit::Error (one line) for
+// unknown flags, bad values, and unreadable or invalid config files (a typo'd key or a
+// wrongly typed value is named, with the file).
 TrainArgs parse_train_args(int argc, const char* const* argv);
 
 // The effective config as YAML (underscore keys), itself a valid --config file.

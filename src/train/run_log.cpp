@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cinttypes>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +24,7 @@ std::string make_run_dir(const std::string& output, const std::string& experimen
                          const std::string& model, int img_size) {
   std::string name = experiment;
   if (name.empty()) {
-    std::string safe = model;
+    std::string safe = model;  // timm's safe_model_name
     for (char& c : safe)
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
     const std::time_t now = std::time(nullptr);
@@ -30,15 +33,23 @@ std::string make_run_dir(const std::string& output, const std::string& experimen
     char stamp[32];
     std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
     name = fmt::format("{}-{}-{}", stamp, safe, img_size);
+  } else if (name == "." || name == ".." || name.find('/') != std::string::npos) {
+    throw Error(fmt::format("--experiment '{}': give a folder name, not a path (the folder is "
+                            "created under --output)",
+                            name));
   }
   std::error_code ec;
-  fs::create_directories(output, ec);
+  fs::create_directories(output.empty() ? "." : output, ec);
   if (ec) throw Error(fmt::format("cannot create output folder '{}': {}", output, ec.message()));
-  std::string path = (fs::path(output) / name).string();
-  for (int i = 1; fs::exists(path); ++i) path = (fs::path(output) / fmt::format("{}-{}", name, i)).string();
-  if (!fs::create_directory(path, ec) || ec)
-    throw Error(fmt::format("cannot create run folder '{}': {}", path, ec.message()));
-  return path;
+  // create_directory reports "already existed" atomically, so two runs started in the same
+  // second never share a folder.
+  for (int i = 0;; ++i) {
+    const std::string path =
+        (fs::path(output) / (i == 0 ? name : fmt::format("{}-{}", name, i))).string();
+    if (fs::create_directory(path, ec)) return path;
+    if (ec) throw Error(fmt::format("cannot create run folder '{}': {}", path, ec.message()));
+    if (i >= 100000) throw Error(fmt::format("cannot create run folder '{}': too many runs", path));
+  }
 }
 
 SummaryCsv::SummaryCsv(std::string path, int64_t first_epoch) : path_(std::move(path)) {
@@ -47,7 +58,7 @@ SummaryCsv::SummaryCsv(std::string path, int64_t first_epoch) : path_(std::move(
   if (in && std::getline(in, line)) {
     while (std::getline(in, line)) {
       SummaryRow r{};
-      if (std::sscanf(line.c_str(), "%ld,%lf,%lf,%lf,%lf,%lf,%d,%lf,%lf", &r.epoch, &r.train_loss,
+      if (std::sscanf(line.c_str(), "%" SCNd64 ",%lf,%lf,%lf,%lf,%lf,%d,%lf,%lf", &r.epoch, &r.train_loss,
                       &r.eval_loss, &r.eval_top1, &r.eval_top5, &r.lr, &r.img_size, &r.seconds,
                       &r.img_per_s) == 9 &&
           r.epoch < first_epoch)
@@ -72,8 +83,15 @@ void SummaryCsv::rewrite() {
 }
 
 JsonlLog::JsonlLog(std::string path) {
-  f_ = std::fopen(path.c_str(), "a");
+  f_ = std::fopen(path.c_str(), "a+");
   if (!f_) throw Error(fmt::format("cannot open '{}' for writing", path));
+  // "a+" reads from the start and writes at the end: look at the last byte.
+  const bool cut_short = std::fseek(f_, -1, SEEK_END) == 0 && std::fgetc(f_) != '\n';
+  std::fseek(f_, 0, SEEK_END);  // C requires a positioning call between reading and writing
+  if (cut_short) {
+    std::fputc('\n', f_);
+    std::fflush(f_);
+  }
 }
 
 JsonlLog::~JsonlLog() {
@@ -81,19 +99,34 @@ JsonlLog::~JsonlLog() {
 }
 
 void JsonlLog::write(const nlohmann::json& j) {
-  const std::string s = j.dump() + "\n";
-  std::fwrite(s.data(), 1, s.size(), f_);
-  std::fflush(f_);
+  // nlohmann writes NaN/inf (a diverged loss) as null; invalid UTF-8 in strings is replaced.
+  const std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (std::fwrite(s.data(), 1, s.size(), f_) != s.size() || std::fflush(f_) != 0)
+    throw Error("cannot write the training log (log.jsonl): disk full?");
 }
 
+namespace {
+// h:mm:ss, e.g. 0:12:40 or 27:03:09 (negative and non-finite read as 0).
+std::string eta_text(double seconds) {
+  const long s = std::isfinite(seconds) && seconds > 0 ? long(seconds + 0.5) : 0;
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, int(s / 60 % 60), int(s % 60));
+}
+}  // namespace
+
 std::string format_train_line(const TrainLine& l) {
-  const long eta = long(std::max(0.0, l.eta_s));
-  return fmt::format(
-      "Train: {} [{:>4d}/{} ({:>3.0f}%)]  Loss: {:#.3g} ({:#.3g})  Time: {:.3f}s, {:>7.2f}/s  "
-      "LR: {:.3e}  ETA: {}:{:02d}:{:02d}",
-      l.epoch, l.update, l.updates_per_epoch, 100.0 * l.update / l.updates_per_epoch, l.loss,
-      l.loss_avg, l.seconds_per_update, l.img_per_s, l.lr, eta / 3600, int(eta / 60 % 60),
-      int(eta % 60));
+  const double pct = l.updates_per_epoch > 0 ? 100.0 * l.update / l.updates_per_epoch : 0.0;
+  std::string s = fmt::format(
+      "Train: {} [{:>4d}/{} ({:>3.0f}%)]  Loss: {:#.3g} ({:#.3g})  Time: {:.3f}s, {:>7.2f}/s",
+      l.epoch, l.update, l.updates_per_epoch, pct, l.loss, l.loss_avg, l.seconds_per_update,
+      l.img_per_s);
+  if (l.seconds_per_update_avg >= 0 && l.img_per_s_avg >= 0)
+    s += fmt::format("  ({:.3f}s, {:>7.2f}/s)", l.seconds_per_update_avg, l.img_per_s_avg);
+  s += fmt::format("  LR: {:.3e}", l.lr);
+  if (l.data_s >= 0)
+    s += l.data_s_avg >= 0 ? fmt::format("  Data: {:.3f} ({:.3f})", l.data_s, l.data_s_avg)
+                           : fmt::format("  Data: {:.3f}", l.data_s);
+  s += "  ETA: " + eta_text(l.eta_s);
+  return s;
 }
 
 std::string format_eval_line(int64_t epoch, double loss, double top1, double top5) {

@@ -11,8 +11,9 @@
 
 namespace vit {
 
-// Creates <output>/<YYYYmmdd-HHMMSS>-<model>-<img> (or <output>/<experiment>); a name that
-// exists gets "-1", "-2", ... appended. Returns the path.
+// Creates <output>/<YYYYmmdd-HHMMSS>-<model>-<img> (or <output>/<experiment>), creating
+// <output> too; the model name's non-alphanumeric characters become '_' (timm's
+// safe_model_name); a name that exists gets "-1", "-2", ... appended. Returns the path.
 std::string make_run_dir(const std::string& output, const std::string& experiment,
                          const std::string& model, int img_size);
 
@@ -38,24 +39,35 @@ class SummaryCsv {
   std::vector<SummaryRow> rows_;
 };
 
-// log.jsonl: one JSON object per line, appended and flushed.
+// log.jsonl: one JSON object per line, appended and flushed. An existing file is appended to;
+// a last line cut short by a kill is terminated first so the next object starts a fresh line.
 class JsonlLog {
  public:
   explicit JsonlLog(std::string path);
   ~JsonlLog();
+  JsonlLog(const JsonlLog&) = delete;
+  JsonlLog& operator=(const JsonlLog&) = delete;
   void write(const nlohmann::json& j);
 
  private:
   std::FILE* f_ = nullptr;
 };
 
+// One periodic training log line. The fields after eta_s are optional: a negative value (the
+// default) leaves that part out of the line.
 struct TrainLine {
   int64_t epoch, update, updates_per_epoch;
-  double loss, loss_avg, seconds_per_update, img_per_s, lr, eta_s;
+  double loss, loss_avg;              // this window's / the epoch's running mean
+  double seconds_per_update, img_per_s;  // over the last window
+  double lr, eta_s;
+  double seconds_per_update_avg = -1, img_per_s_avg = -1;  // over the epoch so far
+  double data_s = -1, data_s_avg = -1;  // batch-assembly time per update: window / epoch
 };
-// timm's line plus ETA, e.g.
-// "Train: 3 [ 200/1251 ( 16%)]  Loss: 5.12 (5.31)  Time: 0.182s, 1406.59/s  LR: 7.812e-04  ETA: 0:12:40"
+// timm's line with an ETA at the end, e.g.
+// "Train: 3 [ 200/1251 ( 16%)]  Loss: 5.12 (5.31)  Time: 0.182s, 1406.59/s  (0.185s, 1383.78/s)
+//  LR: 7.812e-04  Data: 0.004 (0.006)  ETA: 0:12:40" (one line).
 std::string format_train_line(const TrainLine& l);
+// "Test: 3  Loss:  0.4123  Acc@1:  85.310  Acc@5:  99.620"
 std::string format_eval_line(int64_t epoch, double loss, double top1, double top5);
 bool stdout_is_tty();
 
