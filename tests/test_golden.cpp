@@ -1,11 +1,25 @@
-// Whole-model golden test against PyTorch for {mlp, local} x {token, avg}: our parameter table
-// must have exactly the reference's timm keys and shapes; logits, loss, every parameter gradient
-// and the losses of 10 AdamW updates (warmup + cosine, weight-decay groups, grad clipping) must
-// match within relative error 1e-4 (tensors: ||ours - torch|| / ||torch||).
+// Whole-model golden test against PyTorch for {mlp, local} x {token, avg} (tiny ViT: 16x16
+// images, patch 4, C 32, depth 2, 4 heads, 5 classes; local_avg also has layer scale), written by
+// tests/reference/torch_ref.py (float64 PyTorch from the same float32 weights and inputs):
+//  * our parameter table has exactly the reference's timm keys and shapes (both ways);
+//  * logits, loss and every parameter gradient of the mean loss match;
+//  * 10 AdamW updates on the same batch (warmup + cosine LR, weight-decay groups, global
+//    grad-norm clipping at 1.0) give the same loss before each update, the same pre-clip grad
+//    norm, and the same learning rates.
+// Error metric: relative, ||ours - torch|| / ||torch|| for tensors, |ours - torch| / |torch| for
+// scalars; tolerance 1e-4 everywhere (fp32 engine against an fp64 reference; measured errors are
+// ~1e-7 for one pass and ~1e-5 after 10 updates).
+// A missing reference file fails, unless VIT_ALLOW_MISSING_REFERENCE is set (then it skips).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "model/vit.h"
@@ -16,21 +30,31 @@ namespace {
 
 using vit::Index;
 
-double rel_err(const float* ours, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (ours[i] - ref[i]) * (ours[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+constexpr double kTol = 1e-4;
+
+double l2(const std::vector<double>& v) {
+  double s = 0;
+  for (const double x : v) s += x * x;
+  return std::sqrt(s);
 }
 
-class Golden : public ::testing::TestWithParam<std::string> {};
+// ||ours - ref|| / ||ref||; when ref is exactly zero (a parameter with no path to the loss),
+// ||ours|| / `scale` instead.
+double rel_err(const float* ours, const std::vector<double>& ref, double scale = 0) {
+  double num = 0;
+  for (size_t i = 0; i < ref.size(); ++i) num += (ours[i] - ref[i]) * (ours[i] - ref[i]);
+  const double den = l2(ref);
+  if (den == 0) return std::sqrt(num) / std::max(scale, 1e-30);
+  return std::sqrt(num) / den;
+}
 
-TEST_P(Golden, MatchesPyTorch) {
-  const auto st = vit::io::read_safetensors(std::string(VIT_REFERENCE_DIR) + "/golden_" +
-                                            GetParam() + ".safetensors");
-  const auto& m = st.metadata;
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+std::string path_of(const std::string& name) {
+  return std::string(VIT_REFERENCE_DIR) + "/golden_" + name + ".safetensors";
+}
+
+vit::ModelConfig config_from_metadata(const std::map<std::string, std::string>& m) {
   vit::ModelConfig cfg;
   cfg.name = "golden";
   cfg.img_size = std::stoi(m.at("img_size"));
@@ -45,70 +69,135 @@ TEST_P(Golden, MatchesPyTorch) {
   cfg.ffn = vit::ffn_from_string(m.at("ffn"));
   cfg.qkv_bias = m.at("qkv_bias") == "true";
   cfg.layer_scale_init = std::stod(m.at("layer_scale_init"));
+  cfg.drop_path = 0.0;
+  cfg.validate();
+  return cfg;
+}
+
+class Golden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string p = path_of(GetParam());
+    if (std::filesystem::exists(p)) return;
+    if (std::getenv("VIT_ALLOW_MISSING_REFERENCE") != nullptr)
+      GTEST_SKIP() << "no PyTorch reference at " << p
+                   << " (VIT_ALLOW_MISSING_REFERENCE is set; run tests/reference/torch_ref.py)";
+    FAIL() << "missing PyTorch reference " << p
+           << ": run `/usr/bin/python3 tests/reference/torch_ref.py --out " << VIT_REFERENCE_DIR
+           << "` (ctest runs it as the torch_reference fixture), or set "
+              "VIT_ALLOW_MISSING_REFERENCE=1 to skip";
+  }
+};
+
+TEST_P(Golden, MatchesPyTorch) {
+  const auto st = vit::io::read_safetensors(path_of(GetParam()));
+  const auto& m = st.metadata;
+  const vit::ModelConfig cfg = config_from_metadata(m);
 
   const std::vector<float> images = st.at("input.images").to_f32();
   const std::vector<float> targets = st.at("input.targets").to_f32();
   const Index B = st.at("input.images").shape[0];
+  ASSERT_EQ(st.at("input.targets").shape, (std::vector<Index>{B, cfg.num_classes}));
   vit::Vit<float> model(cfg, B);
   const vit::ParamTable& table = model.table();
 
-  // Same keys, same shapes, both ways.
-  size_t n_params_in_file = 0;
+  // Same timm keys, same shapes, both ways.
+  std::set<std::string> file_keys, our_keys;
   for (const auto& t : st.tensors)
-    n_params_in_file += t.name.find('.') == std::string::npos ||
-                        (t.name.rfind("input.", 0) != 0 && t.name.rfind("expected.", 0) != 0 &&
-                         t.name.rfind("grad.", 0) != 0);
-  EXPECT_EQ(table.specs.size(), n_params_in_file);
+    if (!starts_with(t.name, "input.") && !starts_with(t.name, "expected.") &&
+        !starts_with(t.name, "grad."))
+      file_keys.insert(t.name);
+  for (const auto& s : table.specs) our_keys.insert(s.name);
+  for (const auto& k : file_keys)
+    EXPECT_TRUE(our_keys.count(k)) << "reference parameter " << k << " missing from our table";
+  for (const auto& k : our_keys)
+    EXPECT_TRUE(file_keys.count(k)) << "our parameter " << k << " is not in the reference";
+  ASSERT_EQ(file_keys, our_keys);
+  Index total = 0;
   for (const auto& s : table.specs) {
     const vit::io::Tensor& t = st.at(s.name);
     ASSERT_EQ(t.shape, s.shape) << s.name;
     const std::vector<float> v = t.to_f32();
     std::copy(v.begin(), v.end(), model.params.begin() + s.offset);
+    total += s.numel();
   }
+  ASSERT_EQ(total, table.total);
 
+  // Forward: logits and mean loss.
   const float loss = model.forward(images.data(), targets.data(), B, false, 0);
   const double ref_loss = st.at("expected.loss").to_f64()[0];
   const double logits_err = rel_err(model.logits(), st.at("expected.logits").to_f64());
-  EXPECT_LE(logits_err, 1e-4);
-  EXPECT_LE(std::fabs(loss - ref_loss) / std::fabs(ref_loss), 1e-4);
+  const double loss_err = std::fabs(loss - ref_loss) / std::fabs(ref_loss);
+  EXPECT_LE(logits_err, kTol);
+  EXPECT_LE(loss_err, kTol) << loss << " vs " << ref_loss;
 
+  // Backward: every parameter gradient of the mean loss.
   model.zero_grad();
-  model.backward(1.0f / B);
-  double worst = 0;
+  model.backward(1.0f / float(B));
+  std::vector<double> all_ref;
+  for (const auto& s : table.specs) {
+    const auto g = st.at("grad." + s.name).to_f64();
+    all_ref.insert(all_ref.end(), g.begin(), g.end());
+  }
+  const double ref_norm = l2(all_ref);
+  double worst = 0, sum_sq_err = 0;
   std::string worst_key;
   for (const auto& s : table.specs) {
-    const double e = rel_err(model.grads.data() + s.offset, st.at("grad." + s.name).to_f64());
-    EXPECT_LE(e, 1e-4) << "grad of " << s.name;
-    if (e > worst) worst = e, worst_key = s.name;
+    const auto g = st.at("grad." + s.name).to_f64();
+    ASSERT_EQ(Index(g.size()), s.numel()) << s.name;
+    const float* ours = model.grads.data() + s.offset;
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(ours[i])) << "grad of " << s.name << "[" << i << "]";
+      sum_sq_err += (ours[i] - g[i]) * (ours[i] - g[i]);
+    }
+    const double e = rel_err(ours, g, ref_norm);
+    EXPECT_LE(e, kTol) << "grad of " << s.name << " (||torch|| = " << l2(g) << ")";
+    if (e >= worst) worst = e, worst_key = s.name;
   }
-  std::printf("  %s: logits %.2e, loss %.2e, worst grad %.2e (%s)\n", GetParam().c_str(),
-              logits_err, std::fabs(loss - ref_loss) / std::fabs(ref_loss), worst,
-              worst_key.c_str());
+  const double grad_err = std::sqrt(sum_sq_err) / ref_norm;
+  std::printf("  %-11s logits %.2e  loss %.2e  all grads %.2e  worst grad %.2e (%s)\n",
+              GetParam().c_str(), logits_err, loss_err, grad_err, worst, worst_key.c_str());
 
   // 10 AdamW updates on the same batch.
   const vit::LrSchedule sched{std::stod(m.at("lr_base")), std::stod(m.at("lr_min_lr")),
                               std::stod(m.at("lr_warmup_lr")), std::stod(m.at("lr_warmup")),
                               std::stod(m.at("lr_total"))};
-  vit::AdamW<float> opt(table.total, table.num_decay,
-                        vit::AdamWConfig{0.9, 0.999, 1e-8, std::stod(m.at("weight_decay")),
-                                         std::stod(m.at("clip_grad"))});
+  const vit::AdamWConfig ocfg{0.9, 0.999, 1e-8, std::stod(m.at("weight_decay")),
+                              std::stod(m.at("clip_grad"))};
+  vit::AdamW<float> opt(table.total, table.num_decay, ocfg);
   const std::vector<double> ref_losses = st.at("expected.step_losses").to_f64();
-  double worst_step = 0;
+  const std::vector<double> ref_norms = st.at("expected.step_grad_norms").to_f64();
+  const std::vector<double> ref_lrs = st.at("expected.step_lrs").to_f64();
+  ASSERT_EQ(ref_losses.size(), size_t(std::stoi(m.at("steps"))));
+  ASSERT_EQ(ref_norms.size(), ref_losses.size());
+  ASSERT_EQ(ref_lrs.size(), ref_losses.size());
+  double worst_loss = 0, worst_norm = 0;
   for (size_t k = 0; k < ref_losses.size(); ++k) {
+    const double lr = sched.at(double(k));
+    EXPECT_NEAR(lr, ref_lrs[k], 1e-12 * ref_lrs[k]) << "learning rate of update " << k;
     model.zero_grad();
     const float l = model.forward(images.data(), targets.data(), B, false, 0);
     const double e = std::fabs(l - ref_losses[k]) / std::fabs(ref_losses[k]);
-    EXPECT_LE(e, 1e-4) << "loss of update " << k << ": " << l << " vs " << ref_losses[k];
-    worst_step = std::max(worst_step, e);
-    model.backward(1.0f / B);
-    opt.step(model.params.data(), model.grads.data(), sched.at(double(k)));
+    EXPECT_LE(e, kTol) << "loss before update " << k << ": " << l << " vs " << ref_losses[k];
+    worst_loss = std::max(worst_loss, e);
+    model.backward(1.0f / float(B));
+    const double norm = opt.step(model.params.data(), model.grads.data(), lr);
+    const double en = std::fabs(norm - ref_norms[k]) / ref_norms[k];
+    EXPECT_LE(en, kTol) << "pre-clip grad norm of update " << k << ": " << norm << " vs "
+                        << ref_norms[k];
+    worst_norm = std::max(worst_norm, en);
   }
-  EXPECT_LT(ref_losses.back(), ref_losses.front());  // the reference run actually trains
-  std::printf("  %s: worst step loss rel err %.2e over %zu updates\n", GetParam().c_str(),
-              worst_step, ref_losses.size());
+  EXPECT_EQ(opt.num_steps(), Index(ref_losses.size()));
+  // The reference run actually trains, and clipping was active in it.
+  EXPECT_LT(ref_losses.back(), 0.8 * ref_losses.front());
+  EXPECT_GT(ref_norms.front(), ocfg.clip_grad);
+  std::printf("  %-11s %zu updates: worst loss %.2e, worst grad norm %.2e (loss %.4f -> %.4f)\n",
+              GetParam().c_str(), ref_losses.size(), worst_loss, worst_norm, ref_losses.front(),
+              ref_losses.back());
 }
 
 INSTANTIATE_TEST_SUITE_P(FourConfigs, Golden,
-                         ::testing::Values("mlp_token", "mlp_avg", "local_token", "local_avg"));
+                         ::testing::Values("mlp_token", "mlp_avg", "local_token", "local_avg"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace

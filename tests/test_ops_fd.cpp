@@ -111,13 +111,21 @@ TEST(OpsFd, LayerNormHostileRowsInFloat) {
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R, C,
                     1e-6f);
   for (Index r = 0; r < R; ++r) {
+    // Exact target from the fp32 inputs in double: the output variance is var / (var + eps),
+    // about 0.99 here since eps 1e-6 is 1% of var 1e-4.
+    double xm = 0, xv = 0;
+    for (Index c = 0; c < C; ++c) xm += x[r * C + c];
+    xm /= C;
+    for (Index c = 0; c < C; ++c) xv += (x[r * C + c] - xm) * (x[r * C + c] - xm);
+    xv /= C;
     double m = 0, v = 0;
     for (Index c = 0; c < C; ++c) m += out[r * C + c];
     m /= C;
     for (Index c = 0; c < C; ++c) v += (out[r * C + c] - m) * (out[r * C + c] - m);
     v /= C;
     EXPECT_NEAR(m, 0.0, 1e-4) << "row " << r;
-    EXPECT_NEAR(v, 1.0, 1e-2) << "row " << r;  // eps 1e-6 vs var 1e-4 shifts it by ~1%
+    EXPECT_NEAR(v, xv / (xv + 1e-6), 1e-4) << "row " << r;
+    EXPECT_GT(v, 0.95) << "row " << r;  // a fp32 mean would lose most of the spread
   }
 }
 

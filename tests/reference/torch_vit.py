@@ -175,13 +175,24 @@ def forward_flops_per_image(img, patch, in_chans, dim, depth, mlp_ratio, classes
     return f + depth * block + 2 * dim * classes
 
 
-def write_safetensors(path, tensors, metadata):
-    """A minimal safetensors writer (the reference layout: header padded to 8 bytes)."""
-    header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
+_DTYPES = {np.float32: "F32", np.float64: "F64", np.float16: "F16", np.int64: "I64",
+           np.int32: "I32", np.uint8: "U8"}
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """A minimal safetensors writer: 8-byte little-endian header length, JSON header (dtype,
+    shape, data_offsets into the data buffer; string-valued __metadata__ with "format": "pt"),
+    padded with spaces to a multiple of 8, then the raw little-endian row-major tensor bytes in
+    dict order. Written to a temporary file and renamed into place."""
+    meta = {"format": "pt"}
+    meta.update({k: str(v) for k, v in (metadata or {}).items()})
+    header = {"__metadata__": meta}
     offset, blobs = 0, []
     for name, arr in tensors.items():
         arr = np.ascontiguousarray(arr)
-        dtype = {np.float32: "F32", np.float64: "F64"}[arr.dtype.type]
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        dtype = _DTYPES[arr.dtype.type]
         header[name] = {"dtype": dtype, "shape": list(arr.shape),
                         "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
