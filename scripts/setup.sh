@@ -5,7 +5,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libopenblas-openmp-dev libopenblas0-pthread   # our BLAS (OpenMP flavour); PyTorch's (pthread)
-  zlib1g-dev libpng-dev libturbojpeg0-dev libfftw3-dev
+  zlib1g-dev libpng-dev libjpeg62-turbo-dev libfftw3-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libbenchmark-dev
   python3 python3-numpy python3-torch            # the reference implementation for the tests
