@@ -3,6 +3,7 @@
 // depend on thread count or on where a resumed run picked up.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
@@ -15,6 +16,10 @@ struct BatchConfig {
   double hflip = 0.0;       // train: horizontal flip probability
   double smoothing = 0.0;   // label smoothing of the one-hot targets
   std::vector<float> mean, std;  // (channels)
+  // RandAugment in timm's grammar ("rand-m9-mstd0.5-inc1"; "" = off). A magnitude_override >= 0
+  // replaces the string's m (EfficientTrain++'s magnitude schedule sets it from the progress).
+  std::string auto_augment;
+  double magnitude_override = -1.0;
 };
 
 // images (B, C, S, S), targets (B, K). `train` enables the random augmentation.
