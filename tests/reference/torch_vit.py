@@ -168,7 +168,8 @@ def forward_flops_per_image(img, patch, in_chans, dim, depth, mlp_ratio, classes
     n = n_p + (1 if classifier == "token" else 0)
     m = int(dim * mlp_ratio)
     f = 2.0 * n_p * in_chans * patch * patch * dim
-    block = n * (2 * dim * 3 * dim + 2 * dim * dim + 2 * dim * m + 2 * m * dim)
+    n_ffn = n_p if ffn == "local" else n  # the class token bypasses the locality FFN
+    block = n * (2 * dim * 3 * dim + 2 * dim * dim) + n_ffn * (2 * dim * m + 2 * m * dim)
     block += 2 * (2 * n * n * dim)
     if ffn == "local":
         block += n_p * 2 * 9 * m
