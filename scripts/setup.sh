@@ -9,6 +9,7 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libbenchmark-dev
   python3 python3-numpy python3-torch            # the reference implementation for the tests
+  python3-pil python3-torchvision                # reference for the augmentation tests
   dataset-fashion-mnist                          # the default recipe's data
 )
 missing=()

@@ -3,11 +3,12 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "core/common.h"
 #include "data/cifar.h"
+#include "data/dataset.h"
 
 using namespace vit::data;
 namespace fs = std::filesystem;
@@ -160,4 +161,18 @@ TEST(Cifar, BadSizesAndLabels) {
   EXPECT_EQ(detect_cifar(v.path.string()).kind, CifarKind::None);
   m = error_of([&] { load_cifar(v.path.string(), true); });
   EXPECT_NE(m.find(v.path.string()), std::string::npos) << m;
+}
+
+TEST(Cifar, LoadDataDirAcceptsCifar10) {
+  TempDir t;
+  const fs::path d = t.path / "cifar-10-batches-bin";
+  make_cifar10(d, 2);
+  for (const fs::path& p : {d, t.path}) {  // the batches folder or its parent
+    const DataSplits s = load_data_dir(p.string());
+    EXPECT_EQ(s.format, "cifar10");
+    check(s.train, 0, 10, 10);
+    check(s.val, 1000, 4, 10);
+    ASSERT_EQ(s.mean.size(), 3u);
+    ASSERT_EQ(s.std.size(), 3u);
+  }
 }

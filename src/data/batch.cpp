@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "core/rng.h"
+#include "data/augment.h"
+#include "data/randaugment.h"
 
 namespace vit::data {
 
@@ -31,8 +34,69 @@ float bilinear(const uint8_t* plane, Index h, Index w, Index oh, Index ow, Index
 }
 }  // namespace
 
+bool uses_timm_pipeline(const BatchConfig& cfg, bool train) {
+  if (!train) return cfg.eval_crop_pct > 0;
+  return cfg.rrc || cfg.color_jitter > 0 || cfg.reprob > 0 || !cfg.auto_augment.empty();
+}
+
+namespace {
+
+// One sample through the timm pipeline into dst (C, S, S), normalised.
+void timm_sample(const ImageDataset& d, Index idx, const BatchConfig& cfg, const RandAugment* ra,
+                 bool train, Rng& rng, float* dst) {
+  const Index C = d.channels, h = d.height, w = d.width, S = cfg.img_size;
+  const uint8_t* src = d.pixels.data() + idx * C * h * w;  // (C, h, w)
+  std::vector<uint8_t> img(C * S * S);                     // (C, S, S)
+  if (!train) {
+    eval_resize_crop(src, C, h, w, img.data(), S, cfg.eval_crop_pct,
+                     parse_interp(cfg.eval_interpolation));
+  } else {
+    const CropBox box =
+        cfg.rrc ? sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi)
+                : CropBox{0, 0, h, w};
+    Interp interp = Interp::Bicubic;
+    if (cfg.interpolation == "random")
+      interp = rng.uniform() < 0.5 ? Interp::Bilinear : Interp::Bicubic;
+    else
+      interp = parse_interp(cfg.interpolation);
+    resize_pil(src, C, h, w, box, img.data(), S, S, interp);
+    if (cfg.hflip > 0 && rng.uniform() < cfg.hflip) hflip(img.data(), C, S, S);
+    if (ra)
+      ra->apply(rng, img.data(), C, S, S);
+    else if (cfg.color_jitter > 0)
+      color_jitter(rng, img.data(), C, S, S, cfg.color_jitter);
+  }
+  for (Index c = 0; c < C; ++c) {
+    const float scale = 1.0f / (255.0f * cfg.std[c]), bias = cfg.mean[c] / cfg.std[c];
+    for (Index i = 0; i < S * S; ++i) dst[c * S * S + i] = img[c * S * S + i] * scale - bias;
+  }
+  if (train && cfg.reprob > 0) random_erasing(rng, dst, C, S, S, cfg.reprob);
+}
+
+}  // namespace
+
 void make_batch(const ImageDataset& d, const Index* indices, Index B, const BatchConfig& cfg,
                 bool train, uint64_t seed, uint64_t epoch, float* images, float* targets) {
+  if (uses_timm_pipeline(cfg, train)) {
+    const Index K = d.num_classes, S = cfg.img_size;
+    const float off = K > 1 ? float(cfg.smoothing / K) : 0.0f;
+    const float on = float(1.0 - cfg.smoothing) + off;
+    std::unique_ptr<RandAugment> ra;
+    if (train && !cfg.auto_augment.empty())
+      ra = std::make_unique<RandAugment>(
+          parse_rand_augment(cfg.auto_augment, cfg.magnitude_override), fill_mean_pixel(cfg.mean),
+          cfg.interpolation);
+#pragma omp parallel for schedule(static)
+    for (Index b = 0; b < B; ++b) {
+      const Index idx = indices[b];
+      Rng rng(mix_seed(seed, epoch, uint64_t(idx)));
+      timm_sample(d, idx, cfg, ra.get(), train, rng, images + b * d.channels * S * S);
+      float* t = targets + b * K;
+      for (Index k = 0; k < K; ++k) t[k] = off;
+      t[d.labels[idx]] = on;
+    }
+    return;
+  }
   const Index C = d.channels, h = d.height, w = d.width, S = cfg.img_size, K = d.num_classes;
   const float off = K > 1 ? float(cfg.smoothing / K) : 0.0f;
   const float on = float(1.0 - cfg.smoothing) + off;

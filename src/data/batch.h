@@ -11,16 +11,32 @@
 namespace vit::data {
 
 struct BatchConfig {
-  int img_size = 28;        // output side S (bilinear resize when it differs from the data)
-  int crop_padding = 0;     // train: random crop of the padded image (0 = off)
-  double hflip = 0.0;       // train: horizontal flip probability
-  double smoothing = 0.0;   // label smoothing of the one-hot targets
+  int img_size = 28;             // output side S (bilinear resize when it differs from the data)
+  int crop_padding = 0;          // train: random crop of the padded image (0 = off)
+  double hflip = 0.0;            // train: horizontal flip probability
+  double smoothing = 0.0;        // label smoothing of the one-hot targets
   std::vector<float> mean, std;  // (channels)
   // RandAugment in timm's grammar ("rand-m9-mstd0.5-inc1"; "" = off). A magnitude_override >= 0
   // replaces the string's m (EfficientTrain++'s magnitude schedule sets it from the progress).
   std::string auto_augment;
   double magnitude_override = -1.0;
+  // timm train pipeline (data/augment.h). Any of rrc, color_jitter > 0, reprob > 0,
+  // auto_augment or eval_crop_pct > 0 switches a split to it; with all off make_batch is the
+  // crop_padding/hflip path above, bitwise unchanged. Pipeline order as timm: RandomResizedCrop
+  // (or a plain resize) -> hflip -> RandAugment, else colour jitter -> normalise -> erasing.
+  bool rrc = false;
+  double scale_lo = 0.08, scale_hi = 1.0;             // RRC area fraction range
+  double ratio_lo = 3.0 / 4.0, ratio_hi = 4.0 / 3.0;  // RRC aspect range (log-uniform)
+  std::string interpolation = "bicubic";              // train: bilinear | bicubic | random
+  double color_jitter =
+      0.0;              // ColorJitter strength (brightness = contrast = saturation); off with AA
+  double reprob = 0.0;  // RandomErasing probability (mode pixel, count 1)
+  double eval_crop_pct = 0.0;  // eval: > 0 = resize shorter side to S / pct, centre crop S
+  std::string eval_interpolation = "bicubic";
 };
+
+// True when cfg selects the timm pipeline for the given split.
+bool uses_timm_pipeline(const BatchConfig& cfg, bool train);
 
 // images (B, C, S, S), targets (B, K). `train` enables the random augmentation.
 void make_batch(const ImageDataset& d, const Index* indices, Index B, const BatchConfig& cfg,

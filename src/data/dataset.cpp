@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "data/cifar.h"
 #include "io/idx.h"
 
 namespace vit::data {
@@ -60,6 +61,14 @@ void channel_stats(const ImageDataset& d, std::vector<float>& mean, std::vector<
 DataSplits load_data_dir(const std::string& dir) {
   if (!fs::is_directory(dir)) throw Error(fmt::format("data directory '{}' does not exist", dir));
   DataSplits s;
+  // CIFAR-10/100 binary layout: the reader brings its own class names and label range.
+  if (detect_cifar(dir).kind != CifarKind::None) {
+    s.train = load_cifar(dir, true);
+    s.val = load_cifar(dir, false);
+    s.format = s.train.num_classes == 100 ? "cifar100" : "cifar10";
+    channel_stats(s.train, s.mean, s.std);
+    return s;
+  }
   const std::string tri = find_file(dir, "train-images-idx3-ubyte");
   const std::string trl = find_file(dir, "train-labels-idx1-ubyte");
   const std::string tei = find_file(dir, "t10k-images-idx3-ubyte");
@@ -67,7 +76,8 @@ DataSplits load_data_dir(const std::string& dir) {
   if (tri.empty() || trl.empty() || tei.empty() || tel.empty())
     throw Error(fmt::format(
         "no supported data set in '{}': expected the IDX files train-images-idx3-ubyte[.gz], "
-        "train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]",
+        "train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], "
+        "or CIFAR binary files (data_batch_1..5.bin + test_batch.bin, or train.bin + test.bin)",
         dir));
   s.format = "idx";
   s.train = load_idx_split(tri, trl);

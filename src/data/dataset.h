@@ -17,14 +17,15 @@ struct ImageDataset {
 };
 
 struct DataSplits {
-  std::string format;  // "idx"
+  std::string format;  // "idx", "cifar10", "cifar100"
   ImageDataset train, val;
   std::vector<float> mean, std;  // (channels) normalisation, from the training split
 };
 
 // Loads a data directory. Supported: an IDX image/label pair per split (MNIST family:
-// train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-... ). Throws vit::Error
-// naming the directory and what was expected when nothing fits.
+// train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-... ) or a CIFAR-10/100
+// binary directory (see data/cifar.h; test_batch.bin / test.bin is the val split). Throws
+// vit::Error naming the directory and what was expected when nothing fits.
 DataSplits load_data_dir(const std::string& dir);
 
 // Per-channel mean and standard deviation of the pixels scaled to [0, 1].

@@ -1,0 +1,287 @@
+#include "data/augment.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace vit::data {
+
+Interp parse_interp(const std::string& name) {
+  if (name == "bilinear") return Interp::Bilinear;
+  if (name == "bicubic") return Interp::Bicubic;
+  throw Error(fmt::format("unknown interpolation '{}' (expected bilinear or bicubic)", name));
+}
+
+namespace {
+
+// Python's random.randint(lo, hi): inclusive on both ends.
+Index randint(Rng& rng, Index lo, Index hi) {
+  return lo + Index(rng.below(uint64_t(hi - lo + 1)));
+}
+// Python's round(): half to even (the default FP rounding mode).
+Index pyround(double v) {
+  return Index(std::nearbyint(v));
+}
+
+double filter_value(Interp f, double x) {
+  x = std::fabs(x);
+  if (f == Interp::Bilinear) return x < 1.0 ? 1.0 - x : 0.0;
+  const double a = -0.5;  // PIL's bicubic
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+  return 0.0;
+}
+
+constexpr int kPrecision = 22;  // PIL: 32 - 8 - 2 bits
+
+// PIL precompute_coeffs + normalize_coeffs_8bpc for one axis: per output index its first source
+// index, tap count and fixed-point weights (out, ksize).
+struct Coeffs {
+  Index ksize = 0;
+  std::vector<Index> first, count;  // (out)
+  std::vector<int32_t> k;           // (out, ksize)
+};
+
+Coeffs coeffs(Index in_size, Index out_size, Interp f) {
+  const double scale = double(in_size) / double(out_size);
+  const double fscale = std::max(scale, 1.0);  // widen the filter when down-scaling
+  const double support = (f == Interp::Bilinear ? 1.0 : 2.0) * fscale;
+  Coeffs c;
+  c.ksize = Index(std::ceil(support)) * 2 + 1;
+  c.first.resize(out_size);
+  c.count.resize(out_size);
+  c.k.assign(out_size * c.ksize, 0);
+  std::vector<double> w(c.ksize);
+  for (Index o = 0; o < out_size; ++o) {
+    const double center = (o + 0.5) * scale;
+    const Index lo = std::max<Index>(Index(center - support + 0.5), 0);
+    const Index hi = std::min<Index>(Index(center + support + 0.5), in_size);
+    double sum = 0.0;
+    for (Index x = 0; x < hi - lo; ++x)
+      sum += (w[x] = filter_value(f, (x + lo - center + 0.5) / fscale));
+    for (Index x = 0; x < hi - lo; ++x) {
+      const double v = (sum != 0.0 ? w[x] / sum : w[x]) * double(1 << kPrecision);
+      c.k[o * c.ksize + x] = int32_t(v < 0 ? -0.5 + v : 0.5 + v);
+    }
+    c.first[o] = lo;
+    c.count[o] = hi - lo;
+  }
+  return c;
+}
+
+uint8_t clip8(int32_t acc) {
+  return uint8_t(std::clamp(acc >> kPrecision, 0, 255));
+}
+
+// PIL L conversion (ITU-R 601-2 luma in 16-bit fixed point).
+uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
+  return uint8_t((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+// PIL Image.blend(degenerate, img, alpha): float lerp truncated to uint8 (clipped).
+uint8_t blend(uint8_t deg, uint8_t v, float alpha) {
+  const float t = float(deg) + alpha * (float(v) - float(deg));
+  return t <= 0.0f ? 0 : t >= 255.0f ? 255 : uint8_t(t);
+}
+
+}  // namespace
+
+CropBox sample_rrc(Rng& rng, Index H, Index W, double scale_lo, double scale_hi, double ratio_lo,
+                   double ratio_hi) {
+  const double area = double(H) * double(W);
+  const double lr0 = std::log(ratio_lo), lr1 = std::log(ratio_hi);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (scale_lo + (scale_hi - scale_lo) * rng.uniform());
+    const double aspect = std::exp(lr0 + (lr1 - lr0) * rng.uniform());
+    const Index w = pyround(std::sqrt(target * aspect)), h = pyround(std::sqrt(target / aspect));
+    if (w <= W && h <= H) {
+      const Index top = randint(rng, 0, H - h), left = randint(rng, 0, W - w);
+      return {top, left, h, w};
+    }
+  }
+  // Fallback: the whole image, cut to the nearest allowed aspect ratio, centred.
+  const double in_ratio = double(W) / double(H);
+  Index w = W, h = H;
+  if (in_ratio < std::min(ratio_lo, ratio_hi))
+    h = pyround(w / std::min(ratio_lo, ratio_hi));
+  else if (in_ratio > std::max(ratio_lo, ratio_hi))
+    w = pyround(h * std::max(ratio_lo, ratio_hi));
+  return {(H - h) / 2, (W - w) / 2, h, w};
+}
+
+void resize_pil(const uint8_t* src, Index C, Index H, Index W, const CropBox& box, uint8_t* dst,
+                Index oh, Index ow, Interp interp) {
+  // torchvision resized_crop on PIL crops first, so the filter never reads outside the box.
+  const Index bh = box.height, bw = box.width;
+  const bool need_h = ow != bw, need_v = oh != bh;
+  const Coeffs ch = need_h ? coeffs(bw, ow, interp) : Coeffs{};
+  const Coeffs cv = need_v ? coeffs(bh, oh, interp) : Coeffs{};
+  const Index tw = need_h ? ow : bw;
+  std::vector<uint8_t> tmp(bh * tw);  // (bh, tw) one channel after the horizontal pass
+  for (Index c = 0; c < C; ++c) {
+    const uint8_t* plane = src + c * H * W;
+    for (Index y = 0; y < bh; ++y) {
+      const uint8_t* row = plane + (box.top + y) * W + box.left;
+      for (Index x = 0; x < tw; ++x) {
+        if (!need_h) {
+          tmp[y * tw + x] = row[x];
+          continue;
+        }
+        int32_t acc = 1 << (kPrecision - 1);
+        const int32_t* k = ch.k.data() + x * ch.ksize;
+        for (Index t = 0; t < ch.count[x]; ++t) acc += row[ch.first[x] + t] * k[t];
+        tmp[y * tw + x] = clip8(acc);
+      }
+    }
+    uint8_t* out = dst + c * oh * ow;
+    for (Index y = 0; y < oh; ++y)
+      for (Index x = 0; x < ow; ++x) {
+        if (!need_v) {
+          out[y * ow + x] = tmp[y * tw + x];
+          continue;
+        }
+        int32_t acc = 1 << (kPrecision - 1);
+        const int32_t* k = cv.k.data() + y * cv.ksize;
+        for (Index t = 0; t < cv.count[y]; ++t) acc += tmp[(cv.first[y] + t) * tw + x] * k[t];
+        out[y * ow + x] = clip8(acc);
+      }
+  }
+}
+
+void hflip(uint8_t* img, Index C, Index H, Index W) {
+  for (Index r = 0; r < C * H; ++r) std::reverse(img + r * W, img + (r + 1) * W);
+}
+
+void adjust_brightness(uint8_t* img, Index C, Index H, Index W, double factor) {
+  for (Index i = 0; i < C * H * W; ++i) img[i] = blend(0, img[i], float(factor));
+}
+
+void adjust_contrast(uint8_t* img, Index C, Index H, Index W, double factor) {
+  const Index P = H * W;
+  double sum = 0;  // mean of the L image, rounded as PIL's ImageEnhance.Contrast does
+  for (Index i = 0; i < P; ++i) sum += C == 3 ? luma(img[i], img[P + i], img[2 * P + i]) : img[i];
+  const uint8_t mean = uint8_t(int(sum / double(P) + 0.5));
+  for (Index i = 0; i < C * P; ++i) img[i] = blend(mean, img[i], float(factor));
+}
+
+void adjust_saturation(uint8_t* img, Index C, Index H, Index W, double factor) {
+  if (C != 3) return;  // grey images have no saturation (L -> L is the identity)
+  const Index P = H * W;
+  for (Index i = 0; i < P; ++i) {
+    const uint8_t l = luma(img[i], img[P + i], img[2 * P + i]);
+    for (Index c = 0; c < 3; ++c) img[c * P + i] = blend(l, img[c * P + i], float(factor));
+  }
+}
+
+void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double strength) {
+  int order[3] = {0, 1, 2};
+  for (int i = 2; i > 0; --i) std::swap(order[i], order[rng.below(uint64_t(i + 1))]);
+  double f[3];
+  for (double& v : f) v = std::max(0.0, 1.0 - strength + 2.0 * strength * rng.uniform());
+  for (int o : order) {
+    if (o == 0) adjust_brightness(img, C, H, W, f[0]);
+    if (o == 1) adjust_contrast(img, C, H, W, f[1]);
+    if (o == 2) adjust_saturation(img, C, H, W, f[2]);
+  }
+}
+
+void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double probability) {
+  if (rng.uniform() >= probability) return;
+  const double area = double(H) * double(W);
+  const double lr0 = std::log(0.3), lr1 = std::log(1.0 / 0.3);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (0.02 + (1.0 / 3.0 - 0.02) * rng.uniform());
+    const double aspect = std::exp(lr0 + (lr1 - lr0) * rng.uniform());
+    const Index h = pyround(std::sqrt(target * aspect)), w = pyround(std::sqrt(target / aspect));
+    if (w < W && h < H) {
+      const Index top = randint(rng, 0, H - h), left = randint(rng, 0, W - w);
+      for (Index c = 0; c < C; ++c)
+        for (Index y = top; y < top + h; ++y)
+          for (Index x = left; x < left + w; ++x) img[(c * H + y) * W + x] = float(rng.normal());
+      return;
+    }
+  }
+}
+
+void eval_resize_crop(const uint8_t* src, Index C, Index H, Index W, uint8_t* dst, Index size,
+                      double crop_pct, Interp interp) {
+  const Index scale = Index(std::floor(double(size) / crop_pct));
+  // torchvision Resize(int): shorter side -> scale, longer side truncated proportionally.
+  const Index rh = H <= W ? scale : Index(double(scale) * H / W);
+  const Index rw = H <= W ? Index(double(scale) * W / H) : scale;
+  std::vector<uint8_t> resized(C * rh * rw);  // (C, rh, rw)
+  resize_pil(src, C, H, W, {0, 0, H, W}, resized.data(), rh, rw, interp);
+  const Index top = pyround((rh - size) / 2.0), left = pyround((rw - size) / 2.0);
+  for (Index c = 0; c < C; ++c)
+    for (Index y = 0; y < size; ++y)
+      std::copy_n(resized.data() + (c * rh + top + y) * rw + left, size,
+                  dst + (c * size + y) * size);
+}
+
+namespace {
+// Marsaglia-Tsang gamma variate; shape < 1 boosted by U^(1/a).
+double sample_gamma(Rng& rng, double a) {
+  if (a < 1.0) return sample_gamma(rng, a + 1.0) * std::pow(rng.uniform() + 1e-300, 1.0 / a);
+  const double d = a - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    const double x = rng.normal();
+    double v = 1.0 + c * x;
+    if (v <= 0) continue;
+    v = v * v * v;
+    const double u = rng.uniform();
+    if (u < 1.0 - 0.0331 * x * x * x * x) return d * v;
+    if (std::log(u + 1e-300) < 0.5 * x * x + d * (1.0 - v + std::log(v))) return d * v;
+  }
+}
+}  // namespace
+
+double sample_beta(Rng& rng, double a) {
+  const double x = sample_gamma(rng, a), y = sample_gamma(rng, a);
+  return x + y > 0 ? x / (x + y) : 0.5;
+}
+
+MixupResult apply_mixup(const MixupConfig& cfg, float* images, float* targets, Index B, Index C,
+                        Index S, Index K, uint64_t seed, uint64_t epoch, uint64_t batch_index) {
+  MixupResult r;
+  const bool mix = cfg.mixup_alpha > 0, cut = cfg.cutmix_alpha > 0;
+  if ((!mix && !cut) || B < 2) return r;
+  Rng rng(mix_seed(seed ^ 0x6d69787570ULL, epoch, batch_index));
+  if (rng.uniform() >= cfg.prob) return r;
+  r.cutmix = cut && (!mix || rng.uniform() < cfg.switch_prob);
+  r.lam = sample_beta(rng, r.cutmix ? cfg.cutmix_alpha : cfg.mixup_alpha);
+  // Pairs (b, B-1-b) are mixed from copies, as timm's x.flip(0).
+  const std::vector<float> img0(images, images + B * C * S * S);  // (B, C, S, S)
+  const std::vector<float> tgt0(targets, targets + B * K);        // (B, K)
+  if (r.cutmix) {
+    const double cut_ratio = std::sqrt(1.0 - r.lam);
+    const Index ch = Index(S * cut_ratio), cw = Index(S * cut_ratio);
+    const Index cy = Index(rng.below(uint64_t(S))), cx = Index(rng.below(uint64_t(S)));
+    r.y0 = std::clamp<Index>(cy - ch / 2, 0, S);
+    r.y1 = std::clamp<Index>(cy + ch / 2, 0, S);
+    r.x0 = std::clamp<Index>(cx - cw / 2, 0, S);
+    r.x1 = std::clamp<Index>(cx + cw / 2, 0, S);
+    r.lam = 1.0 - double((r.y1 - r.y0) * (r.x1 - r.x0)) / double(S * S);  // timm correct_lam
+    for (Index b = 0; b < B; ++b) {
+      const float* o = img0.data() + (B - 1 - b) * C * S * S;
+      for (Index c = 0; c < C; ++c)
+        for (Index y = r.y0; y < r.y1; ++y)
+          for (Index x = r.x0; x < r.x1; ++x)
+            images[((b * C + c) * S + y) * S + x] = o[(c * S + y) * S + x];
+    }
+  } else {
+    const float l = float(r.lam);
+    for (Index b = 0; b < B; ++b) {
+      const float* o = img0.data() + (B - 1 - b) * C * S * S;
+      float* d = images + b * C * S * S;
+      for (Index i = 0; i < C * S * S; ++i) d[i] = d[i] * l + o[i] * (1.0f - l);
+    }
+  }
+  const float l = float(r.lam);
+  for (Index b = 0; b < B; ++b)
+    for (Index k = 0; k < K; ++k)
+      targets[b * K + k] = tgt0[b * K + k] * l + tgt0[(B - 1 - b) * K + k] * (1.0f - l);
+  return r;
+}
+
+}  // namespace vit::data
