@@ -79,17 +79,17 @@ TEST_F(RunLog, SummaryCsvHeaderAndRows) {
     vit::SummaryCsv csv(p.string(), 0);
     auto l = lines_of(p);
     ASSERT_EQ(l.size(), 1u);  // the header is there before the first row
-    EXPECT_EQ(l[0], "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s");
+    EXPECT_EQ(l[0], "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,fraction");
     csv.append(row(0));
     csv.append(row(1));
     EXPECT_EQ(csv.rows().size(), 2u);
   }
   const auto l = lines_of(p);
   ASSERT_EQ(l.size(), 3u);
-  EXPECT_EQ(l[0], "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s");
-  EXPECT_EQ(l[1], "0,2.000000,1.500000,70.0000,95.5000,1.000000e-03,28,12.50,1234.50");
+  EXPECT_EQ(l[0], "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,fraction");
+  EXPECT_EQ(l[1], "0,2.000000,1.500000,70.0000,95.5000,1.000000e-03,28,12.50,1234.50,0.00,0.0000");
   EXPECT_EQ(l[2].substr(0, 2), "1,");
-  for (const auto& line : l) EXPECT_EQ(std::count(line.begin(), line.end(), ','), 8) << line;
+  for (const auto& line : l) EXPECT_EQ(std::count(line.begin(), line.end(), ','), 10) << line;
 }
 
 TEST_F(RunLog, SummaryCsvResumeDropsLaterEpochs) {
@@ -139,7 +139,12 @@ TEST_F(RunLog, JsonlLinesParse) {
   auto j1 = nlohmann::json::parse(l[1]);
   EXPECT_DOUBLE_EQ(j1["eval_top1"].get<double>(), 80.25);
   EXPECT_TRUE(j1["nan"].is_null());
-  EXPECT_THROW((void)nlohmann::json::parse(l[2]), nlohmann::json::exception);
+  EXPECT_THROW(
+      {
+        auto bad = nlohmann::json::parse(l[2]);
+        (void)bad;
+      },
+      nlohmann::json::exception);
   EXPECT_EQ(nlohmann::json::parse(l[3])["step"], 3);
 }
 

@@ -172,4 +172,68 @@ TEST(TrainArgs, ArgsYamlRoundTrips) {
   fs::remove(p2);
 }
 
+TEST(TrainArgs, SeedMethodFlags) {
+  const vit::TrainArgs d = parse({});
+  EXPECT_EQ(d.curriculum, "none");
+  EXPECT_EQ(d.lowfreq, "fft");
+  EXPECT_EQ(d.budget, "");
+  EXPECT_EQ(d.replay, 1);
+  EXPECT_EQ(d.eval_size, 0);
+  const vit::TrainArgs a =
+      parse({"--curriculum", "size", "--init-size", "8", "--size-step", "4", "--size-every", "2",
+             "--lowfreq", "downsample", "--budget", "90m", "--replay", "4", "--eval-size", "32"});
+  EXPECT_EQ(a.curriculum, "size");
+  EXPECT_EQ(a.init_size, 8);
+  EXPECT_EQ(a.size_step, 4);
+  EXPECT_EQ(a.size_every, 2);
+  EXPECT_EQ(a.lowfreq, "downsample");
+  EXPECT_EQ(a.budget, "90m");
+  EXPECT_EQ(a.replay, 4);
+  EXPECT_EQ(a.eval_size, 32);
+  EXPECT_EQ(parse({"--curriculum", "efficienttrain"}).curriculum, "efficienttrain");
+  for (const char* b : {"24h", "45s", "1h30m", "600"}) EXPECT_EQ(parse({"--budget", b}).budget, b);
+  // Bad values are one-line errors naming the flag.
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"--curriculum", "borealis"},
+           {"--lowfreq", "lanczos"},
+           {"--budget", "10x"},
+           {"--budget", "0s"},
+           {"--budget", "-5m"},
+           {"--replay", "0"},
+           {"--size-every", "0"},
+           {"--init-size", "-1"},
+           {"--eval-size", "-4"}}) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << "accepted " << bad[0] << " " << bad[1];
+    } catch (const vit::Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+  // YAML keys and the args.yaml dump.
+  const std::string p = temp_yaml("seed.yaml",
+                                  "curriculum: efficienttrain\nlowfreq: downsample\nbudget: 45s\n"
+                                  "replay: 2\ninit-size: 12\nsize_step: 8\nsize_every: 3\n"
+                                  "eval_size: 28\n");
+  const vit::TrainArgs c = parse({"-c", p});
+  EXPECT_EQ(c.curriculum, "efficienttrain");
+  EXPECT_EQ(c.lowfreq, "downsample");
+  EXPECT_EQ(c.budget, "45s");
+  EXPECT_EQ(c.replay, 2);
+  EXPECT_EQ(c.init_size, 12);
+  EXPECT_EQ(c.size_step, 8);
+  EXPECT_EQ(c.size_every, 3);
+  EXPECT_EQ(c.eval_size, 28);
+  const std::string yaml = vit::to_yaml(c);
+  for (const char* k : {"curriculum: \"efficienttrain\"", "lowfreq: \"downsample\"",
+                        "budget: \"45s\"", "replay: 2", "init_size: 12", "size_step: 8",
+                        "size_every: 3", "eval_size: 28"})
+    EXPECT_NE(yaml.find(k), std::string::npos) << k << "\n" << yaml;
+  const std::string p2 = temp_yaml("seed2.yaml", yaml);
+  EXPECT_EQ(vit::to_yaml(parse({"-c", p2})), yaml);
+  fs::remove(p);
+  fs::remove(p2);
+}
+
 }  // namespace

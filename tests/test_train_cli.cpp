@@ -134,7 +134,7 @@ TEST_F(TrainCli, RunFolderHasEverything) {
   std::ifstream csv(run / "summary.csv");
   std::string header;
   std::getline(csv, header);
-  EXPECT_EQ(header, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s");
+  EXPECT_EQ(header, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,fraction");
   int rows = 0;
   for (std::string line; std::getline(csv, line);) rows += !line.empty();
   EXPECT_EQ(rows, 3);

@@ -12,7 +12,9 @@
 #include <variant>
 #include <vector>
 
+#include "cli/batch_config.h"
 #include "core/common.h"
+#include "train/budget.h"
 
 namespace vit {
 
@@ -50,6 +52,23 @@ std::vector<Option> options(TrainArgs& a) {
       {"--smoothing", "smoothing", "label smoothing", &a.smoothing},
       {"--crop-pad", "crop_pad", "random-crop padding in pixels (0 = off)", &a.crop_pad},
       {"--hflip", "hflip", "horizontal flip probability", &a.hflip},
+      // timm augmentation pipeline (validated in cli/batch_config.cpp).
+      {"--aa", "aa", "RandAugment, e.g. rand-m9-mstd0.5-inc1 (empty = off)", &a.aa},
+      {"--reprob", "reprob", "random erasing probability (pixel mode)", &a.reprob},
+      {"--mixup", "mixup", "mixup alpha (0 = off)", &a.mixup},
+      {"--cutmix", "cutmix", "cutmix alpha (0 = off)", &a.cutmix},
+      {"--mixup-prob", "mixup_prob", "probability of mixing a batch", &a.mixup_prob},
+      {"--mixup-switch-prob", "mixup_switch_prob", "cutmix share when both are on",
+       &a.mixup_switch_prob},
+      {"--color-jitter", "color_jitter", "colour jitter strength (0 = off; ignored with --aa)",
+       &a.color_jitter},
+      {"--scale", "scale", "RandomResizedCrop area range LO,HI, e.g. 0.08,1 (empty = no RRC)",
+       &a.scale},
+      {"--ratio", "ratio", "RandomResizedCrop aspect range LO,HI", &a.ratio},
+      {"--train-interpolation", "train_interpolation", "bilinear, bicubic or random",
+       &a.train_interpolation},
+      {"--crop-pct", "crop_pct", "eval resize to size/crop_pct + centre crop (0 = plain resize)",
+       &a.crop_pct},
       {"--seed", "seed", "random seed", &a.seed},
       {"--output", "output", "parent folder of run folders", &a.output},
       {"--experiment", "experiment", "run folder name (default: time-model-size)", &a.experiment},
@@ -64,6 +83,19 @@ std::vector<Option> options(TrainArgs& a) {
       {"--device", "device", "cpu or cuda", &a.device},
       {"--stop-after-updates", "stop_after_updates",
        "save the state and stop after this many updates (testing)", &a.stop_after_updates},
+      {"--curriculum", "curriculum", "seed method: none, size (Borealis) or efficienttrain (ET++)",
+       &a.curriculum},
+      {"--init-size", "init_size", "size curriculum: first training size (0 = one size step)",
+       &a.init_size},
+      {"--size-step", "size_step", "size curriculum: pixels added per step (0 = patch size)",
+       &a.size_step},
+      {"--size-every", "size_every", "size curriculum: epochs per size step", &a.size_every},
+      {"--lowfreq", "lowfreq", "efficienttrain low-frequency crop: fft or downsample", &a.lowfreq},
+      {"--budget", "budget", "wall-clock budget (24h, 90m, 45s, 1h30m); replaces --epochs",
+       &a.budget},
+      {"--replay", "replay", "replay buffer: train each fresh batch R times (1 = off)", &a.replay},
+      {"--eval-size", "eval_size", "evaluation image size (0 = the final training size)",
+       &a.eval_size},
   };
 }
 
@@ -135,7 +167,17 @@ void validate(const TrainArgs& a) {
   VIT_CHECK(a.drop_path >= 0 && a.drop_path < 1, "--drop-path must be in [0, 1)");
   VIT_CHECK(a.crop_pad >= 0, "--crop-pad must be >= 0");
   VIT_CHECK(a.hflip >= 0 && a.hflip <= 1, "--hflip must be in [0, 1]");
+  validate_augment_args(a);
   VIT_CHECK(a.img_size >= 0 && a.num_classes >= 0, "--img-size and --num-classes must be >= 0");
+  VIT_CHECK(a.curriculum == "none" || a.curriculum == "size" || a.curriculum == "efficienttrain",
+            fmt::format("--curriculum {}: must be none, size or efficienttrain", a.curriculum));
+  VIT_CHECK(a.lowfreq == "fft" || a.lowfreq == "downsample",
+            fmt::format("--lowfreq {}: must be fft or downsample", a.lowfreq));
+  VIT_CHECK(a.init_size >= 0 && a.size_step >= 0 && a.eval_size >= 0,
+            "--init-size, --size-step and --eval-size must be >= 0");
+  VIT_CHECK(a.size_every > 0, "--size-every must be positive");
+  VIT_CHECK(a.replay >= 1, "--replay must be >= 1");
+  if (!a.budget.empty()) (void)parse_duration_seconds(a.budget);  // throws a one-line error
   VIT_CHECK(a.log_interval > 0 && a.eval_interval > 0,
             "--log-interval and --eval-interval must be positive");
   VIT_CHECK(a.patience >= 0 && a.workers >= 0, "--patience and --workers must be >= 0");

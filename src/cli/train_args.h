@@ -32,6 +32,17 @@ struct TrainArgs {
   // Augmentation (in-memory data sets).
   int crop_pad = 2;    // random crop of the zero-padded image
   double hflip = 0.5;  // horizontal flip probability
+  // timm augmentation pipeline (data/augment.h, cli/batch_config.h). All off by default: the
+  // pad-crop path above stays the default recipe's.
+  std::string aa;                    // RandAugment, e.g. rand-m9-mstd0.5-inc1 ("" = off)
+  double reprob = 0.0;               // RandomErasing probability
+  double mixup = 0.0, cutmix = 0.0;  // Beta alphas (0 = off)
+  double mixup_prob = 1.0, mixup_switch_prob = 0.5;
+  double color_jitter = 0.0;  // ColorJitter strength (timm's default is 0.4)
+  std::string scale;          // "LO,HI": RandomResizedCrop area range ("" = no RRC)
+  std::string ratio = "0.75,1.3333333333333333";  // RRC aspect range "LO,HI"
+  std::string train_interpolation = "bicubic";    // bilinear | bicubic | random
+  double crop_pct = 0.0;  // eval: resize to size / crop_pct + centre crop (0 = plain resize)
   // Run.
   int64_t seed = 42;
   std::string output = "./output/train";
@@ -45,6 +56,15 @@ struct TrainArgs {
   std::string device = "cpu";
   std::string config;  // the -c/--config file that was applied ("" = none)
   int64_t stop_after_updates = 0;  // testing: save the state and stop after this many updates
+  // Seed methods (methods.md §1.4, §2.3).
+  std::string curriculum = "none";  // none | size | efficienttrain
+  int init_size = 0;                // size curriculum: first size (0 = one patch step)
+  int size_step = 0;                // size curriculum: pixels added per step (0 = patch size)
+  int size_every = 1;               // size curriculum: epochs per size step
+  std::string lowfreq = "fft";      // efficienttrain low-frequency crop: fft | downsample
+  std::string budget;               // wall-clock budget ("24h", "90m", "45s"); "" = --epochs
+  int replay = 1;                   // replay-buffer repeats per fresh batch (1 = off)
+  int eval_size = 0;                // evaluation size (0 = the final training size)
 };
 
 // Thrown by parse_train_args for --help; what() is the help text (print it, exit 0).

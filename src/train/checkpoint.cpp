@@ -140,6 +140,7 @@ void save_train_state(const std::string& path, const ModelConfig& cfg, const Par
                    {"best_epoch", std::to_string(s.best_epoch)},
                    {"bad_epochs", std::to_string(s.bad_epochs)},
                    {"elapsed_s", fmt::format("{:.17g}", s.elapsed_s)},
+                   {"compute_consumed", fmt::format("{:.17g}", s.compute_consumed)},
                    {"args_yaml", s.args_yaml}};
   io::SafeTensors st = weights_tensors(cfg, table, params, meta);
   VIT_CHECK(Index(s.exp_avg.size()) == table.total && Index(s.exp_avg_sq.size()) == table.total,
@@ -169,6 +170,7 @@ TrainState load_train_state(const std::string& path) {
   s.best_epoch = meta_int(m, "best_epoch", path);
   s.bad_epochs = meta_int(m, "bad_epochs", path);
   s.elapsed_s = meta_double(m, "elapsed_s", path);
+  if (m.count("compute_consumed")) s.compute_consumed = meta_double(m, "compute_consumed", path);
   auto it = m.find("args_yaml");
   s.args_yaml = it == m.end() ? "" : it->second;
   VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0,

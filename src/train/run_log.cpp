@@ -58,9 +58,9 @@ SummaryCsv::SummaryCsv(std::string path, int64_t first_epoch) : path_(std::move(
   if (in && std::getline(in, line)) {
     while (std::getline(in, line)) {
       SummaryRow r{};
-      if (std::sscanf(line.c_str(), "%" SCNd64 ",%lf,%lf,%lf,%lf,%lf,%d,%lf,%lf", &r.epoch, &r.train_loss,
-                      &r.eval_loss, &r.eval_top1, &r.eval_top5, &r.lr, &r.img_size, &r.seconds,
-                      &r.img_per_s) == 9 &&
+      if (std::sscanf(line.c_str(), "%" SCNd64 ",%lf,%lf,%lf,%lf,%lf,%d,%lf,%lf,%lf,%lf", &r.epoch,
+                      &r.train_loss, &r.eval_loss, &r.eval_top1, &r.eval_top5, &r.lr, &r.img_size,
+                      &r.seconds, &r.img_per_s, &r.budget_s, &r.fraction) >= 9 &&
           r.epoch < first_epoch)
         rows_.push_back(r);
     }
@@ -74,11 +74,13 @@ void SummaryCsv::append(const SummaryRow& row) {
 }
 
 void SummaryCsv::rewrite() {
-  std::string s = "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s\n";
+  std::string s =
+      "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,"
+      "fraction\n";
   for (const auto& r : rows_)
-    s += fmt::format("{},{:.6f},{:.6f},{:.4f},{:.4f},{:.6e},{},{:.2f},{:.2f}\n", r.epoch,
-                     r.train_loss, r.eval_loss, r.eval_top1, r.eval_top5, r.lr, r.img_size,
-                     r.seconds, r.img_per_s);
+    s += fmt::format("{},{:.6f},{:.6f},{:.4f},{:.4f},{:.6e},{},{:.2f},{:.2f},{:.2f},{:.4f}\n",
+                     r.epoch, r.train_loss, r.eval_loss, r.eval_top1, r.eval_top5, r.lr,
+                     r.img_size, r.seconds, r.img_per_s, r.budget_s, r.fraction);
   io::write_file_atomic(path_, s);
 }
 

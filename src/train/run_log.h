@@ -22,10 +22,12 @@ struct SummaryRow {
   double train_loss, eval_loss, eval_top1, eval_top5, lr;
   int img_size;
   double seconds, img_per_s;
+  double budget_s = 0;  // --budget in seconds (0 = none)
+  double fraction = 0;  // fraction of the schedule done (epochs, budget or compute)
 };
 
 // summary.csv: header `epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,
-// img_per_s`, one row per evaluated epoch. Opening an existing file (a resumed run) keeps the
+// img_per_s,budget_s,fraction`, one row per evaluated epoch. Opening an existing file (a resumed run) keeps the
 // rows of epochs before `first_epoch` and drops later ones, so rows are never duplicated.
 class SummaryCsv {
  public:

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -19,10 +21,15 @@
 #include "io/atomic_file.h"
 #include "io/plot.h"
 #include "model/vit.h"
+#include "data/lowfreq.h"
+#include "train/budget.h"
 #include "train/checkpoint.h"
+#include "train/curriculum.h"
 #include "train/evaluate.h"
 #include "train/initial_checkpoint.h"
 #include "train/optimizer.h"
+#include "train/replay.h"
+#include "train/resize_model.h"
 #include "train/run_log.h"
 #include "train/schedule.h"
 
@@ -71,41 +78,75 @@ int run_train(const TrainArgs& args) {
   if (args.workers > 0) omp_set_num_threads(args.workers);
 
   const data::DataSplits data = data::load_data_dir(args.data_dir);
-  const ModelConfig cfg = model_for_run(args, data);
+  const ModelConfig final_cfg = model_for_run(args, data);  // the final training size
+  const int F = final_cfg.img_size, P = final_cfg.patch_size;
   const Index B = args.batch_size, accum = args.grad_accum_steps;
   const Index upe = data.train.n / (B * accum);  // optimizer updates per epoch (drop last)
   VIT_CHECK(upe > 0, fmt::format("batch size {} x {} accumulation steps exceeds the {} training "
                                  "images",
                                  B, accum, data.train.n));
 
+  // Seed methods (methods.md §1.4, §2.3): which one, its schedule, the budget, the replay.
+  const bool et = args.curriculum == "efficienttrain";
+  const bool size_cur = args.curriculum == "size";
+  const int eval_size = args.eval_size > 0 ? args.eval_size : F;
+  VIT_CHECK(eval_size % P == 0, fmt::format("--eval-size {} must be a multiple of the patch size {}",
+                                            eval_size, P));
+  const int size_step = args.size_step > 0 ? args.size_step : P;
+  const int init_size = args.init_size > 0 ? args.init_size : size_step;
+  if (size_cur) {
+    VIT_CHECK(init_size <= F, fmt::format("--init-size {} is larger than the final size {}",
+                                          init_size, F));
+    (void)size_curriculum(0, init_size, size_step, args.size_every, F, P);  // validates
+  }
+  EtSchedule et_sched;
+  if (et) {
+    et_sched = et_schedule_deit(F, P);
+    if (args.lowfreq == "fft")
+      for (int b : et_sched.sizes)
+        VIT_CHECK(b % 2 == 0, fmt::format("--lowfreq fft needs even sizes; the efficienttrain "
+                                          "schedule has {} (use --lowfreq downsample)",
+                                          b));
+  }
+  std::optional<TimeBudget> budget;
+  if (!args.budget.empty()) {
+    const double total = parse_duration_seconds(args.budget);
+    budget = TimeBudget{total, std::min(0.05 * total, 60.0)};
+  }
+  const bool open_ended = et || budget.has_value();  // stops on compute or time, not epochs
+  const int R = args.replay;
+  const Index cap = B * R;  // samples per forward pass with replay
+
   std::optional<TrainState> resumed;
   std::string run_dir;
+  ModelConfig cfg = final_cfg;  // the current training size
   if (!args.resume.empty()) {
     const std::string sp = state_path_of(args.resume);
     resumed = load_train_state(sp);
     run_dir = fs::path(sp).parent_path().string();
+    cfg.img_size = resumed->weights.cfg.img_size;  // the state is at its training size
     VIT_CHECK(model_config_to_json(resumed->weights.cfg) == model_config_to_json(cfg),
               fmt::format("--resume: the state in '{}' is for a different model than the "
                           "flags describe",
                           sp));
   } else {
-    run_dir = make_run_dir(args.output, args.experiment, cfg.name, cfg.img_size);
+    run_dir = make_run_dir(args.output, args.experiment, final_cfg.name, final_cfg.img_size);
   }
 
-  Vit<float> model(cfg, B);
-  AdamW<float> opt(model.table().total, model.table().num_decay,
+  auto model = std::make_unique<Vit<float>>(cfg, cap);
+  AdamW<float> opt(model->table().total, model->table().num_decay,
                    AdamWConfig{0.9, 0.999, 1e-8, args.weight_decay, args.clip_grad});
   TrainState st;
   if (resumed) {
     st = std::move(*resumed);
-    model.params = st.weights.params;
+    model->params = st.weights.params;
     opt.m = st.exp_avg;
     opt.v = st.exp_avg_sq;
     opt.step_ = st.step;
   } else {
-    init_params(model.params.data(), model.table(), cfg, args.seed);
+    init_params(model->params.data(), model->table(), cfg, args.seed);
     if (!args.initial_checkpoint.empty())
-      load_initial_checkpoint(args.initial_checkpoint, cfg, model.table(), model.params.data(),
+      load_initial_checkpoint(args.initial_checkpoint, cfg, model->table(), model->params.data(),
                               stdout);
   }
   st.args_yaml = to_yaml(args);
@@ -115,17 +156,21 @@ int run_train(const TrainArgs& args) {
     for (const auto& n : data.train.class_names) classes += n + "\n";
     io::write_file_atomic(run_dir + "/classes.txt", classes);
   }
+  ComputeBudget compute(double(args.epochs), int64_t(data.train.n), F);
+  compute.consumed = st.compute_consumed;
 
   const LrSchedule sched{args.lr, args.min_lr, args.warmup_lr, args.warmup_epochs * upe,
                          double(args.epochs) * upe};
   data::BatchConfig train_bc{cfg.img_size, args.crop_pad, args.hflip, args.smoothing, data.mean,
                              data.std};
-  data::BatchConfig eval_bc{cfg.img_size, 0, 0.0, 0.0, data.mean, data.std};
+  data::BatchConfig eval_bc{eval_size, 0, 0.0, 0.0, data.mean, data.std};
+  data::BatchConfig et_bc = train_bc;  // ET++: batches are made at the final size, then cropped
+  et_bc.img_size = F;
 
   SummaryCsv summary(run_dir + "/summary.csv", st.epoch);
   JsonlLog jlog(run_dir + "/log.jsonl");
   PlotData plot;
-  plot.title = fmt::format("{} on {}", cfg.name, args.data_dir);
+  plot.title = fmt::format("{} on {}", final_cfg.name, args.data_dir);
   // Rebuild the curves of the epochs before a resume from the log.
   load_plot_from_jsonl(run_dir + "/log.jsonl", plot, st.step);
 
@@ -133,12 +178,18 @@ int run_train(const TrainArgs& args) {
   const Metadata data_meta = {{"mean", nlohmann::json(data.mean).dump()},
                               {"std", nlohmann::json(data.std).dump()},
                               {"label_names", nlohmann::json(data.train.class_names).dump()}};
-  const double flops_per_img = 3.0 * cfg.forward_flops_per_image();
+  const double flops_per_img = 3.0 * final_cfg.forward_flops_per_image();
   fmt::print("Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
              "classes), {} updates/epoch, batch {} x {}, lr {:.3g}, run {}\n",
-             cfg.name, model.table().total, flops_per_img / 1e6, args.data_dir, data.train.n,
-             data.val.n, cfg.num_classes, upe, B, accum, args.lr, run_dir);
-  if (resumed) fmt::print("Resumed at epoch {} update {} (step {})\n", st.epoch, st.update_in_epoch, st.step);
+             final_cfg.name, model->table().total, flops_per_img / 1e6, args.data_dir,
+             data.train.n, data.val.n, cfg.num_classes, upe, B, accum, args.lr, run_dir);
+  if (args.curriculum != "none" || budget || R > 1)
+    fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
+               args.curriculum, et ? " (lowfreq " + args.lowfreq + ")" : std::string(), F,
+               eval_size, budget ? fmt::format("{:.0f}s", budget->total_s) : "none", R);
+  if (resumed)
+    fmt::print("Resumed at epoch {} update {} (step {}), training size {}\n", st.epoch,
+               st.update_in_epoch, st.step, cfg.img_size);
   std::fflush(stdout);
 
   g_stop_requested = false;
@@ -146,50 +197,242 @@ int run_train(const TrainArgs& args) {
   std::signal(SIGTERM, on_stop_signal);
   const bool tty = stdout_is_tty();
 
-  std::vector<float> images(B * cfg.in_chans * cfg.img_size * cfg.img_size);
-  std::vector<float> targets(B * cfg.num_classes);
+  const Index C = cfg.in_chans, K = cfg.num_classes;
+  std::vector<float> images(cap * C * cfg.img_size * cfg.img_size);
+  std::vector<float> targets(cap * K);
+  std::vector<float> full_images;  // ET++: the batch at the final size
+  if (et) full_images.resize(B * C * F * F);
+  std::vector<float> fresh_images, fresh_targets;  // replay: the fresh batch before mixing
+  std::unique_ptr<ReplayBuffer> replay;
+  auto make_replay = [&] {
+    if (R <= 1) return;
+    replay = std::make_unique<ReplayBuffer>(R, int(std::min<Index>(32, B)), 4,
+                                            mix_seed(args.seed, uint64_t(opt.step_), 77));
+    fresh_images.assign(B * C * cfg.img_size * cfg.img_size, 0.0f);
+    fresh_targets.assign(B * K, 0.0f);
+  };
+  make_replay();
+
   const double elapsed_before = st.elapsed_s;
   const auto t_start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return elapsed_before +
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
+  // Fraction of the schedule done: the time budget, else ET++'s compute, else epochs.
+  auto fraction = [&](int64_t epoch, int64_t update) {
+    if (budget) return budget->fraction(elapsed());
+    if (et) return compute.progress();
+    return std::min(1.0, (double(epoch) + double(update) / double(upe)) / double(args.epochs));
+  };
+  auto target_size = [&](int64_t epoch, double frac) {
+    if (et) return et_size(et_sched, frac);
+    if (size_cur) {
+      const int e = budget ? int(std::floor(frac * args.epochs)) : int(epoch);
+      return size_curriculum(e, init_size, size_step, args.size_every, F, P);
+    }
+    return F;
+  };
+  // Moves the model and its AdamW moments to another training size (pos_embed resampled).
+  auto set_train_size = [&](int size, int64_t epoch, int64_t update, double frac) {
+    if (size == cfg.img_size) return;
+    ResizedBuffers r = resize_model(cfg, model->table(), model->params, opt.m, opt.v, size);
+    model.reset();
+    model = std::make_unique<Vit<float>>(r.cfg, cap);
+    std::copy(r.params.begin(), r.params.end(), model->params.begin());
+    opt.m = std::move(r.m);
+    opt.v = std::move(r.v);
+    opt.num_decay = model->table().num_decay;
+    fmt::print("{}Size: {} -> {} px at epoch {} update {} (progress {:.3f}{})\n", tty ? "\n" : "",
+               cfg.img_size, size, epoch, update, frac,
+               et ? fmt::format(", stage {}, magnitude {}", et_stage(frac), et_magnitude(frac))
+                  : std::string());
+    std::fflush(stdout);
+    jlog.write({{"type", "size"},
+                {"epoch", epoch},
+                {"update", update},
+                {"step", opt.step_},
+                {"from", cfg.img_size},
+                {"img_size", size},
+                {"fraction", frac},
+                {"elapsed_s", elapsed()}});
+    cfg = r.cfg;
+    train_bc.img_size = size;
+    images.assign(cap * C * size * size, 0.0f);
+    make_replay();
+  };
+  // The evaluation model (at --eval-size), weights mapped from the training model.
+  std::unique_ptr<Vit<float>> eval_model;
+  ModelConfig eval_cfg = final_cfg;
+  eval_cfg.img_size = eval_size;
+  auto run_eval = [&]() -> EvalResult {
+    if (cfg.img_size == eval_size) return evaluate(*model, data.val, eval_bc, B);
+    if (!eval_model) eval_model = std::make_unique<Vit<float>>(eval_cfg, B);
+    map_buffer(cfg, model->table(), model->params.data(), eval_cfg, eval_model->table(),
+               eval_model->params.data(), false);
+    return evaluate(*eval_model, data.val, eval_bc, B);
+  };
+  // Weight files are always at the final training size (so eval/export work).
+  const ParamTable final_table = build_param_table(final_cfg);
+  auto save_final_weights = [&](const std::string& path, const Metadata& meta) {
+    if (cfg.img_size == F) {
+      save_weights(path, final_cfg, final_table, model->params.data(), meta);
+      return;
+    }
+    std::vector<float> p(size_t(final_table.total));
+    map_buffer(cfg, model->table(), model->params.data(), final_cfg, final_table, p.data(), false);
+    save_weights(path, final_cfg, final_table, p.data(), meta);
+  };
   auto save_state = [&](int64_t epoch, int64_t update_in_epoch) {
     st.step = opt.step_;
     st.epoch = epoch;
     st.update_in_epoch = update_in_epoch;
     st.elapsed_s = elapsed();
+    st.compute_consumed = compute.consumed;
     st.exp_avg = opt.m;
     st.exp_avg_sq = opt.v;
-    save_train_state(run_dir + "/state.safetensors", cfg, model.table(), model.params.data(), st);
+    save_train_state(run_dir + "/state.safetensors", cfg, model->table(), model->params.data(), st);
   };
 
-  bool stopped_early = false;
-  for (int64_t epoch = st.epoch; epoch < args.epochs && !stopped_early; ++epoch) {
+  // Running estimates for the budget's stop rule.
+  double step_est = 0, eval_est = -1;
+  int64_t updates_since_eval = 0;
+  bool evaluated_once = false;
+  // Evaluates, logs, writes the weights; returns false when early stopping ends the run.
+  auto eval_and_save = [&](int64_t epoch, double train_loss, double ips, double lr_now,
+                           double frac) {
+    const double t0 = elapsed();
+    const EvalResult ev = run_eval();
+    fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5));
+    const double budget_s = budget ? budget->total_s : 0.0;
+    Metadata meta = data_meta;
+    meta["epoch"] = std::to_string(epoch);
+    meta["eval_top1"] = fmt::format("{:.4f}", ev.top1);
+    save_final_weights(run_dir + "/last.safetensors", meta);
+    bool keep_going = true;
+    if (ev.top1 > st.best_metric) {
+      st.best_metric = ev.top1;
+      st.best_epoch = epoch;
+      st.bad_epochs = 0;
+      save_final_weights(run_dir + "/model_best.safetensors", meta);
+    } else {
+      ++st.bad_epochs;
+    }
+    if (args.patience > 0 && st.bad_epochs >= args.patience) {
+      fmt::print("Early stopping: no top-1 improvement for {} evaluations\n", st.bad_epochs);
+      keep_going = false;
+    }
+    const double dt = elapsed() - t0;
+    eval_est = std::max(eval_est, dt);
+    summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size, elapsed(),
+                    ips, budget_s, frac});
+    jlog.write({{"type", "eval"},
+                {"epoch", epoch},
+                {"step", opt.step_},
+                {"eval_loss", ev.loss},
+                {"eval_top1", ev.top1},
+                {"eval_top5", ev.top5},
+                {"img_size", cfg.img_size},
+                {"eval_size", eval_size},
+                {"budget_s", budget_s},
+                {"fraction", frac},
+                {"elapsed_s", elapsed()}});
+    plot.eval_loss.push_back({elapsed(), ev.loss});
+    plot.eval_top1.push_back({elapsed(), ev.top1});
+    updates_since_eval = 0;
+    evaluated_once = true;
+    return keep_going;
+  };
+
+  bool stopped_early = false, finished = false;
+  for (int64_t epoch = st.epoch; (open_ended || epoch < args.epochs) && !stopped_early && !finished;
+       ++epoch) {
     const std::vector<Index> order = data::epoch_order(data.train.n, args.seed, epoch);
     const int64_t first_update = epoch == st.epoch ? st.update_in_epoch : 0;
     double loss_sum = 0, loss_avg_window = 0;
-    int64_t loss_count = 0, window = 0;
+    int64_t loss_count = 0, window = 0, samples = 0;
     auto t_window = std::chrono::steady_clock::now();
     const double t_epoch0 = elapsed();
-    for (int64_t u = first_update; u < upe; ++u) {
-      const double lr = sched.at(double(opt.step_));
-      model.zero_grad();
+    int64_t u = first_update;
+    for (; u < upe; ++u) {
+      // Stop rules of the open-ended runs: compute spent, or no time left for a step + final eval.
+      if (et && !budget && compute.done()) {
+        finished = true;
+        break;
+      }
+      if (budget) {
+        const double ev_guess =
+            eval_est >= 0 ? 1.25 * eval_est
+                          // forward only is about a third of a training step per image
+                          : step_est * double(data.val.n) / double(cap * accum) / 3.0 *
+                                std::pow(double(eval_size) / cfg.img_size, 2) + 0.5;
+        if (budget->should_stop(elapsed(), 1.5 * step_est, ev_guess)) {
+          finished = true;
+          break;
+        }
+      }
+      const auto t_step = std::chrono::steady_clock::now();
+      const double frac = fraction(epoch, u);
+      set_train_size(target_size(epoch, frac), epoch, u, frac);
+      const int S = cfg.img_size;
+      double lr;
+      if (et)
+        lr = et_lr(frac, args.lr, args.min_lr, args.warmup_lr, 0.2);
+      else if (budget)
+        lr = sched.at(frac * double(args.epochs) * double(upe));
+      else
+        lr = sched.at(double(opt.step_));
+      if (et) {
+        train_bc.magnitude_override = et_magnitude(frac);
+        et_bc.magnitude_override = et_magnitude(frac);
+      }
+      model->zero_grad();
       double loss = 0;
+      Index step_samples = 0;
       for (Index a = 0; a < accum; ++a) {
         const Index* idx = order.data() + (u * accum + a) * B;
-        data::make_batch(data.train, idx, B, train_bc, true, args.seed, uint64_t(epoch),
-                         images.data(), targets.data());
-        loss += model.forward(images.data(), targets.data(), B, true,
-                              mix_seed(args.seed, uint64_t(opt.step_), uint64_t(a)));
-        model.backward(1.0f / float(B * accum));
+        float* fresh = R > 1 ? fresh_images.data() : images.data();
+        float* fresh_t = R > 1 ? fresh_targets.data() : targets.data();
+        if (et && S != F) {
+          data::make_batch(data.train, idx, B, et_bc, true, args.seed, uint64_t(epoch),
+                           full_images.data(), fresh_t);
+          const Index in_elems = C * F * F, out_elems = C * S * S;
+          const bool fft = args.lowfreq == "fft";
+#pragma omp parallel for schedule(static)
+          for (Index i = 0; i < B; ++i) {
+            if (fft)
+              fft_lowfreq_crop(full_images.data() + i * in_elems, int(C), F, fresh + i * out_elems,
+                               S);
+            else
+              antialias_downsample(full_images.data() + i * in_elems, int(C), F,
+                                   fresh + i * out_elems, S);
+          }
+        } else {
+          data::make_batch(data.train, idx, B, et ? et_bc : train_bc, true, args.seed,
+                           uint64_t(epoch), fresh, fresh_t);
+        }
+        Index n = B;
+        if (R > 1) {
+          replay->push(fresh, fresh_t, int(B), int(C * S * S), int(K));
+          n = replay->assemble(images.data(), targets.data(), int(cap));
+        }
+        loss += model->forward(images.data(), targets.data(), n, true,
+                               mix_seed(args.seed, uint64_t(opt.step_), uint64_t(a)));
+        model->backward(1.0f / float(n * accum));
+        step_samples += n;
       }
       loss /= double(accum);
       if (!std::isfinite(loss))
         throw Error(fmt::format("loss is {} at epoch {} update {}: training diverged (try a "
                                 "lower --lr or --clip-grad)",
                                 loss, epoch, u));
-      const double gnorm = opt.step(model.params.data(), model.grads.data(), lr);
+      const double gnorm = opt.step(model->params.data(), model->grads.data(), lr);
+      compute.add(int64_t(step_samples), S);
+      samples += step_samples;
+      ++updates_since_eval;
+      const double dt_step =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+      step_est = step_est == 0 ? dt_step : std::max(dt_step, 0.9 * step_est + 0.1 * dt_step);
       loss_sum += loss;
       ++loss_count;
       loss_avg_window += loss;
@@ -198,9 +441,16 @@ int run_train(const TrainArgs& args) {
       if ((u + 1) % args.log_interval == 0 || last) {
         const double dt =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t_window).count();
-        const double ips = double(window * B * accum) / std::max(dt, 1e-9);
-        const double remaining_updates = double(upe - u - 1) + double(upe) * (args.epochs - epoch - 1);
-        const double eta = remaining_updates * dt / std::max<int64_t>(window, 1);
+        const double ips = double(window * step_samples) / std::max(dt, 1e-9);
+        const double f_now = fraction(epoch, u + 1);
+        double eta;
+        if (open_ended)
+          eta = f_now > 0 ? (elapsed() - elapsed_before) * (1 - f_now) / f_now : 0.0;
+        else {
+          const double remaining_updates =
+              double(upe - u - 1) + double(upe) * (args.epochs - epoch - 1);
+          eta = remaining_updates * dt / std::max<int64_t>(window, 1);
+        }
         TrainLine line{epoch,   u + 1,           upe, loss, loss_sum / loss_count,
                        dt / window, ips, lr,   eta};
         const std::string text = format_train_line(line);
@@ -209,18 +459,27 @@ int run_train(const TrainArgs& args) {
         else
           fmt::print("{}\n", text);
         std::fflush(stdout);
-        jlog.write({{"type", "train"},
-                    {"epoch", epoch},
-                    {"update", u + 1},
-                    {"step", opt.step_},
-                    {"loss", loss},
-                    {"loss_avg", loss_sum / loss_count},
-                    {"loss_window", loss_avg_window / window},
-                    {"lr", lr},
-                    {"grad_norm", gnorm},
-                    {"img_per_s", ips},
-                    {"gflops", ips * flops_per_img / 1e9},
-                    {"elapsed_s", elapsed()}});
+        nlohmann::json j = {{"type", "train"},
+                            {"epoch", epoch},
+                            {"update", u + 1},
+                            {"step", opt.step_},
+                            {"loss", loss},
+                            {"loss_avg", loss_sum / loss_count},
+                            {"loss_window", loss_avg_window / window},
+                            {"lr", lr},
+                            {"grad_norm", gnorm},
+                            {"img_per_s", ips},
+                            {"gflops", ips * flops_per_img * et_compute_weight(S, F) / 1e9},
+                            {"elapsed_s", elapsed()},
+                            {"img_size", S},
+                            {"fraction", f_now}};
+        if (budget) j["budget_s"] = budget->total_s;
+        if (et) {
+          j["stage"] = et_stage(frac);
+          j["magnitude"] = et_magnitude(frac);
+          j["progress"] = compute.progress();
+        }
+        jlog.write(j);
         plot.train_loss.push_back({elapsed(), loss_avg_window / window});
         plot.lr.push_back({elapsed(), lr});
         loss_avg_window = 0;
@@ -243,46 +502,36 @@ int run_train(const TrainArgs& args) {
       Profile::print(stdout);
       Profile::reset();
     }
+    const double train_loss = loss_count ? loss_sum / loss_count : 0.0;
+    const double ips = double(samples) / std::max(train_seconds, 1e-9);
+    const double frac_now = fraction(epoch, u);
+    auto lr_now = [&] {
+      if (et) return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, 0.2);
+      if (budget) return sched.at(frac_now * double(args.epochs) * double(upe));
+      return sched.at(double(opt.step_));
+    };
 
-    const bool do_eval = (epoch + 1) % args.eval_interval == 0 || epoch + 1 == args.epochs;
+    if (finished) {  // the compute or time budget is spent: final evaluation at the final size
+      if (updates_since_eval > 0 || !evaluated_once)
+        eval_and_save(epoch, train_loss, ips, lr_now(), frac_now);
+      save_state(epoch, u);
+      write_training_plot(run_dir + "/plot.png", plot);
+      if (budget)
+        fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n",
+                   elapsed(), budget->total_s, 100.0 * elapsed() / budget->total_s, opt.step_);
+      else
+        fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n",
+                   compute.consumed, opt.step_);
+      break;
+    }
+    const bool do_eval =
+        (epoch + 1) % args.eval_interval == 0 || (!open_ended && epoch + 1 == args.epochs);
     if (!do_eval) {
       save_state(epoch + 1, 0);
       continue;
     }
-    const EvalResult ev = evaluate(model, data.val, eval_bc, B);
-    fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5));
-    const double lr_now = sched.at(double(opt.step_));
-    const double ips = double((upe - first_update) * B * accum) / std::max(train_seconds, 1e-9);
-    summary.append({epoch, loss_count ? loss_sum / loss_count : 0.0, ev.loss, ev.top1, ev.top5,
-                    lr_now, cfg.img_size, elapsed(), ips});
-    jlog.write({{"type", "eval"},
-                {"epoch", epoch},
-                {"step", opt.step_},
-                {"eval_loss", ev.loss},
-                {"eval_top1", ev.top1},
-                {"eval_top5", ev.top5},
-                {"elapsed_s", elapsed()}});
-    plot.eval_loss.push_back({elapsed(), ev.loss});
-    plot.eval_top1.push_back({elapsed(), ev.top1});
-
-    Metadata meta = data_meta;
-    meta["epoch"] = std::to_string(epoch);
-    meta["eval_top1"] = fmt::format("{:.4f}", ev.top1);
-    save_weights(run_dir + "/last.safetensors", cfg, model.table(), model.params.data(), meta);
-    if (ev.top1 > st.best_metric) {
-      st.best_metric = ev.top1;
-      st.best_epoch = epoch;
-      st.bad_epochs = 0;
-      save_weights(run_dir + "/model_best.safetensors", cfg, model.table(), model.params.data(),
-                   meta);
-    } else {
-      ++st.bad_epochs;
-    }
-    if (args.patience > 0 && st.bad_epochs >= args.patience) {
-      fmt::print("Early stopping: no top-1 improvement for {} evaluations\n", st.bad_epochs);
-      stopped_early = true;
-    }
-    save_state(stopped_early ? args.epochs : epoch + 1, 0);
+    if (!eval_and_save(epoch, train_loss, ips, lr_now(), frac_now)) stopped_early = true;
+    save_state(stopped_early ? (open_ended ? epoch + 1 : args.epochs) : epoch + 1, 0);
     write_training_plot(run_dir + "/plot.png", plot);
   }
   fmt::print("*** Best metric: {:.3f} (epoch {})\n", st.best_metric, st.best_epoch);

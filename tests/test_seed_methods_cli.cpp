@@ -1,0 +1,265 @@
+// End-to-end tests of the seed methods in `vitrain train` on a small generated IDX data set:
+// the wall-clock budget (--budget), the Borealis size curriculum (--curriculum size, with a
+// bitwise resume mid-curriculum), EfficientTrain++ (--curriculum efficienttrain, both
+// --lowfreq modes) and the replay buffer (--replay).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "train/checkpoint.h"
+#include "train/curriculum.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the vitrain binary with a shell command line; captures stdout and stderr.
+RunResult run_vitrain(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
+  const std::string cmd =
+      std::string(VIT_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
+  gzclose(f);
+}
+
+std::vector<uint8_t> idx_header(uint8_t ndims, std::vector<uint32_t> dims) {
+  std::vector<uint8_t> h = {0, 0, 0x08, ndims};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) h.push_back(uint8_t(d >> s));
+  return h;
+}
+
+// A learnable 4-class toy data set: class k has k + 1 bright 4x4 quadrants (patch tokens).
+void write_toy_idx(const std::string& dir, int n_train, int n_test) {
+  fs::create_directories(dir);
+  vit::Rng rng(3);
+  for (auto [prefix, n] : {std::pair{"train", n_train}, std::pair{"t10k", n_test}}) {
+    std::vector<uint8_t> img = idx_header(3, {uint32_t(n), 8, 8});
+    std::vector<uint8_t> lab = idx_header(1, {uint32_t(n)});
+    for (int i = 0; i < n; ++i) {
+      const int k = int(rng.below(4));
+      lab.push_back(uint8_t(k));
+      int bright[4] = {0, 1, 2, 3};  // the first k + 1 of a random order are bright
+      for (int j = 3; j > 0; --j) std::swap(bright[j], bright[rng.below(uint64_t(j + 1))]);
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 8; ++x) {
+          const int q = (y / 4) * 2 + (x / 4);
+          bool bar = false;
+          for (int j = 0; j <= k; ++j) bar = bar || bright[j] == q;
+          img.push_back(uint8_t(bar ? 200 + rng.below(50) : rng.below(40)));
+        }
+    }
+    write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", img);
+    write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", lab);
+  }
+}
+
+class SeedMethodsCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("vitrain_seed_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    data_ = (dir_ / "data").string();
+    write_toy_idx(data_, 512, 128);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string train_flags(const std::string& experiment, const std::string& extra) {
+    return "train --data-dir " + data_ + " --model vit_fmnist_tiny --output " +
+           (dir_ / "out").string() + " --experiment " + experiment +
+           " -b 32 --lr 2e-3 --warmup-epochs 1 --log-interval 1 -j 2 --seed 5 " +
+           "--drop-path 0.1 --hflip 0 --crop-pad 0 " + extra;
+  }
+  std::vector<nlohmann::json> log(const std::string& experiment, const std::string& type) {
+    std::vector<nlohmann::json> v;
+    std::ifstream f(dir_ / "out" / experiment / "log.jsonl");
+    std::string line;
+    while (std::getline(f, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("type", "") == type) v.push_back(j);
+    }
+    return v;
+  }
+  // summary.csv rows as column name -> text.
+  std::vector<std::map<std::string, std::string>> summary(const std::string& experiment) {
+    std::ifstream f(dir_ / "out" / experiment / "summary.csv");
+    std::string line;
+    std::vector<std::string> cols;
+    std::vector<std::map<std::string, std::string>> rows;
+    auto split = [](const std::string& s) {
+      std::vector<std::string> v;
+      std::stringstream ss(s);
+      std::string c;
+      while (std::getline(ss, c, ',')) v.push_back(c);
+      return v;
+    };
+    if (std::getline(f, line)) cols = split(line);
+    while (std::getline(f, line)) {
+      const auto v = split(line);
+      std::map<std::string, std::string> r;
+      for (size_t i = 0; i < cols.size() && i < v.size(); ++i) r[cols[i]] = v[i];
+      rows.push_back(r);
+    }
+    return rows;
+  }
+  int64_t last_step(const std::string& experiment) {
+    const auto t = log(experiment, "train");
+    return t.empty() ? 0 : t.back().at("step").get<int64_t>();
+  }
+
+  fs::path dir_;
+  std::string data_;
+};
+
+TEST_F(SeedMethodsCli, BudgetRunEndsInsideItsBudgetWithAnEvaluation) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r =
+      run_vitrain(train_flags("budget", "--img-size 16 --epochs 3 --budget 20s"), dir_.string());
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Budget: stopped"), std::string::npos) << r.out;
+  const auto rows = summary("budget");
+  ASSERT_FALSE(rows.empty());
+  const auto& last = rows.back();
+  EXPECT_DOUBLE_EQ(std::stod(last.at("budget_s")), 20.0);
+  EXPECT_LE(std::stod(last.at("seconds")), 20.0);  // the recorded elapsed time
+  EXPECT_GT(std::stod(last.at("fraction")), 0.0);  // (how much is used depends on the load)
+  EXPECT_GE(std::stod(last.at("eval_top1")), 0.0);
+  std::printf("budget run: wall %.1fs, recorded %.1fs, %zu eval rows, %lld updates\n", wall,
+              std::stod(last.at("seconds")), rows.size(), (long long)last_step("budget"));
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "budget" / "last.safetensors"));
+  const auto evals = log("budget", "eval");
+  ASSERT_FALSE(evals.empty());
+  EXPECT_DOUBLE_EQ(evals.back().at("budget_s").get<double>(), 20.0);
+}
+
+TEST_F(SeedMethodsCli, SizeCurriculumChangesSizeAndResumesBitwise) {
+  // 8 -> 12 -> 16 px (patch 4), one size per epoch, final size 16.
+  const std::string flags = "--img-size 16 --epochs 3 --curriculum size --init-size 8 "
+                            "--size-step 4 --size-every 1";
+  ASSERT_EQ(run_vitrain(train_flags("straight", flags), dir_.string()).exit_code, 0);
+  const auto rows = summary("straight");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].at("img_size"), "8");
+  EXPECT_EQ(rows[1].at("img_size"), "12");
+  EXPECT_EQ(rows[2].at("img_size"), "16");
+  // The model is initialised at the final size and resampled to each curriculum size.
+  std::vector<int> resized;
+  for (const auto& j : log("straight", "size")) resized.push_back(j.at("img_size").get<int>());
+  EXPECT_EQ(resized, (std::vector<int>{8, 12, 16}));
+  // The weight files are at the final size.
+  const vit::WeightsFile w = vit::load_weights((dir_ / "out" / "straight" / "last.safetensors").string());
+  EXPECT_EQ(w.cfg.img_size, 16);
+  // Interrupted mid-epoch-1 (training at 12 px), then resumed: bitwise identical losses.
+  const RunResult a = run_vitrain(train_flags("split", flags + " --stop-after-updates 21"),
+                                  dir_.string());
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const vit::TrainState st = vit::load_train_state((dir_ / "out" / "split" / "state.safetensors").string());
+  EXPECT_EQ(st.weights.cfg.img_size, 12);
+  const RunResult b = run_vitrain("train --resume " + (dir_ / "out" / "split").string(), dir_.string());
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  std::map<int64_t, double> ref, got;
+  for (const auto& j : log("straight", "train")) ref[j.at("step")] = j.at("loss").get<double>();
+  for (const auto& j : log("split", "train")) got[j.at("step")] = j.at("loss").get<double>();
+  ASSERT_EQ(ref.size(), 48u);
+  ASSERT_EQ(got.size(), ref.size());
+  for (const auto& [step, loss] : ref) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  const auto rows2 = summary("split");
+  ASSERT_EQ(rows2.size(), 3u);
+  EXPECT_EQ(rows2[2].at("eval_top1"), rows[2].at("eval_top1"));
+}
+
+TEST_F(SeedMethodsCli, EfficientTrainMakesMoreCheaperUpdatesFollowingTheTable) {
+  const std::string base = "--img-size 32 --epochs 2";
+  ASSERT_EQ(run_vitrain(train_flags("plain", base), dir_.string()).exit_code, 0);
+  const int64_t plain_updates = last_step("plain");
+  EXPECT_EQ(plain_updates, 32);
+  const vit::EtSchedule sched = vit::et_schedule_deit(32, 4);
+  for (const std::string mode : {"fft", "downsample"}) {
+    const std::string exp = "et_" + mode;
+    const RunResult r = run_vitrain(
+        train_flags(exp, base + " --curriculum efficienttrain --lowfreq " + mode), dir_.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("Compute budget spent"), std::string::npos) << r.out;
+    EXPECT_GT(last_step(exp), plain_updates) << mode;
+    std::set<int> sizes;
+    int last_stage = -1;
+    for (const auto& j : log(exp, "train")) {
+      const int stage = j.at("stage"), size = j.at("img_size");
+      ASSERT_GE(stage, 0);
+      ASSERT_LT(stage, 10);
+      EXPECT_EQ(size, sched.sizes[size_t(stage)]) << mode << " step " << j.at("step");
+      EXPECT_EQ(j.at("magnitude").get<int>(), stage);
+      EXPECT_GE(stage, last_stage);
+      last_stage = stage;
+      sizes.insert(size);
+    }
+    EXPECT_EQ(last_stage, 9);
+    EXPECT_EQ(sizes, (std::set<int>{12, 24, 28, 32})) << mode;
+    const auto rows = summary(exp);
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(rows.back().at("img_size"), "32");
+    const vit::WeightsFile w = vit::load_weights((dir_ / "out" / exp / "last.safetensors").string());
+    EXPECT_EQ(w.cfg.img_size, 32);
+    std::printf("efficienttrain %s: %lld updates vs %lld plain\n", mode.c_str(),
+                (long long)last_step(exp), (long long)plain_updates);
+  }
+}
+
+TEST_F(SeedMethodsCli, ReplayTrainsEachFreshBatchSeveralTimes) {
+  const RunResult r =
+      run_vitrain(train_flags("replay", "--img-size 8 --epochs 1 --replay 2"), dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(last_step("replay"), 16);
+  EXPECT_EQ(summary("replay").size(), 1u);
+}
+
+TEST_F(SeedMethodsCli, BadSeedFlagsAreOneLineErrors) {
+  for (const std::string bad : {"--curriculum size --init-size 64 --img-size 16",
+                                "--eval-size 10 --img-size 16", "--budget 3x"}) {
+    const RunResult r = run_vitrain(train_flags("bad", bad), dir_.string());
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_FALSE(r.err.empty()) << bad;
+  }
+}
+
+}  // namespace
