@@ -30,11 +30,22 @@ std::string temp_yaml(const std::string& name, const std::string& text) {
 
 TEST(TrainArgs, Defaults) {
   const vit::TrainArgs a = parse({});
-  EXPECT_EQ(a.model, "vit_fmnist_tiny");
+  EXPECT_EQ(a.model, "vit_fmnist_local");
   EXPECT_EQ(a.data_dir, "/usr/share/datasets/fashion-mnist");
-  EXPECT_EQ(a.batch_size, 128);
+  EXPECT_EQ(a.batch_size, 64);
   EXPECT_EQ(a.opt, "adamw");
   EXPECT_EQ(a.device, "cpu");
+}
+
+// recipes/fmnist.yaml promises to spell out the flag defaults: the effective configs must agree.
+TEST(TrainArgs, DefaultRecipeFileIsTheDefaults) {
+  const vit::TrainArgs from_file = parse({"-c", VIT_SOURCE_DIR "/recipes/fmnist.yaml"});
+  EXPECT_EQ(vit::to_yaml(from_file), vit::to_yaml(parse({})));
+  // The quick recipe differs only in its length.
+  vit::TrainArgs quick = parse({"-c", VIT_SOURCE_DIR "/recipes/fmnist_quick.yaml"});
+  EXPECT_EQ(quick.epochs, 3);
+  quick.epochs = parse({}).epochs;
+  EXPECT_EQ(vit::to_yaml(quick), vit::to_yaml(parse({})));
 }
 
 TEST(TrainArgs, FlagsAndShortForms) {
