@@ -3,9 +3,6 @@
 // bitwise resume mid-curriculum), EfficientTrain++ (--curriculum efficienttrain, both
 // --lowfreq modes) and the replay buffer (--replay).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <cstdio>
@@ -18,91 +15,18 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
+#include "cli_harness.h"
 #include "train/checkpoint.h"
 #include "train/curriculum.h"
 
 namespace fs = std::filesystem;
+using vit::testing::RunResult;
+using vit::testing::run_vitrain;
 
 namespace {
 
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs the vitrain binary with a shell command line; captures stdout and stderr.
-RunResult run_vitrain(const std::string& args, const std::string& dir) {
-  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-  const std::string cmd =
-      std::string(VIT_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  };
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
-  gzclose(f);
-}
-
-std::vector<uint8_t> idx_header(uint8_t ndims, std::vector<uint32_t> dims) {
-  std::vector<uint8_t> h = {0, 0, 0x08, ndims};
-  for (uint32_t d : dims)
-    for (int s = 24; s >= 0; s -= 8) h.push_back(uint8_t(d >> s));
-  return h;
-}
-
-// A learnable 4-class toy data set: class k has k + 1 bright 4x4 quadrants (patch tokens).
-void write_toy_idx(const std::string& dir, int n_train, int n_test) {
-  fs::create_directories(dir);
-  vit::Rng rng(3);
-  for (auto [prefix, n] : {std::pair{"train", n_train}, std::pair{"t10k", n_test}}) {
-    std::vector<uint8_t> img = idx_header(3, {uint32_t(n), 8, 8});
-    std::vector<uint8_t> lab = idx_header(1, {uint32_t(n)});
-    for (int i = 0; i < n; ++i) {
-      const int k = int(rng.below(4));
-      lab.push_back(uint8_t(k));
-      int bright[4] = {0, 1, 2, 3};  // the first k + 1 of a random order are bright
-      for (int j = 3; j > 0; --j) std::swap(bright[j], bright[rng.below(uint64_t(j + 1))]);
-      for (int y = 0; y < 8; ++y)
-        for (int x = 0; x < 8; ++x) {
-          const int q = (y / 4) * 2 + (x / 4);
-          bool bar = false;
-          for (int j = 0; j <= k; ++j) bar = bar || bright[j] == q;
-          img.push_back(uint8_t(bar ? 200 + rng.below(50) : rng.below(40)));
-        }
-    }
-    write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", img);
-    write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", lab);
-  }
-}
-
-class SeedMethodsCli : public ::testing::Test {
+class SeedMethodsCli : public vit::testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("vitrain_seed_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    data_ = (dir_ / "data").string();
-    write_toy_idx(data_, 512, 128);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string train_flags(const std::string& experiment, const std::string& extra) {
     return "train --data-dir " + data_ + " --model vit_fmnist_tiny --output " +
            (dir_ / "out").string() + " --experiment " + experiment +
@@ -110,14 +34,7 @@ class SeedMethodsCli : public ::testing::Test {
            "--drop-path 0.1 --hflip 0 --crop-pad 0 " + extra;
   }
   std::vector<nlohmann::json> log(const std::string& experiment, const std::string& type) {
-    std::vector<nlohmann::json> v;
-    std::ifstream f(dir_ / "out" / experiment / "log.jsonl");
-    std::string line;
-    while (std::getline(f, line)) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.value("type", "") == type) v.push_back(j);
-    }
-    return v;
+    return vit::testing::read_log(dir_ / "out" / experiment, type);
   }
   // summary.csv rows as column name -> text.
   std::vector<std::map<std::string, std::string>> summary(const std::string& experiment) {
@@ -145,9 +62,6 @@ class SeedMethodsCli : public ::testing::Test {
     const auto t = log(experiment, "train");
     return t.empty() ? 0 : t.back().at("step").get<int64_t>();
   }
-
-  fs::path dir_;
-  std::string data_;
 };
 
 TEST_F(SeedMethodsCli, BudgetRunEndsInsideItsBudgetWithAnEvaluation) {

@@ -5,101 +5,29 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/rng.h"
+#include "cli_harness.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
+using vit::testing::RunResult;
+using vit::testing::run_vitrain;
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs the vitrain binary with a shell command line; captures stdout and stderr.
-RunResult run_vitrain(const std::string& args, const std::string& dir) {
-  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-  const std::string cmd =
-      std::string(VIT_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  };
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
-  gzclose(f);
-}
-
-std::vector<uint8_t> idx_header(uint8_t ndims, std::vector<uint32_t> dims) {
-  std::vector<uint8_t> h = {0, 0, 0x08, ndims};
-  for (uint32_t d : dims)
-    for (int s = 24; s >= 0; s -= 8) h.push_back(uint8_t(d >> s));
-  return h;
-}
-
-// A learnable 4-class toy data set: class k has k + 1 bright 4x4 quadrants (patch tokens).
-void write_toy_idx(const std::string& dir, int n_train, int n_test) {
-  fs::create_directories(dir);
-  vit::Rng rng(3);
-  for (auto [prefix, n] : {std::pair{"train", n_train}, std::pair{"t10k", n_test}}) {
-    std::vector<uint8_t> img = idx_header(3, {uint32_t(n), 8, 8});
-    std::vector<uint8_t> lab = idx_header(1, {uint32_t(n)});
-    for (int i = 0; i < n; ++i) {
-      const int k = int(rng.below(4));
-      lab.push_back(uint8_t(k));
-      int bright[4] = {0, 1, 2, 3};  // the first k + 1 of a random order are bright
-      for (int j = 3; j > 0; --j) std::swap(bright[j], bright[rng.below(uint64_t(j + 1))]);
-      for (int y = 0; y < 8; ++y)
-        for (int x = 0; x < 8; ++x) {
-          const int q = (y / 4) * 2 + (x / 4);
-          bool bar = false;
-          for (int j = 0; j <= k; ++j) bar = bar || bright[j] == q;
-          img.push_back(uint8_t(bar ? 200 + rng.below(50) : rng.below(40)));
-        }
-    }
-    write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", img);
-    write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", lab);
-  }
-}
-
-class TrainCli : public ::testing::Test {
+class TrainCli : public vit::testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("vitrain_cli_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    data_ = (dir_ / "data").string();
-    write_toy_idx(data_, 512, 128);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A small model and recipe on the toy data; `extra` appends/overrides flags.
   std::string train_flags(const std::string& experiment, const std::string& extra = "") {
     return "train --data-dir " + data_ + " --model vit_fmnist_tiny --img-size 8 --output " +
@@ -111,17 +39,10 @@ class TrainCli : public ::testing::Test {
   // Per-update training losses from a run's log.jsonl, keyed by optimizer step.
   std::map<int64_t, double> losses(const std::string& experiment) {
     std::map<int64_t, double> m;
-    std::ifstream f(dir_ / "out" / experiment / "log.jsonl");
-    std::string line;
-    while (std::getline(f, line)) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.value("type", "") == "train") m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    }
+    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
+      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
     return m;
   }
-
-  fs::path dir_;
-  std::string data_;
 };
 
 TEST_F(TrainCli, RunFolderHasEverything) {

@@ -12,7 +12,7 @@ import torchvision.transforms as T
 import torchvision.transforms.functional as TF
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
-from resample_ref import write_safetensors
+from torch_vit import write_safetensors
 
 FILL = (124, 116, 104)  # round(ImageNet mean * 255), timm's img_mean
 

@@ -2,35 +2,13 @@
 for tests/test_resample_torch.cpp: bilinear and bicubic, with and without antialias, up and down.
 Usage: /usr/bin/python3 resample_ref.py --out DIR   (writes DIR/resample.safetensors)"""
 import argparse
-import json
 import os
-import struct
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def write_safetensors(path, tensors, metadata):
-    header = {"__metadata__": metadata}
-    offset = 0
-    blobs = []
-    for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
-        dtype = {np.float32: "F32", np.float64: "F64"}[arr.dtype.type]
-        header[name] = {"dtype": dtype, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-        blobs.append(arr.tobytes())
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+from torch_vit import write_safetensors
 
 
 def main():
