@@ -1,0 +1,151 @@
+// Shared by the .cu files only: error checks, fp32 <-> storage conversions, warp/block
+// reductions, launch sizes, the scratch arena and the instantiation macros.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "core/common.h"
+#include "ops/cuda/ops.h"
+
+namespace vit::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* what, const char* file, int line);
+
+// Every CUDA runtime call goes through this; failures become a vit::Error naming file:line.
+#define VIT_CUDA_CHECK(call)                                              \
+  do {                                                                    \
+    const cudaError_t vit_err_ = (call);                                  \
+    if (vit_err_ != cudaSuccess)                                          \
+      ::vit::cuda::throw_cuda_error(vit_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+// After each kernel launch: catches bad launch configurations at the op that made them.
+#define VIT_CUDA_LAUNCHED() VIT_CUDA_CHECK(cudaGetLastError())
+
+// Arithmetic is fp32 whatever the storage type.
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of up to 1024 threads; every thread gets the result. `smem` holds 32 A's.
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* smem) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int nwarps = (blockDim.x + 31) / 32;
+  v = warp_sum(v);
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? smem[lane] : A(0);
+  return warp_sum(v);
+}
+
+// Grid-stride loop over i in [0, n) (n may exceed 2^31: the index is 64-bit).
+#define VIT_GRID_STRIDE(i, n)                                                         \
+  for (::vit::Index i = blockIdx.x * ::vit::Index(blockDim.x) + threadIdx.x; i < (n); \
+       i += ::vit::Index(gridDim.x) * blockDim.x)
+
+constexpr int kBlock = 256;  // default threads per block for elementwise kernels
+
+inline unsigned blocks_for(Index n, int block = kBlock) {
+  const Index b = (n + block - 1) / block;
+  return unsigned(b < 1 ? 1 : b);
+}
+// Grid for grid-stride loops: enough blocks to fill the GPU, no more.
+unsigned grid_stride_blocks(Index n, int block = kBlock);
+int num_sms();
+
+// Device scratch memory owned by the backend, grown on demand and never shrunk. `slot` keeps
+// buffers that are live at the same time apart (an op uses slots 0, 1, 2 ...). Valid until the
+// next call with the same slot; ops on one stream may reuse it freely.
+void* scratch(size_t bytes, int slot);
+
+// Scratch slots, one per buffer that can be live at the same time as another.
+enum ScratchSlot : int {
+  kScratchAttScores = 0,  // attention: fp32 scores / dP of one head
+  kScratchAttDs = 1,      // attention backward: dS of one head
+  kScratchNorm = 4,       // global grad norm partials
+  kScratchDwconv = 5,     // dwconv dweight partials
+  kScratchLayernorm = 6,  // layernorm dweight/dbias partials
+  kScratchColsum = 7,     // column-sum partials
+};
+
+// out (C) += column sums of f(r, c) over r < R, in fp32. Deterministic: fixed row chunks per
+// block, partials summed in chunk order (no atomics), so reruns give the same bits.
+template <typename F>
+__global__ void colsum_partial_kernel(float* partial, F f, Index R, Index C, Index rows_per_chunk) {
+  // partial (chunks, C); block (32, 8): x walks columns (coalesced), y interleaves rows
+  __shared__ float sm[8][33];
+  const Index c = blockIdx.x * Index(32) + threadIdx.x;
+  const Index r0 = blockIdx.y * rows_per_chunk;
+  const Index r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+  float acc = 0.0f;
+  if (c < C)
+    for (Index r = r0 + threadIdx.y; r < r1; r += 8) acc += f(r, c);
+  sm[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float s = 0.0f;
+    for (int y = 0; y < 8; ++y) s += sm[y][threadIdx.x];
+    partial[blockIdx.y * C + c] = s;
+  }
+}
+
+template <typename A = float>
+__global__ void colsum_finish_kernel(A* out, const A* partial, Index chunks, Index C) {
+  // out (C) += sum over chunks of partial (chunks, C)
+  const Index c = blockIdx.x * Index(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  A s = A(0);
+  for (Index k = 0; k < chunks; ++k) s += partial[k * C + c];
+  out[c] += s;
+}
+
+template <typename F>
+void colsum_accumulate(float* out, F f, Index R, Index C) {
+  if (R <= 0 || C <= 0) return;
+  const Index col_blocks = (C + 31) / 32;
+  // About 4 blocks per SM in total, each chunk at least 64 rows.
+  Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
+  chunks = chunks < (R + 63) / 64 ? chunks : (R + 63) / 64;
+  chunks = chunks < 1 ? 1 : (chunks > 65535 ? 65535 : chunks);
+  const Index rows_per_chunk = (R + chunks - 1) / chunks;
+  auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
+  colsum_partial_kernel<<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
+      partial, f, R, C, rows_per_chunk);
+  VIT_CUDA_LAUNCHED();
+  colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(out, partial, chunks, C);
+  VIT_CUDA_LAUNCHED();
+}
+
+// Explicit instantiation of an op for the storage types.
+#define VIT_CUDA_INSTANTIATE(MACRO) \
+  MACRO(float)                      \
+  MACRO(::vit::cuda::bf16)
+
+}  // namespace vit::cuda

@@ -1,0 +1,113 @@
+// Patch extraction (the im2col of the stride-P patch convolution) and token assembly (class
+// token, position embedding). All elementwise, one thread per output element.
+#include "ops/cuda/common.cuh"
+
+namespace vit::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void im2patches_kernel(T* patches, const T* img, Index B, Index Cin, Index Himg,
+                                  Index Wimg, Index P) {
+  // img (B, Cin, Himg, Wimg) -> patches (B, gh * gw, Cin * P * P), each (c, ph, pw)
+  const Index gh = Himg / P, gw = Wimg / P, F = Cin * P * P;
+  VIT_GRID_STRIDE(i, B * gh * gw * F) {
+    const Index f = i % F, q = i / F;
+    const Index b = q / (gh * gw), p = q % (gh * gw), py = p / gw, px = p % gw;
+    const Index c = f / (P * P), ph = (f / P) % P, pw = f % P;
+    patches[i] = img[((b * Cin + c) * Himg + py * P + ph) * Wimg + px * P + pw];
+  }
+}
+
+template <typename T>
+__global__ void embed_tokens_forward_kernel(T* x, const T* patch_out, const T* cls, const T* pos,
+                                            Index B, Index N, Index prefix, Index C) {
+  // x (B, N, C); patch_out (B, N - prefix, C); cls (C); pos (N, C)
+  VIT_GRID_STRIDE(i, B * N * C) {
+    const Index c = i % C, n = (i / C) % N, b = i / (C * N);
+    const float src =
+        n < prefix ? to_f32(cls[c]) : to_f32(patch_out[(b * (N - prefix) + n - prefix) * C + c]);
+    x[i] = from_f32<T>(src + to_f32(pos[n * C + c]));
+  }
+}
+
+template <typename T>
+__global__ void embed_dpatch_kernel(T* dpatch_out, const T* dx, Index B, Index N, Index prefix,
+                                    Index C) {
+  // dpatch_out (B, N - prefix, C) = the patch rows of dx (B, N, C)
+  const Index Np = N - prefix;
+  VIT_GRID_STRIDE(i, B * Np * C) {
+    const Index c = i % C, p = (i / C) % Np, b = i / (C * Np);
+    dpatch_out[i] = dx[(b * N + prefix + p) * C + c];
+  }
+}
+
+template <typename T>
+__global__ void embed_dpos_kernel(float* dpos, const T* dx, Index B, Index N, Index C) {
+  // dpos (N, C) += sum over b of dx (B, N, C); one thread per (n, c), coalesced over c
+  VIT_GRID_STRIDE(i, N * C) {
+    float s = 0.0f;
+    for (Index b = 0; b < B; ++b) s += to_f32(dx[b * N * C + i]);
+    dpos[i] += s;
+  }
+}
+
+template <typename T>
+__global__ void embed_dcls_kernel(float* dcls, const T* dx, Index B, Index N, Index prefix,
+                                  Index C) {
+  // dcls (C) += sum over b and the prefix rows n < prefix of dx (B, N, C)
+  VIT_GRID_STRIDE(c, C) {
+    float s = 0.0f;
+    for (Index n = 0; n < prefix; ++n)
+      for (Index b = 0; b < B; ++b) s += to_f32(dx[(b * N + n) * C + c]);
+    dcls[c] += s;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg, Index P) {
+  const Index n = B * (Himg / P) * (Wimg / P) * Cin * P * P;
+  if (n <= 0) return;
+  im2patches_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(patches, img, B, Cin, Himg,
+                                                                    Wimg, P);
+  VIT_CUDA_LAUNCHED();
+}
+
+template <typename T>
+void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
+                          Index prefix, Index C) {
+  if (B * N * C <= 0) return;
+  embed_tokens_forward_kernel<<<grid_stride_blocks(B * N * C), kBlock, 0, stream()>>>(
+      x, patch_out, cls, pos, B, N, prefix, C);
+  VIT_CUDA_LAUNCHED();
+}
+
+template <typename T>
+void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const T* dx, Index B, Index N,
+                           Index prefix, Index C) {
+  if (B * N * C <= 0) return;
+  if (dpatch_out && N > prefix) {
+    embed_dpatch_kernel<<<grid_stride_blocks(B * (N - prefix) * C), kBlock, 0, stream()>>>(
+        dpatch_out, dx, B, N, prefix, C);
+    VIT_CUDA_LAUNCHED();
+  }
+  if (dpos) {
+    embed_dpos_kernel<<<grid_stride_blocks(N * C), kBlock, 0, stream()>>>(dpos, dx, B, N, C);
+    VIT_CUDA_LAUNCHED();
+  }
+  if (dcls && prefix > 0) {
+    embed_dcls_kernel<<<grid_stride_blocks(C), kBlock, 0, stream()>>>(dcls, dx, B, N, prefix, C);
+    VIT_CUDA_LAUNCHED();
+  }
+}
+
+#define INSTANTIATE(T)                                                                         \
+  template void im2patches<T>(T*, const T*, Index, Index, Index, Index, Index);                \
+  template void embed_tokens_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index, \
+                                        Index);                                                \
+  template void embed_tokens_backward<T>(T*, float*, float*, const T*, Index, Index, Index, Index);
+VIT_CUDA_INSTANTIATE(INSTANTIATE)
+
+}  // namespace vit::cuda

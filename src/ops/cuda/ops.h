@@ -1,0 +1,156 @@
+// CUDA ops: the GPU twin of src/ops/cpu/ops.h, one src/ops/cuda/<family>.cu per CPU file, with
+// the same names, argument order and accumulate/overwrite rules. All pointers are DEVICE
+// pointers; every op is enqueued on vit::cuda::stream() and returns without synchronising.
+//
+// Each op is a template on the storage type T of activations and weights, instantiated for
+// float (the fp32 debugging mode, checked tightly against the CPU reference) and __nv_bfloat16
+// (the mixed-precision product). Arithmetic is fp32 everywhere; bf16 is only how tensors are
+// stored. Where fp32 storage matters regardless of T, the type is `float` instead of T, so for
+// T = float every signature is exactly the CPU one:
+//  * parameter gradients (dweight, dbias, dgamma, dcls, dpos) are fp32: they accumulate over
+//    micro-batches, and the fused AdamW reads them next to the fp32 master weights;
+//  * LayerNorm statistics (mean, rstd), the cross-entropy losses and probabilities, the soft
+//    targets and the stochastic-depth sample scales are fp32.
+// Conventions (as on the CPU): row-major, tokens (B, N, C); parameter gradients ACCUMULATE;
+// input gradients OVERWRITE unless marked "accumulates"; a nullptr gradient output is skipped.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/common.h"
+#include "train/optimizer.h"
+
+namespace vit::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---------------------------------------------------------------------------------------------
+// Runtime (runtime.cu)
+
+// Number of usable CUDA devices; 0 when there is none or no driver (never throws). `why`, when
+// given, receives the CUDA error text or "0 devices".
+int device_count(std::string* why = nullptr);
+// The stream every op is enqueued on: the legacy default stream (0) unless set.
+cudaStream_t stream();
+void set_stream(cudaStream_t s);
+// Waits for everything enqueued on stream(), and throws vit::Error on an asynchronous error.
+void synchronize();
+
+// Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
+template <typename TDst, typename TSrc>
+void convert(TDst* dst, const TSrc* src, Index n);
+
+// ---------------------------------------------------------------------------------------------
+// Layer ops (same semantics as vit::cpu::*, see src/ops/cpu/ops.h for the full docs)
+
+// out (M, Nout) = inp (M, K) @ weight (Nout, K)^T + bias (Nout) [bias may be nullptr].
+// cuBLASLt, fp32 accumulation, the bias added in the GEMM epilogue.
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, Index M, Index K,
+                    Index Nout);
+// dinp (M, K) = dout @ weight (overwrite); dweight (Nout, K) += dout^T @ inp; dbias (Nout) +=
+// column sums of dout.
+template <typename T>
+void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                     const T* weight, Index M, Index K, Index Nout);
+
+// LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32.
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, Index R, Index C, float eps);
+// dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
+template <typename T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                        const T* weight, const float* mean, const float* rstd, Index R, Index C);
+
+// qkv (B, N, 3*H*D) -> att (B, H, N, N) softmax probabilities, out (B, N, H*D). Scale D^-0.5.
+// Batched cuBLASLt GEMMs (one launch per head, batched over B) around an fp32 softmax; the
+// scores are fp32 in a scratch buffer, only the probabilities are stored as T.
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, Index B, Index N, Index H, Index D);
+// dqkv (B, N, 3*H*D) overwrite.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, Index B, Index N,
+                        Index H, Index D);
+
+// Exact (erf) GELU and h-swish, elementwise over n values.
+template <typename T>
+void gelu_forward(T* out, const T* inp, Index n);
+template <typename T>
+void gelu_backward(T* dinp, const T* dout, const T* inp, Index n);
+template <typename T>
+void hswish_forward(T* out, const T* inp, Index n);
+template <typename T>
+void hswish_backward(T* dinp, const T* dout, const T* inp, Index n);
+
+// Depthwise 3x3 conv on the token grid; the first `prefix` rows of each sample bypass it (their
+// output and input-gradient rows are 0). inp/out (B, N, C), weight (C, 1, 3, 3).
+template <typename T>
+void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, Index prefix,
+                       Index gh, Index gw, Index C);
+// dinp (B, N, C) overwrite (prefix rows zeroed); dweight (C, 1, 3, 3) accumulates.
+template <typename T>
+void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
+                        Index B, Index N, Index prefix, Index gh, Index gw, Index C);
+
+// img (B, Cin, Himg, Wimg) NCHW -> patches (B, gh*gw, Cin*P*P), each ordered (c, ph, pw).
+template <typename T>
+void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg, Index P);
+
+// x (B, N, C): x[b, n < prefix] = cls + pos[n], x[b, prefix + p] = patch_out[b, p] + pos.
+template <typename T>
+void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
+                          Index prefix, Index C);
+// dpatch_out (B, N - prefix, C) overwrite; dcls (C) and dpos (N, C) accumulate.
+template <typename T>
+void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const T* dx, Index B, Index N,
+                           Index prefix, Index C);
+
+// out (B, S, C) = x + sample_scale[b] * gamma[c] * branch; gamma (C), sample_scale (B) may be
+// nullptr (meaning 1). out may alias x.
+template <typename T>
+void residual_forward(T* out, const T* x, const T* branch, const T* gamma,
+                      const float* sample_scale, Index B, Index S, Index C);
+// dbranch (B, S, C) overwrite = sample_scale * gamma * dout; dgamma (C) accumulates.
+template <typename T>
+void residual_backward(T* dbranch, float* dgamma, const T* dout, const T* branch, const T* gamma,
+                       const float* sample_scale, Index B, Index S, Index C);
+
+// out (B, C): the class token (avg == false) or the mean of x[b, prefix:N].
+template <typename T>
+void pool_forward(T* out, const T* x, Index B, Index N, Index prefix, Index C, bool avg);
+// dx (B, N, C) ACCUMULATES.
+template <typename T>
+void pool_backward(T* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg);
+
+// losses (B) = -sum_k t_k log softmax(logits)_k, probs (B, K) saved; all fp32 but the logits.
+template <typename T>
+void cross_entropy_forward(float* losses, float* probs, const T* logits, const float* targets,
+                           Index B, Index K);
+// dlogits (B, K) overwrite = (probs - targets) * dloss.
+template <typename T>
+void cross_entropy_backward(T* dlogits, const float* probs, const float* targets, float dloss,
+                            Index B, Index K);
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer (adamw.cu; the GPU twin of src/train/optimizer.cpp)
+
+// norm (1, device, fp64) = sqrt(sum grads^2): a deterministic two-pass reduction (fixed block
+// partials, then one block), fp64 accumulation as on the CPU.
+void global_grad_norm(double* norm, const float* grads, Index n);
+
+// One fused AdamW update over the contiguous fp32 master buffer, torch.optim.AdamW math as
+// vit::AdamW<float>::step: decoupled weight decay on elements [0, num_decay) only, bias
+// correction with `step` (1 for the first update), and global-norm clipping when
+// cfg.clip_grad > 0, the scale computed on the device from `grad_norm` (from
+// global_grad_norm; no host sync; may be nullptr without clipping). params, m, v, grads (n)
+// fp32; params_lowp (n), when not nullptr, receives the updated weights in TLow (the bf16 copy
+// the forward reads).
+template <typename TLow>
+void adamw_step(float* params, TLow* params_lowp, float* m, float* v, const float* grads,
+                const double* grad_norm, Index n, Index num_decay, const AdamWConfig& cfg,
+                double lr, Index step);
+
+}  // namespace vit::cuda

@@ -1,0 +1,645 @@
+// Every CUDA op (src/ops/cuda), forward and backward, against the CPU reference (src/ops/cpu)
+// on the same random inputs, in both storage modes:
+//  * fp32: the debugging mode, tight tolerances (~1e-4 relative);
+//  * bf16: inputs are rounded to bf16 first, so the CPU (fp32) sees exactly the GPU's values,
+//    and the tolerance covers the bf16 rounding of the outputs (and of the intermediates the
+//    op stores in bf16: attention probabilities and dS).
+// An element passes when |gpu - ref| <= rtol * |ref| + atol * max|ref| (atol is relative to the
+// tensor's scale, so cancellation near zero is judged against the size of the whole tensor).
+// Every device buffer has guard bytes on both sides that must come back untouched; outputs
+// that an op overwrites start as garbage (0x7f bytes: ~3.4e38), so a skipped element shows;
+// every output is checked for NaN/Inf. Shapes include N = 197 and 50, C = 100 (not a multiple
+// of 8), odd B, a prefix-free grid; hostile values: LayerNorm rows with mean 1e3 and std 1e-2,
+// logits near +-80. Without a CUDA device every test skips ("no CUDA device: ...").
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/rng.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops.h"
+#include "train/optimizer.h"
+
+namespace {
+
+using vit::Index;
+using bf16 = __nv_bfloat16;
+using Vec = std::vector<float>;
+namespace cpu = vit::cpu;
+namespace gpu = vit::cuda;
+
+void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+float to_float(float x) {
+  return x;
+}
+float to_float(bf16 x) {
+  return __bfloat162float(x);
+}
+template <typename E>
+E from_float(float x) {
+  if constexpr (std::is_same_v<E, float>)
+    return x;
+  else
+    return __float2bfloat16_rn(x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device buffers with guard bytes
+
+constexpr size_t kGuard = 256;            // bytes each side (keeps the data 256-byte aligned)
+constexpr unsigned char kPattern = 0x7f;  // guards and initial contents
+
+template <typename E>
+class DevBuf {
+ public:
+  // n elements, `offset` elements into the allocation: offset 1 gives the 2- or 4-byte
+  // aligned pointers of a tensor inside the flat parameter buffer.
+  explicit DevBuf(size_t n, std::string name, size_t offset = 0)
+      : n_(n), off_(offset), name_(std::move(name)) {
+    cuda_ok(cudaMalloc(&base_, bytes()), "cudaMalloc");
+    cuda_ok(cudaMemset(base_, kPattern, bytes()), "cudaMemset");
+  }
+  DevBuf(const Vec& host, std::string name, size_t offset = 0)
+      : DevBuf(host.size(), std::move(name), offset) {
+    upload(host);
+  }
+  ~DevBuf() {
+    check_guards();
+    cudaFree(base_);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+
+  E* get() {
+    return reinterpret_cast<E*>(static_cast<unsigned char*>(base_) + kGuard + off_ * sizeof(E));
+  }
+  void upload(const Vec& host) {
+    std::vector<E> tmp(host.size());
+    for (size_t i = 0; i < host.size(); ++i) tmp[i] = from_float<E>(host[i]);
+    cuda_ok(cudaMemcpy(get(), tmp.data(), n_ * sizeof(E), cudaMemcpyHostToDevice), "upload");
+  }
+  Vec download() const {
+    std::vector<E> tmp(n_);
+    cuda_ok(cudaMemcpy(tmp.data(), const_cast<DevBuf*>(this)->get(), n_ * sizeof(E),
+                       cudaMemcpyDeviceToHost),
+            "download");
+    Vec out(n_);
+    for (size_t i = 0; i < n_; ++i) out[i] = to_float(tmp[i]);
+    return out;
+  }
+  // The guard bytes on both sides must be untouched (an out-of-bounds write lands there).
+  void check_guards() {
+    std::vector<unsigned char> head(kGuard), tail(kGuard);
+    auto* b = static_cast<unsigned char*>(base_);
+    if (cudaMemcpy(head.data(), b, kGuard, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(tail.data(), b + kGuard + (off_ + n_) * sizeof(E), kGuard,
+                   cudaMemcpyDeviceToHost) != cudaSuccess) {
+      ADD_FAILURE() << name_ << ": cannot read guard bytes";
+      return;
+    }
+    size_t bad_head = 0, bad_tail = 0;
+    for (size_t i = 0; i < kGuard; ++i) {
+      bad_head += head[i] != kPattern;
+      bad_tail += tail[i] != kPattern;
+    }
+    EXPECT_EQ(bad_head, 0u) << name_ << ": write before the buffer (guard bytes changed)";
+    EXPECT_EQ(bad_tail, 0u) << name_ << ": write past the buffer (guard bytes changed)";
+  }
+
+ private:
+  size_t bytes() const { return (off_ + n_) * sizeof(E) + 2 * kGuard; }
+  void* base_ = nullptr;
+  size_t n_, off_;
+  std::string name_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Inputs and comparison
+
+// Normal(shift, scale) values, rounded to the storage type E so both sides see the same inputs.
+template <typename E>
+Vec rnd(Index n, uint64_t seed, double scale = 1.0, double shift = 0.0) {
+  vit::Rng rng(seed);
+  Vec v(n);
+  for (auto& x : v) x = to_float(from_float<E>(float(shift + scale * rng.normal())));
+  return v;
+}
+
+struct Tol {
+  double rtol, atol;  // |gpu - ref| <= rtol * |ref| + atol * max|ref|
+};
+// Per-op tolerance: the first for fp32 storage, the second for bf16.
+template <typename T>
+Tol pick(Tol f32, Tol b16) {
+  return std::is_same_v<T, float> ? f32 : b16;
+}
+
+void expect_close(const std::string& what, const Vec& got, const Vec& ref, Tol tol) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double maxref = 0;
+  for (float r : ref) maxref = std::max(maxref, double(std::fabs(r)));
+  size_t nonfinite = 0, bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++nonfinite;
+      continue;
+    }
+    const double err = std::fabs(double(got[i]) - double(ref[i]));
+    const double lim = tol.rtol * std::fabs(double(ref[i])) + tol.atol * maxref + 1e-30;
+    if (err > lim) ++bad;
+    if (err / lim > worst_ratio) {
+      worst_ratio = err / lim;
+      worst = i;
+    }
+  }
+  EXPECT_EQ(nonfinite, 0u) << what << ": NaN/Inf in the GPU output";
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
+                     << " elements beyond tolerance (rtol " << tol.rtol << ", atol " << tol.atol
+                     << " x max|ref| " << maxref << "); worst [" << worst << "] gpu " << got[worst]
+                     << " ref " << ref[worst] << " (" << worst_ratio << " x the limit)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures: skip without a device
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+  void TearDown() override {
+    if (!IsSkipped()) gpu::synchronize();  // surfaces asynchronous kernel errors
+  }
+};
+
+template <typename T>
+class CudaOps : public CudaTest {};
+using StorageTypes = ::testing::Types<float, bf16>;
+class TypeNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, float> ? "fp32" : "bf16";
+  }
+};
+TYPED_TEST_SUITE(CudaOps, StorageTypes, TypeNames);
+
+// Token shapes: (B, N, C, H, prefix, grid side). N = prefix + g * g.
+struct TokShape {
+  Index B, N, C, H, prefix, g;
+};
+const std::vector<TokShape> kTokShapes = {
+    {3, 197, 192, 3, 1, 14},  // ViT-Ti/16 at 224, odd batch
+    {5, 50, 100, 4, 1, 7},    // N = 50, C not a multiple of 8 (D = 25)
+    {2, 49, 96, 3, 0, 7},     // avg classifier, no class token (vit_fmnist_*)
+    {1, 17, 40, 2, 1, 4},     // tiny
+};
+
+std::string str(const TokShape& s) {
+  std::ostringstream o;
+  o << "B=" << s.B << " N=" << s.N << " C=" << s.C << " H=" << s.H << " prefix=" << s.prefix;
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TYPED_TEST(CudaOps, Matmul) {
+  using T = TypeParam;
+  struct Case {
+    Index M, K, Nout;
+    bool bias, dinp;
+    size_t off;  // element offset of every buffer: 1 = weights inside the flat parameter buffer
+  };
+  const std::vector<Case> cases = {
+      {3 * 197, 192, 576, true, true, 0}, {5 * 50, 100, 300, true, true, 0},
+      {7, 100, 10, true, true, 0},        {2 * 49, 96, 384, false, true, 0},
+      {3 * 196, 48, 192, true, false, 0},  // patch embedding: no input gradient
+      {3 * 197, 192, 576, true, true, 1}, {5 * 50, 100, 300, true, true, 1},
+  };
+  const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});
+  const Tol t_dw = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});  // fp32 gradient of bf16 operands
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
+                 " Nout=" + std::to_string(c.Nout) + " offset=" + std::to_string(c.off));
+    const Vec inp = rnd<T>(c.M * c.K, ++seed), w = rnd<T>(c.Nout * c.K, ++seed, 0.1);
+    const Vec b = rnd<T>(c.Nout, ++seed), dout = rnd<T>(c.M * c.Nout, ++seed);
+    const Vec dw0 = rnd<float>(c.Nout * c.K, ++seed), db0 = rnd<float>(c.Nout, ++seed);
+    Vec out(c.M * c.Nout), dinp(c.M * c.K), dw = dw0, db = db0;
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), c.bias ? b.data() : nullptr, c.M, c.K,
+                        c.Nout);
+    cpu::matmul_backward(c.dinp ? dinp.data() : nullptr, dw.data(), db.data(), dout.data(),
+                         inp.data(), w.data(), c.M, c.K, c.Nout);
+
+    DevBuf<T> d_inp(inp, "inp", c.off), d_w(w, "weight", c.off), d_b(b, "bias", c.off);
+    DevBuf<T> d_dout(dout, "dout", c.off);
+    DevBuf<T> d_out(out.size(), "out", c.off), d_dinp(dinp.size(), "dinp", c.off);
+    DevBuf<float> d_dw(dw0, "dweight", c.off), d_db(db0, "dbias", c.off);
+    gpu::matmul_forward(d_out.get(), d_inp.get(), d_w.get(), c.bias ? d_b.get() : nullptr, c.M, c.K,
+                        c.Nout);
+    gpu::matmul_backward(c.dinp ? d_dinp.get() : nullptr, d_dw.get(), d_db.get(), d_dout.get(),
+                         d_inp.get(), d_w.get(), c.M, c.K, c.Nout);
+    gpu::synchronize();
+    expect_close("out", d_out.download(), out, t_out);
+    if (c.dinp) expect_close("dinp", d_dinp.download(), dinp, t_out);
+    expect_close("dweight", d_dw.download(), dw, t_dw);
+    expect_close("dbias", d_db.download(), db, t_dw);
+  }
+}
+
+TYPED_TEST(CudaOps, LayerNorm) {
+  using T = TypeParam;
+  struct Case {
+    Index R, C;
+    double scale, shift;  // input rows ~ Normal(shift, scale)
+  };
+  const std::vector<Case> cases = {
+      {3 * 197, 192, 1.0, 0.0},
+      {5 * 50, 100, 2.0, 0.5},
+      {7, 768, 1.0, 0.0},
+      {64, 100, 1e-2, 1e3},  // hostile: mean 1e3, std 1e-2 (degenerate after bf16 rounding)
+  };
+  const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});
+  const Tol t_stat = pick<T>({1e-5, 1e-6}, {1e-5, 1e-6});  // fp32 statistics in both modes
+  const Tol t_dx = pick<T>({2e-4, 2e-5}, {1e-2, 4e-3});
+  const Tol t_dw = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});
+  uint64_t seed = 200;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
+                 " mean=" + std::to_string(c.shift));
+    const Vec x = rnd<T>(c.R * c.C, ++seed, c.scale, c.shift);
+    const Vec w = rnd<T>(c.C, ++seed, 0.3, 1.0), b = rnd<T>(c.C, ++seed, 0.1);
+    const Vec dout = rnd<T>(c.R * c.C, ++seed), dx0 = rnd<T>(c.R * c.C, ++seed);
+    const Vec dw0 = rnd<float>(c.C, ++seed), db0 = rnd<float>(c.C, ++seed);
+    Vec out(c.R * c.C), mean(c.R), rstd(c.R), dx = dx0, dw = dw0, db = db0;
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), c.R,
+                           c.C, 1e-6f);
+    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                            mean.data(), rstd.data(), c.R, c.C);
+
+    DevBuf<T> d_x(x, "inp"), d_w(w, "weight"), d_b(b, "bias"), d_dout(dout, "dout");
+    DevBuf<T> d_out(out.size(), "out"), d_dx(dx0, "dinp");
+    DevBuf<float> d_mean(c.R, "mean"), d_rstd(c.R, "rstd"), d_dw(dw0, "dweight"),
+        d_db(db0, "dbias");
+    gpu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                           c.R, c.C, 1e-6f);
+    gpu::layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
+                            d_mean.get(), d_rstd.get(), c.R, c.C);
+    gpu::synchronize();
+    expect_close("out", d_out.download(), out, t_out);
+    expect_close("mean", d_mean.download(), mean, t_stat);
+    expect_close("rstd", d_rstd.download(), rstd, t_stat);
+    expect_close("dinp (accumulated)", d_dx.download(), dx, t_dx);
+    expect_close("dweight", d_dw.download(), dw, t_dw);
+    expect_close("dbias", d_db.download(), db, t_dw);
+  }
+}
+
+TYPED_TEST(CudaOps, Attention) {
+  using T = TypeParam;
+  const Tol t_att = pick<T>({1e-4, 1e-6}, {1e-2, 4e-3});
+  const Tol t_out = pick<T>({1e-4, 1e-5}, {2e-2, 8e-3});
+  const Tol t_dqkv = pick<T>({2e-4, 2e-5}, {3e-2, 1.5e-2});
+  uint64_t seed = 300;
+  for (const TokShape& s : kTokShapes) {
+    SCOPED_TRACE(str(s));
+    const Index D = s.C / s.H;
+    const Vec qkv = rnd<T>(s.B * s.N * 3 * s.C, ++seed);
+    const Vec dout = rnd<T>(s.B * s.N * s.C, ++seed);
+    Vec out(s.B * s.N * s.C), att(s.B * s.H * s.N * s.N), dqkv(qkv.size());
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.N, s.H, D);
+    // The GPU backward reads its own (bf16-rounded) probabilities; so does the reference.
+    DevBuf<T> d_qkv(qkv, "qkv"), d_dout(dout, "dout");
+    DevBuf<T> d_out(out.size(), "out"), d_att(att.size(), "att"), d_dqkv(dqkv.size(), "dqkv");
+    gpu::attention_forward(d_out.get(), d_att.get(), d_qkv.get(), s.B, s.N, s.H, D);
+    gpu::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), s.B, s.N, s.H, D);
+    gpu::synchronize();
+    const Vec g_att = d_att.download();
+    expect_close("att", g_att, att, t_att);
+    expect_close("out", d_out.download(), out, t_out);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), g_att.data(), s.B, s.N, s.H, D);
+    expect_close("dqkv", d_dqkv.download(), dqkv, t_dqkv);
+  }
+}
+
+TYPED_TEST(CudaOps, Activations) {
+  using T = TypeParam;
+  const Tol tol = pick<T>({1e-4, 1e-6}, {8e-3, 1e-3});
+  uint64_t seed = 400;
+  for (Index n : {Index(3 * 197 * 100), Index(1001), Index(1)}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const Vec x = rnd<T>(n, ++seed, 3.0), dout = rnd<T>(n, ++seed);  // covers |x| > 3
+    Vec gf(n), gb(n), hf(n), hb(n);
+    cpu::gelu_forward(gf.data(), x.data(), n);
+    cpu::gelu_backward(gb.data(), dout.data(), x.data(), n);
+    cpu::hswish_forward(hf.data(), x.data(), n);
+    cpu::hswish_backward(hb.data(), dout.data(), x.data(), n);
+    DevBuf<T> d_x(x, "inp"), d_dout(dout, "dout");
+    DevBuf<T> d_gf(n, "gelu out"), d_gb(n, "gelu dinp"), d_hf(n, "hswish out"),
+        d_hb(n, "hswish dinp");
+    gpu::gelu_forward(d_gf.get(), d_x.get(), n);
+    gpu::gelu_backward(d_gb.get(), d_dout.get(), d_x.get(), n);
+    gpu::hswish_forward(d_hf.get(), d_x.get(), n);
+    gpu::hswish_backward(d_hb.get(), d_dout.get(), d_x.get(), n);
+    gpu::synchronize();
+    expect_close("gelu out", d_gf.download(), gf, tol);
+    expect_close("gelu dinp", d_gb.download(), gb, tol);
+    expect_close("hswish out", d_hf.download(), hf, tol);
+    expect_close("hswish dinp", d_hb.download(), hb, tol);
+  }
+}
+
+TYPED_TEST(CudaOps, DwConv) {
+  using T = TypeParam;
+  const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});
+  const Tol t_dw = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});
+  uint64_t seed = 500;
+  for (const TokShape& s : kTokShapes) {
+    SCOPED_TRACE(str(s));
+    const Index M = 2 * s.C + 4;  // hidden width; not a multiple of 8 for C = 100
+    const Index n = s.B * s.N * M;
+    const Vec x = rnd<T>(n, ++seed), w = rnd<T>(M * 9, ++seed, 0.3), dout = rnd<T>(n, ++seed);
+    const Vec dw0 = rnd<float>(M * 9, ++seed);
+    Vec out(n), dx(n), dw = dw0;
+    cpu::dwconv3x3_forward(out.data(), x.data(), w.data(), s.B, s.N, s.prefix, s.g, s.g, M);
+    cpu::dwconv3x3_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), s.B, s.N,
+                            s.prefix, s.g, s.g, M);
+    DevBuf<T> d_x(x, "inp"), d_w(w, "weight"), d_dout(dout, "dout");
+    DevBuf<T> d_out(n, "out"), d_dx(n, "dinp");
+    DevBuf<float> d_dw(dw0, "dweight");
+    gpu::dwconv3x3_forward(d_out.get(), d_x.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+    gpu::dwconv3x3_backward(d_dx.get(), d_dw.get(), d_dout.get(), d_x.get(), d_w.get(), s.B, s.N,
+                            s.prefix, s.g, s.g, M);
+    gpu::synchronize();
+    expect_close("out", d_out.download(), out, t_out);
+    expect_close("dinp", d_dx.download(), dx, t_out);
+    expect_close("dweight", d_dw.download(), dw, t_dw);
+  }
+}
+
+TYPED_TEST(CudaOps, Im2Patches) {
+  using T = TypeParam;
+  struct Case {
+    Index B, Cin, H, W, P;
+  };
+  uint64_t seed = 600;
+  for (const Case& c : {Case{3, 3, 28, 28, 4}, Case{2, 1, 32, 32, 16}, Case{1, 3, 30, 30, 4},
+                        Case{2, 3, 224, 224, 16}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " Cin=" + std::to_string(c.Cin) +
+                 " H=" + std::to_string(c.H) + " P=" + std::to_string(c.P));
+    const Index np = c.B * (c.H / c.P) * (c.W / c.P) * c.Cin * c.P * c.P;
+    const Vec img = rnd<T>(c.B * c.Cin * c.H * c.W, ++seed);
+    Vec patches(np);
+    cpu::im2patches(patches.data(), img.data(), c.B, c.Cin, c.H, c.W, c.P);
+    DevBuf<T> d_img(img, "img"), d_patches(np, "patches");
+    gpu::im2patches(d_patches.get(), d_img.get(), c.B, c.Cin, c.H, c.W, c.P);
+    gpu::synchronize();
+    expect_close("patches (exact copy)", d_patches.download(), patches, {0, 0});
+  }
+}
+
+TYPED_TEST(CudaOps, EmbedTokens) {
+  using T = TypeParam;
+  const Tol t_x = pick<T>({1e-6, 1e-7}, {8e-3, 1e-3});
+  const Tol t_dp = pick<T>({1e-5, 1e-6}, {1e-5, 1e-6});  // fp32 sums in both modes
+  uint64_t seed = 700;
+  for (const TokShape& s : kTokShapes) {
+    SCOPED_TRACE(str(s));
+    const Index Np = s.N - s.prefix;
+    const Vec patch = rnd<T>(s.B * Np * s.C, ++seed), cls = rnd<T>(s.C, ++seed);
+    const Vec pos = rnd<T>(s.N * s.C, ++seed), dx = rnd<T>(s.B * s.N * s.C, ++seed);
+    const Vec dcls0 = rnd<float>(s.C, ++seed), dpos0 = rnd<float>(s.N * s.C, ++seed);
+    const bool has_cls = s.prefix > 0;
+    Vec x(s.B * s.N * s.C), dpatch(patch.size()), dcls = dcls0, dpos = dpos0;
+    cpu::embed_tokens_forward(x.data(), patch.data(), has_cls ? cls.data() : nullptr, pos.data(),
+                              s.B, s.N, s.prefix, s.C);
+    cpu::embed_tokens_backward(dpatch.data(), has_cls ? dcls.data() : nullptr, dpos.data(),
+                               dx.data(), s.B, s.N, s.prefix, s.C);
+    DevBuf<T> d_patch(patch, "patch_out"), d_cls(cls, "cls"), d_pos(pos, "pos"), d_dx(dx, "dx");
+    DevBuf<T> d_x(x.size(), "x"), d_dpatch(dpatch.size(), "dpatch_out");
+    DevBuf<float> d_dcls(dcls0, "dcls"), d_dpos(dpos0, "dpos");
+    gpu::embed_tokens_forward(d_x.get(), d_patch.get(), has_cls ? d_cls.get() : nullptr,
+                              d_pos.get(), s.B, s.N, s.prefix, s.C);
+    gpu::embed_tokens_backward(d_dpatch.get(), has_cls ? d_dcls.get() : nullptr, d_dpos.get(),
+                               d_dx.get(), s.B, s.N, s.prefix, s.C);
+    gpu::synchronize();
+    expect_close("x", d_x.download(), x, t_x);
+    expect_close("dpatch_out (exact copy)", d_dpatch.download(), dpatch, {0, 0});
+    expect_close("dcls", d_dcls.download(), dcls, t_dp);
+    expect_close("dpos", d_dpos.download(), dpos, t_dp);
+  }
+}
+
+TYPED_TEST(CudaOps, Residual) {
+  using T = TypeParam;
+  const Tol t_out = pick<T>({1e-6, 1e-7}, {8e-3, 2e-3});
+  const Tol t_dg = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});
+  uint64_t seed = 800;
+  for (const TokShape& s : kTokShapes) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, layer scale, + drop path
+      SCOPED_TRACE(str(s) + " variant=" + std::to_string(variant));
+      const bool use_gamma = variant >= 1, use_scale = variant == 2;
+      const Index n = s.B * s.N * s.C;
+      const Vec x = rnd<T>(n, ++seed), br = rnd<T>(n, ++seed), dout = rnd<T>(n, ++seed);
+      const Vec gamma = rnd<T>(s.C, ++seed, 0.1), dg0 = rnd<float>(s.C, ++seed);
+      Vec scale(s.B);
+      for (Index b = 0; b < s.B; ++b) scale[b] = b % 3 == 1 ? 0.0f : 1.0f / 0.9f;
+      Vec out(n), dbr(n), dg = dg0;
+      cpu::residual_forward(out.data(), x.data(), br.data(), use_gamma ? gamma.data() : nullptr,
+                            use_scale ? scale.data() : nullptr, s.B, s.N, s.C);
+      cpu::residual_backward(dbr.data(), use_gamma ? dg.data() : nullptr, dout.data(), br.data(),
+                             use_gamma ? gamma.data() : nullptr, use_scale ? scale.data() : nullptr,
+                             s.B, s.N, s.C);
+      DevBuf<T> d_x(x, "x"), d_br(br, "branch"), d_dout(dout, "dout"), d_gamma(gamma, "gamma");
+      DevBuf<float> d_scale(scale, "sample_scale"), d_dg(dg0, "dgamma");
+      DevBuf<T> d_out(n, "out"), d_dbr(n, "dbranch");
+      T* g_gamma = use_gamma ? d_gamma.get() : nullptr;
+      const float* g_scale = use_scale ? d_scale.get() : nullptr;
+      gpu::residual_forward(d_out.get(), d_x.get(), d_br.get(), g_gamma, g_scale, s.B, s.N, s.C);
+      gpu::residual_backward(d_dbr.get(), use_gamma ? d_dg.get() : nullptr, d_dout.get(),
+                             d_br.get(), g_gamma, g_scale, s.B, s.N, s.C);
+      gpu::synchronize();
+      expect_close("out", d_out.download(), out, t_out);
+      expect_close("dbranch", d_dbr.download(), dbr, t_out);
+      expect_close("dgamma", d_dg.download(), dg, t_dg);
+      // out may alias x (the block's residual stream is updated in place).
+      gpu::residual_forward(d_x.get(), d_x.get(), d_br.get(), g_gamma, g_scale, s.B, s.N, s.C);
+      gpu::synchronize();
+      expect_close("out (in place)", d_x.download(), out, t_out);
+    }
+  }
+}
+
+TYPED_TEST(CudaOps, Pool) {
+  using T = TypeParam;
+  const Tol tol = pick<T>({1e-5, 1e-6}, {8e-3, 1e-3});
+  uint64_t seed = 900;
+  for (const TokShape& s : kTokShapes) {
+    for (bool avg : {false, true}) {
+      if (!avg && s.prefix == 0) continue;  // token pooling needs a class token
+      SCOPED_TRACE(str(s) + (avg ? " avg" : " token"));
+      const Vec x = rnd<T>(s.B * s.N * s.C, ++seed), dout = rnd<T>(s.B * s.C, ++seed);
+      const Vec dx0 = rnd<T>(x.size(), ++seed);
+      Vec out(s.B * s.C), dx = dx0;
+      cpu::pool_forward(out.data(), x.data(), s.B, s.N, s.prefix, s.C, avg);
+      cpu::pool_backward(dx.data(), dout.data(), s.B, s.N, s.prefix, s.C, avg);
+      DevBuf<T> d_x(x, "x"), d_dout(dout, "dout"), d_out(out.size(), "out"), d_dx(dx0, "dx");
+      gpu::pool_forward(d_out.get(), d_x.get(), s.B, s.N, s.prefix, s.C, avg);
+      gpu::pool_backward(d_dx.get(), d_dout.get(), s.B, s.N, s.prefix, s.C, avg);
+      gpu::synchronize();
+      expect_close("out", d_out.download(), out, tol);
+      expect_close("dx (accumulated)", d_dx.download(), dx, tol);
+    }
+  }
+}
+
+TYPED_TEST(CudaOps, CrossEntropy) {
+  using T = TypeParam;
+  const Tol t_loss = pick<T>({1e-5, 1e-6}, {1e-5, 1e-6});  // fp32 math on the same logits
+  const Tol t_dl = pick<T>({1e-5, 1e-6}, {8e-3, 1e-3});
+  struct Case {
+    Index B, K;
+    double scale, shift;
+    bool hostile;  // logits near +-80
+  };
+  uint64_t seed = 1000;
+  for (const Case& c : {Case{7, 10, 3.0, 0.0, false}, Case{4, 1000, 2.0, 0.0, false},
+                        Case{5, 100, 0.5, 80.0, true}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " K=" + std::to_string(c.K) +
+                 (c.hostile ? " logits near +-80" : ""));
+    Vec logits = rnd<T>(c.B * c.K, ++seed, c.scale);
+    vit::Rng rng(++seed);
+    if (c.hostile)  // each logit near +80 or -80
+      for (auto& z : logits)
+        z = to_float(from_float<T>(z + (rng.uniform() < 0.5 ? 80.0f : -80.0f)));
+    // Soft targets: label smoothing 0.1 mixed (mixup) between two classes per sample.
+    Vec targets(c.B * c.K, 0.1f / float(c.K));
+    for (Index b = 0; b < c.B; ++b) {
+      const Index k1 = Index(rng.below(c.K)), k2 = Index(rng.below(c.K));
+      const float lam = float(rng.uniform());
+      targets[b * c.K + k1] += 0.9f * lam;
+      targets[b * c.K + k2] += 0.9f * (1 - lam);
+    }
+    const float dloss = 1.0f / float(c.B);
+    Vec losses(c.B), probs(c.B * c.K), dlogits(c.B * c.K);
+    cpu::cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), c.B,
+                               c.K);
+    cpu::cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, c.B, c.K);
+    DevBuf<T> d_logits(logits, "logits"), d_dlogits(dlogits.size(), "dlogits");
+    DevBuf<float> d_targets(targets, "targets"), d_losses(c.B, "losses"),
+        d_probs(probs.size(), "probs");
+    gpu::cross_entropy_forward(d_losses.get(), d_probs.get(), d_logits.get(), d_targets.get(), c.B,
+                               c.K);
+    gpu::cross_entropy_backward(d_dlogits.get(), d_probs.get(), d_targets.get(), dloss, c.B, c.K);
+    gpu::synchronize();
+    expect_close("losses", d_losses.download(), losses, t_loss);
+    expect_close("probs", d_probs.download(), probs, t_loss);
+    expect_close("dlogits", d_dlogits.download(), dlogits, t_dl);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime: the fp32 <-> bf16 conversion the model uses for its bf16 weight copy and inputs.
+
+class CudaRuntime : public CudaTest {};
+
+TEST_F(CudaRuntime, ConvertRoundsToNearestEven) {
+  const Index n = 100003;
+  Vec x = rnd<float>(n, 1500, 10.0);
+  x[0] = 1.00390625f;  // exactly halfway between two bf16 values: ties to even (1.0)
+  x[1] = 1.01171875f;  // halfway, rounds up to the even neighbour (1.015625)
+  DevBuf<float> d_x(x, "fp32 in"), d_back(n, "fp32 back");
+  DevBuf<bf16> d_b(n, "bf16");
+  gpu::convert(d_b.get(), d_x.get(), n);
+  gpu::convert(d_back.get(), d_b.get(), n);
+  gpu::synchronize();
+  const Vec got = d_back.download();
+  size_t mismatched = 0;
+  for (Index i = 0; i < n; ++i) mismatched += got[i] != to_float(from_float<bf16>(x[i]));
+  EXPECT_EQ(mismatched, 0u) << "device rounding differs from __float2bfloat16_rn on the host";
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[1], 1.015625f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer: the fused AdamW and the grad norm against vit::AdamW<float>.
+
+class CudaAdamW : public CudaTest {};
+
+TEST_F(CudaAdamW, GradNorm) {
+  for (Index n : {Index(1), Index(1000), Index(1 << 20) + 7}) {
+    const Vec g = rnd<float>(n, 1100 + n, 0.01);
+    const double ref = vit::global_grad_norm(g.data(), n);
+    DevBuf<float> d_g(g, "grads");
+    DevBuf<double> d_norm(1, "norm");
+    gpu::global_grad_norm(d_norm.get(), d_g.get(), n);
+    gpu::synchronize();
+    double got = 0;
+    cuda_ok(cudaMemcpy(&got, d_norm.get(), sizeof(double), cudaMemcpyDeviceToHost), "norm");
+    EXPECT_NEAR(got, ref, 1e-12 * ref) << "n=" << n;
+  }
+}
+
+TEST_F(CudaAdamW, MatchesCpu) {
+  const Index n = 10007, num_decay = 6151;  // odd sizes; decay boundary mid-block
+  for (double clip : {0.0, 0.5}) {
+    SCOPED_TRACE("clip_grad=" + std::to_string(clip));
+    vit::AdamWConfig cfg;
+    cfg.weight_decay = 0.05;
+    cfg.clip_grad = clip;  // the grads' norm is ~10, so 0.5 clips
+    vit::AdamW<float> ref(n, num_decay, cfg);
+    Vec params = rnd<float>(n, 1200, 0.02);
+    DevBuf<float> d_p(params, "params"), d_m(Vec(n, 0.0f), "m"), d_v(Vec(n, 0.0f), "v");
+    DevBuf<float> d_g(n, "grads"), d_lowf(n, "params fp32 copy");
+    DevBuf<bf16> d_low(n, "params bf16 copy");
+    DevBuf<double> d_norm(1, "norm");
+    for (int step = 1; step <= 3; ++step) {
+      const Vec g = rnd<float>(n, 1300 + step, 0.1);
+      const double lr = 1e-3 * step;
+      const double ref_norm = ref.step(params.data(), g.data(), lr);
+      d_g.upload(g);
+      gpu::global_grad_norm(d_norm.get(), d_g.get(), n);
+      if (step == 3)  // the fp32 "low-precision copy" variant
+        gpu::adamw_step<float>(d_p.get(), d_lowf.get(), d_m.get(), d_v.get(), d_g.get(),
+                               d_norm.get(), n, num_decay, cfg, lr, step);
+      else
+        gpu::adamw_step<bf16>(d_p.get(), d_low.get(), d_m.get(), d_v.get(), d_g.get(), d_norm.get(),
+                              n, num_decay, cfg, lr, step);
+      gpu::synchronize();
+      double norm = 0;
+      cuda_ok(cudaMemcpy(&norm, d_norm.get(), sizeof(double), cudaMemcpyDeviceToHost), "norm");
+      EXPECT_NEAR(norm, ref_norm, 1e-12 * ref_norm) << "step " << step;
+      // Same fp32 operations in the same order; only FMA contraction may differ.
+      const Tol tol{2e-6, 1e-7};
+      const Vec got = d_p.download();
+      expect_close("params step " + std::to_string(step), got, params, tol);
+      expect_close("m step " + std::to_string(step), d_m.download(), ref.m, tol);
+      expect_close("v step " + std::to_string(step), d_v.download(), ref.v, tol);
+      const Vec low = step == 3 ? d_lowf.download() : d_low.download();
+      size_t mismatched = 0;
+      for (Index i = 0; i < n; ++i) {
+        const float want = step == 3 ? got[i] : __bfloat162float(__float2bfloat16_rn(got[i]));
+        mismatched += std::memcmp(&low[i], &want, sizeof(float)) != 0;
+      }
+      EXPECT_EQ(mismatched, 0u) << "low-precision copy differs from the rounded master weights";
+    }
+  }
+}
+
+}  // namespace
