@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev
   python3 python3-numpy python3-torch            # the reference implementation for the tests
   python3-pil python3-torchvision                # reference for the augmentation tests
+  python3-skimage                                # photos for bench/compare_data.sh
   dataset-fashion-mnist                          # the default recipe's data
 )
 missing=()

@@ -39,10 +39,18 @@ TEST(AugArgs, DefaultsKeepTheLegacyPipeline) {
   const vit::data::BatchConfig t = vit::train_batch_config(a, 28, {0.3f}, {0.3f});
   EXPECT_FALSE(vit::data::uses_timm_pipeline(t, true));
   EXPECT_EQ(t.crop_padding, a.crop_pad);
-  EXPECT_DOUBLE_EQ(t.hflip, a.hflip);
+  EXPECT_DOUBLE_EQ(t.hflip, 0.0);  // --hflip -1: no flip for in-memory data
   const vit::data::BatchConfig e = vit::eval_batch_config(a, 28, {0.3f}, {0.3f});
   EXPECT_FALSE(vit::data::uses_timm_pipeline(e, false));
   EXPECT_EQ(vit::mixup_config(a).mixup_alpha, 0.0);
+}
+
+TEST(AugArgs, FlipDefaultsToTimmsForImageFoldersAndAnExplicitValueWins) {
+  const std::vector<float> m = {0.5f, 0.5f, 0.5f}, s = {0.2f, 0.2f, 0.2f};
+  EXPECT_DOUBLE_EQ(vit::train_batch_config(parse({}), 32, m, s, true).hflip, 0.5);
+  EXPECT_DOUBLE_EQ(vit::train_batch_config(parse({"--hflip", "0"}), 32, m, s, true).hflip, 0.0);
+  EXPECT_DOUBLE_EQ(vit::train_batch_config(parse({"--hflip", "0.25"}), 32, m, s).hflip, 0.25);
+  EXPECT_NE(error_of({"--hflip", "-0.5"}).find("--hflip"), std::string::npos);
 }
 
 TEST(AugArgs, DeitRecipeFlags) {

@@ -9,6 +9,7 @@
 #include "core/common.h"
 #include "data/cifar.h"
 #include "data/dataset.h"
+#include "data/source.h"
 
 using namespace vit::data;
 namespace fs = std::filesystem;
@@ -170,8 +171,9 @@ TEST(Cifar, LoadDataDirAcceptsCifar10) {
   for (const fs::path& p : {d, t.path}) {  // the batches folder or its parent
     const DataSplits s = load_data_dir(p.string());
     EXPECT_EQ(s.format, "cifar10");
-    check(s.train, 0, 10, 10);
-    check(s.val, 1000, 4, 10);
+    ASSERT_NE(s.train->memory(), nullptr);
+    check(*s.train->memory(), 0, 10, 10);
+    check(*s.val->memory(), 1000, 4, 10);
     ASSERT_EQ(s.mean.size(), 3u);
     ASSERT_EQ(s.std.size(), 3u);
   }

@@ -177,7 +177,7 @@ TEST(TrainArgs, ArgsYamlRoundTrips) {
   // Defaults round-trip too, and doubles are spelled as YAML 1.1 floats (1.0e-05, not 1e-05).
   const std::string def = vit::to_yaml(parse({}));
   EXPECT_NE(def.find("min_lr: 1.0e-05"), std::string::npos) << def;
-  EXPECT_NE(def.find("batch_size: 128"), std::string::npos) << def;
+  EXPECT_NE(def.find("batch_size: 64"), std::string::npos) << def;
   const std::string p2 = temp_yaml("rt2.yaml", def);
   EXPECT_EQ(vit::to_yaml(parse({"-c", p2})), def);
   fs::remove(p2);

@@ -14,11 +14,16 @@ namespace vit {
 void validate_augment_args(const TrainArgs& a);
 
 // Train-split config: pad-crop/flip as before, plus the timm pipeline options that are set.
+// `streamed` (ImageFolder / packed data, samples of any size) defaults to timm's train
+// pipeline: RandomResizedCrop (--scale 0.08,1 unless given) and a flip (0.5 unless --hflip > 0).
 data::BatchConfig train_batch_config(const TrainArgs& a, int img_size,
-                                     const std::vector<float>& mean, const std::vector<float>& std);
-// Eval-split config: no random augmentation; --crop-pct selects timm's resize + centre crop.
+                                     const std::vector<float>& mean, const std::vector<float>& std,
+                                     bool streamed = false);
+// Eval-split config: no random augmentation; --crop-pct selects timm's resize + centre crop
+// (`streamed` data: crop_pct 0.875 unless given, timm's default).
 data::BatchConfig eval_batch_config(const TrainArgs& a, int img_size,
-                                    const std::vector<float>& mean, const std::vector<float>& std);
+                                    const std::vector<float>& mean, const std::vector<float>& std,
+                                    bool streamed = false);
 
 data::MixupConfig mixup_config(const TrainArgs& a);
 

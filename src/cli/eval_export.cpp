@@ -2,14 +2,16 @@
 // `vitrain export` (a folder timm's create_model('local-dir:DIR', pretrained=True) loads).
 #include "cli/eval_export.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
+#include "data/image_folder.h"
+#include "data/source.h"
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -67,7 +69,9 @@ std::vector<std::string> label_names_from_meta(const Metadata& m, int K) {
 int run_eval(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint: top-1, top-5 and loss on a data set", "eval"};
   std::string checkpoint, data_dir = "/usr/share/datasets/fashion-mnist", logits_path, split = "val";
+  std::string class_map;
   int batch = 256, workers = 0;
+  double crop_pct = 0.0;
   app.add_option("--checkpoint", checkpoint, "weights file (last/model_best.safetensors)")
       ->required();
   app.add_option("--data-dir", data_dir, "data directory");
@@ -75,27 +79,44 @@ int run_eval(int argc, char** argv) {
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--save-logits", logits_path, "write float32 logits (N, K) as .npy");
   app.add_option("-j,--workers", workers, "threads (0 = all cores)");
+  app.add_option("--class-map", class_map,
+                 "ImageFolder class order, one name per line (default: the checkpoint's "
+                 "label_names)");
+  app.add_option("--crop-pct", crop_pct,
+                 "resize to size/crop_pct + centre crop (0 = plain resize; ImageFolder and "
+                 "packed data: 0.875)")
+      ->check(CLI::Range(0.0, 1.0));
   if (!parse_cli(app, argc, argv)) return 0;
   if (workers > 0) omp_set_num_threads(workers);
 
   const WeightsFile w = load_weights(checkpoint);
-  const data::DataSplits d = data::load_data_dir(data_dir);
-  const data::ImageDataset& ds = split == "val" ? d.val : d.train;
-  VIT_CHECK(ds.channels == w.cfg.in_chans,
-            fmt::format("the checkpoint expects {} input channels, the data has {}",
-                        w.cfg.in_chans, ds.channels));
-  VIT_CHECK(ds.num_classes <= w.cfg.num_classes,
-            fmt::format("the data has {} classes, the checkpoint's head only {}", ds.num_classes,
+  // ImageFolder class indices must be the training run's: its label_names pin the order.
+  std::vector<std::string> classes;
+  if (!class_map.empty())
+    classes = data::read_class_map(class_map);
+  else if (auto it = w.metadata.find("label_names"); it != w.metadata.end())
+    classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+  const data::DataSplits d = data::load_data_dir(data_dir, classes);
+  const data::Source& ds = split == "val" ? *d.val : *d.train;
+  VIT_CHECK(ds.channels() == w.cfg.in_chans,
+            fmt::format("the checkpoint expects {} input channels, the data has {}", w.cfg.in_chans,
+                        ds.channels()));
+  VIT_CHECK(ds.num_classes() <= w.cfg.num_classes,
+            fmt::format("the data has {} classes, the checkpoint's head only {}", ds.num_classes(),
                         w.cfg.num_classes));
   Vit<float> model(w.cfg, batch);
   model.params = w.params;
-  data::BatchConfig bc{w.cfg.img_size, 0, 0.0, 0.0,
-                       floats_from_meta(w.metadata, "mean", ds.channels, 0.0f),
-                       floats_from_meta(w.metadata, "std", ds.channels, 1.0f)};
+  data::BatchConfig bc;
+  bc.img_size = w.cfg.img_size;
+  bc.mean = floats_from_meta(w.metadata, "mean", ds.channels(), 0.0f);
+  bc.std = floats_from_meta(w.metadata, "std", ds.channels(), 1.0f);
+  bc.eval_crop_pct = d.streamed() && crop_pct <= 0 ? 0.875 : crop_pct;
   std::vector<float> logits;
-  const EvalResult r = evaluate(model, ds, bc, batch, logits_path.empty() ? nullptr : &logits);
+  const EvalResult r =
+      evaluate(model, ds, bc, batch, logits_path.empty() ? nullptr : &logits, workers);
   fmt::print("Eval {} on {} ({} images): top-1 {:.2f}%  top-5 {:.2f}%  loss {:.4f}\n", checkpoint,
              data_dir, r.n, r.top1, r.top5, r.loss);
+  if (d.streamed()) fmt::print("Skipped {} unreadable images\n", ds.unreadable_count());
   if (!logits_path.empty()) {
     io::write_npy_f32(logits_path, logits.data(), {r.n, Index(w.cfg.num_classes)});
     fmt::print("Wrote logits ({} x {}) to {}\n", r.n, w.cfg.num_classes, logits_path);

@@ -12,10 +12,12 @@
 #include <vector>
 
 #include "cli/bench.h"
+#include "cli/bench_data.h"
 #include "cli/eval_export.h"
+#include "cli/prepare.h"
 #include "cli/train_args.h"
-#include "train/trainer.h"
 #include "core/common.h"
+#include "train/trainer.h"
 
 namespace {
 constexpr const char* kUsage =
@@ -24,7 +26,8 @@ constexpr const char* kUsage =
     "  train    train a model (defaults: Fashion-MNIST, the default recipe)\n"
     "  eval     evaluate a checkpoint on a data set\n"
     "  export   write a timm-loadable folder (model.safetensors + config.json)\n"
-    "  bench    training throughput on synthetic data\n"
+    "  prepare  pack an ImageFolder into train.vitpack + val.vitpack for fast loading\n"
+    "  bench    training throughput on synthetic data; bench-data: input-pipeline img/s\n"
     "run 'vitrain <command> --help' for the options of a command\n";
 
 // `vitrain train`: with --resume, the run's own args.yaml is the config and flags override it.
@@ -71,6 +74,8 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return vit::run_eval(argc - 1, argv + 1);
     if (cmd == "export") return vit::run_export(argc - 1, argv + 1);
     if (cmd == "bench") return vit::run_bench(argc - 1, argv + 1);
+    if (cmd == "prepare") return vit::run_prepare(argc - 1, argv + 1);
+    if (cmd == "bench-data") return vit::run_bench_data(argc - 1, argv + 1);
     if (cmd == "" || cmd == "-h" || cmd == "--help") {
       fmt::print("{}", kUsage);
       return cmd.empty() ? 2 : 0;

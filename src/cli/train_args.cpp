@@ -32,7 +32,12 @@ struct Option {
 // The one declaration of every option.
 std::vector<Option> options(TrainArgs& a) {
   return {
-      {"--data-dir", "data_dir", "data directory (IDX pair per split)", &a.data_dir},
+      {"--data-dir", "data_dir",
+       "data directory: IDX or CIFAR files, an ImageFolder root (train/, val/) or the output "
+       "folder of vitrain prepare",
+       &a.data_dir},
+      {"--class-map", "class_map", "ImageFolder class order: a file with one class per line",
+       &a.class_map},
       {"--model", "model", "model preset", &a.model},
       {"--img-size", "img_size", "input image size (0 = the preset's)", &a.img_size},
       {"--num-classes", "num_classes", "classes (0 = from the data)", &a.num_classes},
@@ -51,7 +56,7 @@ std::vector<Option> options(TrainArgs& a) {
       {"--clip-grad", "clip_grad", "max global grad norm (0 = off)", &a.clip_grad},
       {"--smoothing", "smoothing", "label smoothing", &a.smoothing},
       {"--crop-pad", "crop_pad", "random-crop padding in pixels (0 = off)", &a.crop_pad},
-      {"--hflip", "hflip", "horizontal flip probability", &a.hflip},
+      {"--hflip", "hflip", "horizontal flip probability (-1 = 0.5 for image folders, 0 for in-memory data)", &a.hflip},
       // timm augmentation pipeline (validated in cli/batch_config.cpp).
       {"--aa", "aa", "RandAugment, e.g. rand-m9-mstd0.5-inc1 (empty = off)", &a.aa},
       {"--reprob", "reprob", "random erasing probability (pixel mode)", &a.reprob},
@@ -79,7 +84,8 @@ std::vector<Option> options(TrainArgs& a) {
       {"--eval-interval", "eval_interval", "epochs between evaluations", &a.eval_interval},
       {"--patience", "patience", "early stopping: evaluations without improvement (0 = off)",
        &a.patience},
-      {"-j,--workers", "workers", "threads (0 = all cores)", &a.workers},
+      {"-j,--workers", "workers",
+       "threads for compute and for decoding streamed images (0 = all cores)", &a.workers},
       {"--device", "device", "cpu or cuda", &a.device},
       {"--stop-after-updates", "stop_after_updates",
        "save the state and stop after this many updates (testing)", &a.stop_after_updates},
@@ -166,7 +172,8 @@ void validate(const TrainArgs& a) {
   VIT_CHECK(a.smoothing >= 0 && a.smoothing < 1, "--smoothing must be in [0, 1)");
   VIT_CHECK(a.drop_path >= 0 && a.drop_path < 1, "--drop-path must be in [0, 1)");
   VIT_CHECK(a.crop_pad >= 0, "--crop-pad must be >= 0");
-  VIT_CHECK(a.hflip >= 0 && a.hflip <= 1, "--hflip must be in [0, 1]");
+  VIT_CHECK(a.hflip == -1 || (a.hflip >= 0 && a.hflip <= 1),
+            "--hflip must be in [0, 1] (or -1: 0.5 for image folders, 0 for in-memory data)");
   validate_augment_args(a);
   VIT_CHECK(a.img_size >= 0 && a.num_classes >= 0, "--img-size and --num-classes must be >= 0");
   VIT_CHECK(a.curriculum == "none" || a.curriculum == "size" || a.curriculum == "efficienttrain",

@@ -30,10 +30,10 @@ struct TrainArgs {
   double weight_decay = 0.05;
   double clip_grad = 0.0;  // 0 = off
   double smoothing = 0.1;
-  // Augmentation (in-memory data sets). The defaults are the Fashion-MNIST recipe's (no crop, no
-  // flip: they cost accuracy in a 6-epoch run); natural images want --hflip 0.5.
-  int crop_pad = 0;    // random crop of the zero-padded image
-  double hflip = 0.0;  // horizontal flip probability
+  // Augmentation. The defaults are the Fashion-MNIST recipe's (no crop, no flip: they cost
+  // accuracy in a 6-epoch run) and timm's for image folders (flip 0.5).
+  int crop_pad = 0;     // in-memory data: random crop of the zero-padded image
+  double hflip = -1.0;  // flip probability; -1 = 0.5 for image folders, 0 for in-memory data
   // timm augmentation pipeline (data/augment.h, cli/batch_config.h). All off by default: the
   // pad-crop path above stays the default recipe's.
   std::string aa;                    // RandAugment, e.g. rand-m9-mstd0.5-inc1 ("" = off)

@@ -39,17 +39,17 @@ bool uses_timm_pipeline(const BatchConfig& cfg, bool train) {
   return cfg.rrc || cfg.color_jitter > 0 || cfg.reprob > 0 || !cfg.auto_augment.empty();
 }
 
-namespace {
-
-// One sample through the timm pipeline into dst (C, S, S), normalised.
-void timm_sample(const ImageDataset& d, Index idx, const BatchConfig& cfg, const RandAugment* ra,
-                 bool train, Rng& rng, float* dst) {
-  const Index C = d.channels, h = d.height, w = d.width, S = cfg.img_size;
-  const uint8_t* src = d.pixels.data() + idx * C * h * w;  // (C, h, w)
-  std::vector<uint8_t> img(C * S * S);                     // (C, S, S)
+void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
+                 const RandAugment* ra, bool train, Rng& rng, float* dst) {
+  const Index S = cfg.img_size;
+  std::vector<uint8_t> img(C * S * S);  // (C, S, S)
   if (!train) {
-    eval_resize_crop(src, C, h, w, img.data(), S, cfg.eval_crop_pct,
-                     parse_interp(cfg.eval_interpolation));
+    if (cfg.eval_crop_pct > 0)
+      eval_resize_crop(src, C, h, w, img.data(), S, cfg.eval_crop_pct,
+                       parse_interp(cfg.eval_interpolation));
+    else
+      resize_pil(src, C, h, w, CropBox{0, 0, h, w}, img.data(), S, S,
+                 parse_interp(cfg.eval_interpolation));
   } else {
     const CropBox box =
         cfg.rrc ? sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi)
@@ -73,7 +73,21 @@ void timm_sample(const ImageDataset& d, Index idx, const BatchConfig& cfg, const
   if (train && cfg.reprob > 0) random_erasing(rng, dst, C, S, S, cfg.reprob);
 }
 
-}  // namespace
+void smoothed_one_hot(int32_t label, Index K, double smoothing, float* targets) {
+  const float off = K > 1 ? float(smoothing / K) : 0.0f;
+  const float on = float(1.0 - smoothing) + off;
+  for (Index k = 0; k < K; ++k) targets[k] = off;
+  targets[label] = on;
+}
+
+void widen_targets(float* targets, Index B, Index from_k, Index to_k) {
+  if (from_k == to_k) return;
+  for (Index b = B - 1; b >= 0; --b) {  // back to front: rows only move to higher addresses
+    std::copy_backward(targets + b * from_k, targets + (b + 1) * from_k,
+                       targets + b * to_k + from_k);
+    std::fill(targets + b * to_k + from_k, targets + (b + 1) * to_k, 0.0f);
+  }
+}
 
 void make_batch(const ImageDataset& d, const Index* indices, Index B, const BatchConfig& cfg,
                 bool train, uint64_t seed, uint64_t epoch, float* images, float* targets) {
@@ -90,7 +104,9 @@ void make_batch(const ImageDataset& d, const Index* indices, Index B, const Batc
     for (Index b = 0; b < B; ++b) {
       const Index idx = indices[b];
       Rng rng(mix_seed(seed, epoch, uint64_t(idx)));
-      timm_sample(d, idx, cfg, ra.get(), train, rng, images + b * d.channels * S * S);
+      const Index C = d.channels, h = d.height, w = d.width;
+      timm_sample(d.pixels.data() + idx * C * h * w, C, h, w, cfg, ra.get(), train, rng,
+                  images + b * C * S * S);
       float* t = targets + b * K;
       for (Index k = 0; k < K; ++k) t[k] = off;
       t[d.labels[idx]] = on;

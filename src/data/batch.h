@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "data/dataset.h"
 
 namespace vit::data {
@@ -33,10 +34,27 @@ struct BatchConfig {
   double reprob = 0.0;  // RandomErasing probability (mode pixel, count 1)
   double eval_crop_pct = 0.0;  // eval: > 0 = resize shorter side to S / pct, centre crop S
   std::string eval_interpolation = "bicubic";
+
+  // The loader keys prefetched batches by their config, so a change mid-run rebuilds them.
+  bool operator==(const BatchConfig&) const = default;
 };
 
 // True when cfg selects the timm pipeline for the given split.
 bool uses_timm_pipeline(const BatchConfig& cfg, bool train);
+
+class RandAugment;
+
+// One sample of any size through the timm pipeline: src (C, h, w) -> dst (C, S, S), normalised.
+// Eval with eval_crop_pct <= 0 is a plain resize to S x S. `ra` is null when --aa is off.
+void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
+                 const RandAugment* ra, bool train, Rng& rng, float* dst);
+
+// targets (K): the label-smoothed one-hot of `label`.
+void smoothed_one_hot(int32_t label, Index K, double smoothing, float* targets);
+
+// In place: targets (B, from_k) -> (B, to_k), to_k >= from_k, the extra classes 0 (a model head
+// wider than the data's class count, --num-classes). The buffer must hold B * to_k floats.
+void widen_targets(float* targets, Index B, Index from_k, Index to_k);
 
 // images (B, C, S, S), targets (B, K). `train` enables the random augmentation.
 void make_batch(const ImageDataset& d, const Index* indices, Index B, const BatchConfig& cfg,

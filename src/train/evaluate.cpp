@@ -1,46 +1,48 @@
 #include "train/evaluate.h"
 
 #include <algorithm>
-#include <numeric>
+
+#include "data/loader.h"
 
 namespace vit {
 
-EvalResult evaluate(Vit<float>& model, const data::ImageDataset& d, const data::BatchConfig& cfg,
-                    Index batch, std::vector<float>* logits) {
+EvalResult evaluate(Vit<float>& model, const data::Source& d, const data::BatchConfig& cfg,
+                    Index batch, std::vector<float>* logits, int workers) {
   const ModelConfig& mc = model.config();
-  const Index K = mc.num_classes, S = cfg.img_size;
+  const Index K = mc.num_classes, S = cfg.img_size, n = d.size(), Kd = d.num_classes();
   batch = std::min(batch, model.max_batch());
-  std::vector<float> images(batch * d.channels * S * S), targets(batch * K);
-  std::vector<Index> idx(batch);
-  if (logits) logits->assign(d.n * K, 0.0f);
+  std::vector<float> images(batch * d.channels() * S * S);  // (B, C, S, S)
+  std::vector<float> targets(batch * std::max(K, Kd));      // (B, K)
+  std::vector<int32_t> labels(batch);
+  if (logits) logits->assign(n * K, 0.0f);
+  data::BatchConfig eval_cfg = cfg;
+  eval_cfg.smoothing = 0;  // eval loss is the plain cross-entropy, as timm reports it
   EvalResult r;
+  if (n == 0) return r;
+  data::Loader loader(d, batch, false, 0, {workers});
   double loss_sum = 0;
   Index top1 = 0, top5 = 0;
-  for (Index start = 0; start < d.n; start += batch) {
-    const Index B = std::min(batch, d.n - start);
-    std::iota(idx.begin(), idx.begin() + B, start);
-    data::BatchConfig eval_cfg = cfg;
-    eval_cfg.smoothing = 0;  // eval loss is the plain cross-entropy, as timm reports it
-    data::make_batch(d, idx.data(), B, eval_cfg, false, 0, 0, images.data(), targets.data());
+  for (Index k = 0; k < loader.batches_per_epoch(); ++k) {
+    const Index B = loader.batch_samples(k), start = k * batch;
+    loader.load(0, k, eval_cfg, images.data(), targets.data(), labels.data());
+    data::widen_targets(targets.data(), B, Kd, K);
     loss_sum += double(model.forward(images.data(), targets.data(), B, false, 0)) * B;
     const float* z = model.logits();
     for (Index b = 0; b < B; ++b) {
       const float* row = z + b * K;
-      const int label = d.labels[start + b];
+      const int label = labels[b];
       // Rank of the true class: number of classes with a strictly larger logit.
       Index rank = 0;
-      for (Index k = 0; k < K; ++k) rank += row[k] > row[label];
+      for (Index k2 = 0; k2 < K; ++k2) rank += row[k2] > row[label];
       top1 += rank < 1;
       top5 += rank < 5;
       if (logits) std::copy(row, row + K, logits->begin() + (start + b) * K);
     }
   }
-  r.n = d.n;
-  if (d.n > 0) {
-    r.loss = loss_sum / d.n;
-    r.top1 = 100.0 * top1 / d.n;
-    r.top5 = 100.0 * top5 / d.n;
-  }
+  r.n = n;
+  r.loss = loss_sum / n;
+  r.top1 = 100.0 * top1 / n;
+  r.top5 = 100.0 * top5 / n;
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "data/source.h"
 #include "model/vit.h"
 
 namespace vit {
@@ -13,8 +14,10 @@ struct EvalResult {
   Index n = 0;
 };
 
-// `logits` (n, K), if not null, receives every sample's logits.
-EvalResult evaluate(Vit<float>& model, const data::ImageDataset& d, const data::BatchConfig& cfg,
-                    Index batch, std::vector<float>* logits = nullptr);
+// `logits` (n, K), if not null, receives every sample's logits. Streamed sources are decoded by
+// `workers` loader threads (0 = all cores); an unreadable sample counts as its replacement
+// (data/source_batch.h), with the replacement's label.
+EvalResult evaluate(Vit<float>& model, const data::Source& d, const data::BatchConfig& cfg,
+                    Index batch, std::vector<float>* logits = nullptr, int workers = 0);
 
 }  // namespace vit

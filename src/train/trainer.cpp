@@ -7,21 +7,26 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <memory>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli/batch_config.h"
 #include "core/profile.h"
 #include "core/rng.h"
+#include "data/augment.h"
 #include "data/batch.h"
 #include "data/dataset.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "data/lowfreq.h"
+#include "data/source.h"
 #include "io/atomic_file.h"
 #include "io/plot.h"
 #include "model/vit.h"
-#include "data/lowfreq.h"
 #include "train/budget.h"
 #include "train/checkpoint.h"
 #include "train/curriculum.h"
@@ -46,11 +51,11 @@ extern "C" void on_stop_signal(int) { g_stop_requested = true; }
 ModelConfig model_for_run(const TrainArgs& a, const data::DataSplits& d) {
   ModelConfig cfg = model_preset(a.model);
   if (a.img_size > 0) cfg.img_size = a.img_size;
-  cfg.in_chans = int(d.train.channels);
-  cfg.num_classes = a.num_classes > 0 ? a.num_classes : d.train.num_classes;
-  VIT_CHECK(cfg.num_classes >= d.train.num_classes,
+  cfg.in_chans = int(d.train->channels());
+  cfg.num_classes = a.num_classes > 0 ? a.num_classes : d.train->num_classes();
+  VIT_CHECK(cfg.num_classes >= d.train->num_classes(),
             fmt::format("--num-classes {} is smaller than the {} classes in the data",
-                        cfg.num_classes, d.train.num_classes));
+                        cfg.num_classes, d.train->num_classes()));
   if (!a.gp.empty()) cfg.classifier = classifier_from_string(a.gp);
   if (!a.ffn.empty()) cfg.ffn = ffn_from_string(a.ffn);
   cfg.drop_path = a.drop_path;
@@ -77,14 +82,21 @@ int run_train(const TrainArgs& args) {
     throw Error("this build has no CUDA backend (CUDA was not found at build time); use --device cpu");
   if (args.workers > 0) omp_set_num_threads(args.workers);
 
-  const data::DataSplits data = data::load_data_dir(args.data_dir);
+  const data::DataSplits data = data::load_data_dir(
+      args.data_dir,
+      args.class_map.empty() ? std::vector<std::string>{} : data::read_class_map(args.class_map));
+  VIT_CHECK(args.class_map.empty() || data.streamed(),
+            fmt::format("--class-map applies to ImageFolder and packed data, not to the {} data "
+                        "in '{}'",
+                        data.format, args.data_dir));
+  const Index n_train = data.train->size(), n_val = data.val->size();
   const ModelConfig final_cfg = model_for_run(args, data);  // the final training size
   const int F = final_cfg.img_size, P = final_cfg.patch_size;
   const Index B = args.batch_size, accum = args.grad_accum_steps;
-  const Index upe = data.train.n / (B * accum);  // optimizer updates per epoch (drop last)
+  const Index upe = n_train / (B * accum);  // optimizer updates per epoch (drop last)
   VIT_CHECK(upe > 0, fmt::format("batch size {} x {} accumulation steps exceeds the {} training "
                                  "images",
-                                 B, accum, data.train.n));
+                                 B, accum, n_train));
 
   // Seed methods (methods.md §1.4, §2.3): which one, its schedule, the budget, the replay.
   const bool et = args.curriculum == "efficienttrain";
@@ -153,19 +165,24 @@ int run_train(const TrainArgs& args) {
   io::write_file_atomic(run_dir + "/args.yaml", st.args_yaml);
   {
     std::string classes;
-    for (const auto& n : data.train.class_names) classes += n + "\n";
+    for (const auto& n : data.train->class_names()) classes += n + "\n";
     io::write_file_atomic(run_dir + "/classes.txt", classes);
   }
-  ComputeBudget compute(double(args.epochs), int64_t(data.train.n), F);
+  ComputeBudget compute(double(args.epochs), int64_t(n_train), F);
   compute.consumed = st.compute_consumed;
 
   const LrSchedule sched{args.lr, args.min_lr, args.warmup_lr, args.warmup_epochs * upe,
                          double(args.epochs) * upe};
-  data::BatchConfig train_bc{cfg.img_size, args.crop_pad, args.hflip, args.smoothing, data.mean,
-                             data.std};
-  data::BatchConfig eval_bc{eval_size, 0, 0.0, 0.0, data.mean, data.std};
+  // In-memory data keeps the pad-crop/flip path unless a timm flag is given; streamed data
+  // (photos of any size) defaults to timm's RandomResizedCrop + flip and resize + centre crop.
+  data::BatchConfig train_bc =
+      train_batch_config(args, cfg.img_size, data.mean, data.std, data.streamed());
+  const data::BatchConfig eval_bc =
+      eval_batch_config(args, eval_size, data.mean, data.std, data.streamed());
   data::BatchConfig et_bc = train_bc;  // ET++: batches are made at the final size, then cropped
   et_bc.img_size = F;
+  const data::MixupConfig mix = mixup_config(args);
+  const bool mixing = mix.mixup_alpha > 0 || mix.cutmix_alpha > 0;
 
   SummaryCsv summary(run_dir + "/summary.csv", st.epoch);
   JsonlLog jlog(run_dir + "/log.jsonl");
@@ -177,12 +194,13 @@ int run_train(const TrainArgs& args) {
   // What eval/export need to reproduce the input pipeline and name the classes.
   const Metadata data_meta = {{"mean", nlohmann::json(data.mean).dump()},
                               {"std", nlohmann::json(data.std).dump()},
-                              {"label_names", nlohmann::json(data.train.class_names).dump()}};
+                              {"label_names", nlohmann::json(data.train->class_names()).dump()}};
   const double flops_per_img = 3.0 * final_cfg.forward_flops_per_image();
-  fmt::print("Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
-             "classes), {} updates/epoch, batch {} x {}, lr {:.3g}, run {}\n",
-             final_cfg.name, model->table().total, flops_per_img / 1e6, args.data_dir,
-             data.train.n, data.val.n, cfg.num_classes, upe, B, accum, args.lr, run_dir);
+  fmt::print(
+      "Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
+      "classes), {} updates/epoch, batch {} x {}, lr {:.3g}, run {}\n",
+      final_cfg.name, model->table().total, flops_per_img / 1e6, args.data_dir, n_train, n_val,
+      cfg.num_classes, upe, B, accum, args.lr, run_dir);
   if (args.curriculum != "none" || budget || R > 1)
     fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
                args.curriculum, et ? " (lowfreq " + args.lowfreq + ")" : std::string(), F,
@@ -197,7 +215,16 @@ int run_train(const TrainArgs& args) {
   std::signal(SIGTERM, on_stop_signal);
   const bool tty = stdout_is_tty();
 
-  const Index C = cfg.in_chans, K = cfg.num_classes;
+  const Index C = cfg.in_chans, K = cfg.num_classes, Kd = data.train->num_classes();
+  // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
+  data::Loader train_loader(*data.train, B, true, uint64_t(args.seed),
+                            {args.workers, 0, upe * accum});
+  if (train_loader.workers() > 0) {
+    fmt::print("Data: {} ({}), {} loader workers\n", data.format, args.data_dir,
+               train_loader.workers());
+    std::fflush(stdout);
+  }
+  auto unreadable = [&] { return data.train->unreadable_count() + data.val->unreadable_count(); };
   std::vector<float> images(cap * C * cfg.img_size * cfg.img_size);
   std::vector<float> targets(cap * K);
   std::vector<float> full_images;  // ET++: the batch at the final size
@@ -266,11 +293,12 @@ int run_train(const TrainArgs& args) {
   ModelConfig eval_cfg = final_cfg;
   eval_cfg.img_size = eval_size;
   auto run_eval = [&]() -> EvalResult {
-    if (cfg.img_size == eval_size) return evaluate(*model, data.val, eval_bc, B);
+    if (cfg.img_size == eval_size)
+      return evaluate(*model, *data.val, eval_bc, B, nullptr, args.workers);
     if (!eval_model) eval_model = std::make_unique<Vit<float>>(eval_cfg, B);
     map_buffer(cfg, model->table(), model->params.data(), eval_cfg, eval_model->table(),
                eval_model->params.data(), false);
-    return evaluate(*eval_model, data.val, eval_bc, B);
+    return evaluate(*eval_model, *data.val, eval_bc, B, nullptr, args.workers);
   };
   // Weight files are always at the final training size (so eval/export work).
   const ParamTable final_table = build_param_table(final_cfg);
@@ -326,17 +354,19 @@ int run_train(const TrainArgs& args) {
     eval_est = std::max(eval_est, dt);
     summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size, elapsed(),
                     ips, budget_s, frac});
-    jlog.write({{"type", "eval"},
-                {"epoch", epoch},
-                {"step", opt.step_},
-                {"eval_loss", ev.loss},
-                {"eval_top1", ev.top1},
-                {"eval_top5", ev.top5},
-                {"img_size", cfg.img_size},
-                {"eval_size", eval_size},
-                {"budget_s", budget_s},
-                {"fraction", frac},
-                {"elapsed_s", elapsed()}});
+    nlohmann::json j = {{"type", "eval"},
+                        {"epoch", epoch},
+                        {"step", opt.step_},
+                        {"eval_loss", ev.loss},
+                        {"eval_top1", ev.top1},
+                        {"eval_top5", ev.top5},
+                        {"img_size", cfg.img_size},
+                        {"eval_size", eval_size},
+                        {"budget_s", budget_s},
+                        {"fraction", frac},
+                        {"elapsed_s", elapsed()}};
+    if (data.streamed()) j["skipped_images"] = unreadable();  // unreadable files so far
+    jlog.write(j);
     plot.eval_loss.push_back({elapsed(), ev.loss});
     plot.eval_top1.push_back({elapsed(), ev.top1});
     updates_since_eval = 0;
@@ -347,9 +377,8 @@ int run_train(const TrainArgs& args) {
   bool stopped_early = false, finished = false;
   for (int64_t epoch = st.epoch; (open_ended || epoch < args.epochs) && !stopped_early && !finished;
        ++epoch) {
-    const std::vector<Index> order = data::epoch_order(data.train.n, args.seed, epoch);
     const int64_t first_update = epoch == st.epoch ? st.update_in_epoch : 0;
-    double loss_sum = 0, loss_avg_window = 0;
+    double loss_sum = 0, loss_avg_window = 0, data_window = 0, data_epoch = 0;
     int64_t loss_count = 0, window = 0, samples = 0;
     auto t_window = std::chrono::steady_clock::now();
     const double t_epoch0 = elapsed();
@@ -364,7 +393,7 @@ int run_train(const TrainArgs& args) {
         const double ev_guess =
             eval_est >= 0 ? 1.25 * eval_est
                           // forward only is about a third of a training step per image
-                          : step_est * double(data.val.n) / double(cap * accum) / 3.0 *
+                          : step_est * double(n_val) / double(cap * accum) / 3.0 *
                                 std::pow(double(eval_size) / cfg.img_size, 2) + 0.5;
         if (budget->should_stop(elapsed(), 1.5 * step_est, ev_guess)) {
           finished = true;
@@ -390,12 +419,12 @@ int run_train(const TrainArgs& args) {
       double loss = 0;
       Index step_samples = 0;
       for (Index a = 0; a < accum; ++a) {
-        const Index* idx = order.data() + (u * accum + a) * B;
+        const Index mb = u * accum + a;  // micro-batch index in the epoch
         float* fresh = R > 1 ? fresh_images.data() : images.data();
         float* fresh_t = R > 1 ? fresh_targets.data() : targets.data();
+        const auto t_data = std::chrono::steady_clock::now();
         if (et && S != F) {
-          data::make_batch(data.train, idx, B, et_bc, true, args.seed, uint64_t(epoch),
-                           full_images.data(), fresh_t);
+          train_loader.load(uint64_t(epoch), mb, et_bc, full_images.data(), fresh_t);
           const Index in_elems = C * F * F, out_elems = C * S * S;
           const bool fft = args.lowfreq == "fft";
 #pragma omp parallel for schedule(static)
@@ -408,9 +437,16 @@ int run_train(const TrainArgs& args) {
                                    fresh + i * out_elems, S);
           }
         } else {
-          data::make_batch(data.train, idx, B, et ? et_bc : train_bc, true, args.seed,
-                           uint64_t(epoch), fresh, fresh_t);
+          train_loader.load(uint64_t(epoch), mb, et ? et_bc : train_bc, fresh, fresh_t);
         }
+        data::widen_targets(fresh_t, B, Kd, K);
+        if (mixing)
+          data::apply_mixup(mix, fresh, fresh_t, B, C, S, K, uint64_t(args.seed), uint64_t(epoch),
+                            uint64_t(mb));
+        const double dt_data =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_data).count();
+        data_window += dt_data;
+        data_epoch += dt_data;
         Index n = B;
         if (R > 1) {
           replay->push(fresh, fresh_t, int(B), int(C * S * S), int(K));
@@ -453,6 +489,10 @@ int run_train(const TrainArgs& args) {
         }
         TrainLine line{epoch,   u + 1,           upe, loss, loss_sum / loss_count,
                        dt / window, ips, lr,   eta};
+        if (data.streamed()) {  // time spent waiting for batches, per update
+          line.data_s = data_window / window;
+          line.data_s_avg = data_epoch / loss_count;
+        }
         const std::string text = format_train_line(line);
         if (tty)
           fmt::print("\r{}\033[K", text);
@@ -483,6 +523,7 @@ int run_train(const TrainArgs& args) {
         plot.train_loss.push_back({elapsed(), loss_avg_window / window});
         plot.lr.push_back({elapsed(), lr});
         loss_avg_window = 0;
+        data_window = 0;
         window = 0;
         t_window = std::chrono::steady_clock::now();
       }
@@ -535,11 +576,14 @@ int run_train(const TrainArgs& args) {
     write_training_plot(run_dir + "/plot.png", plot);
   }
   fmt::print("*** Best metric: {:.3f} (epoch {})\n", st.best_metric, st.best_epoch);
+  if (data.streamed()) fmt::print("Skipped {} unreadable images\n", unreadable());
   const auto& rows = summary.rows();
   if (!rows.empty())
-    fmt::print("Final test top-1: {:.2f}%  top-5: {:.2f}%  loss: {:.4f}  ({} of training)\n",
+    fmt::print("Final test top-1: {:.2f}%  top-5: {:.2f}%  loss: {:.4f}  ({} of training{})\n",
                rows.back().eval_top1, rows.back().eval_top5, rows.back().eval_loss,
-               format_duration(elapsed()));
+               format_duration(elapsed()),
+               data.streamed() ? fmt::format(", {} unreadable images skipped", unreadable())
+                               : std::string());
   fmt::print("Run folder: {}\n", run_dir);
   return 0;
 }

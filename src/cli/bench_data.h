@@ -1,0 +1,9 @@
+// `vitrain bench-data`: images/s of the training input pipeline (decode + RandomResizedCrop +
+// flip + normalise into (B, 3, S, S) batches) on an ImageFolder root or a prepared folder.
+#pragma once
+
+namespace vit {
+
+int run_bench_data(int argc, char** argv);  // argv[0] is the subcommand name
+
+}  // namespace vit

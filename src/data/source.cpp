@@ -1,0 +1,81 @@
+#include "data/source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "data/decode.h"
+
+namespace vit::data {
+
+void Source::report_unreadable(Index i, const std::string& why) const {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  if (!bad_.insert(i).second) return;
+  // One line, written at once so lines from concurrent workers do not interleave.
+  const std::string line = fmt::format("warning: skipping unreadable image {}\n", why);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+bool Source::known_unreadable(Index i) const {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  return bad_.count(i) > 0;
+}
+
+size_t Source::unreadable_count() const {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  return bad_.size();
+}
+
+void to_planar(const Image& img, Planar& out) {
+  out.c = img.c;
+  out.h = img.h;
+  out.w = img.w;
+  out.px.resize(size_t(img.c) * img.h * img.w);
+  const size_t plane = size_t(img.h) * img.w;
+  for (int c = 0; c < img.c; ++c) {
+    uint8_t* dst = out.px.data() + c * plane;
+    const uint8_t* src = img.px.data() + c;
+    for (size_t i = 0; i < plane; ++i) dst[i] = src[i * img.c];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+MemorySource::MemorySource(ImageDataset d) : d_(std::move(d)) {
+  classes_ = d_.class_names;
+  // The class count is the data set's (make_batch's target width), named or not.
+  if (Index(classes_.size()) != d_.num_classes) {
+    classes_.clear();
+    for (int k = 0; k < d_.num_classes; ++k) classes_.push_back(std::to_string(k));
+  }
+}
+
+void MemorySource::read(Index i, int, Planar& out) const {
+  VIT_CHECK(i >= 0 && i < d_.n, fmt::format("sample {} out of range ({} samples)", i, d_.n));
+  out.c = d_.channels;
+  out.h = d_.height;
+  out.w = d_.width;
+  const size_t n = size_t(out.c * out.h * out.w);
+  out.px.assign(d_.pixels.begin() + i * n, d_.pixels.begin() + (i + 1) * n);
+}
+
+FolderSource::FolderSource(FolderIndex idx) : idx_(std::move(idx)) {
+  classes_ = idx_.classes;
+}
+
+void FolderSource::read(Index i, int min_side, Planar& out) const {
+  to_planar(decode_image_file(idx_.files[size_t(i)], min_side), out);
+}
+
+PackedSource::PackedSource(const std::string& path) : reader_(path) {
+  classes_ = reader_.classes();
+}
+
+void PackedSource::read(Index i, int min_side, Planar& out) const {
+  to_planar(reader_.decode(size_t(i), min_side), out);
+}
+
+}  // namespace vit::data

@@ -1,0 +1,66 @@
+#include "data/source_batch.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "core/rng.h"
+#include "data/randaugment.h"
+
+namespace vit::data {
+
+int decode_min_side(const BatchConfig& cfg, bool train) {
+  if (!train && cfg.eval_crop_pct > 0)
+    return int(std::ceil(double(cfg.img_size) / cfg.eval_crop_pct - 1e-9));
+  return cfg.img_size;
+}
+
+namespace {
+
+// Reads indices[b], or the next readable sample after it; returns the index actually read.
+Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px) {
+  const Index n = src.size();
+  for (Index tries = 0; tries < n; ++tries, idx = (idx + 1) % n) {
+    if (src.known_unreadable(idx)) continue;
+    try {
+      src.read(idx, min_side, px);
+      return idx;
+    } catch (const Error& e) {
+      src.report_unreadable(idx, e.what());
+    }
+  }
+  throw Error(fmt::format("none of the {} images of the data set is readable", n));
+}
+
+}  // namespace
+
+void make_source_batch(const Source& src, const Index* indices, Index B, const BatchConfig& cfg,
+                       bool train, uint64_t seed, uint64_t epoch, float* images, float* targets,
+                       int32_t* labels) {
+  const Index K = src.num_classes(), C = src.channels(), S = cfg.img_size;
+  if (const ImageDataset* d = src.memory()) {
+    make_batch(*d, indices, B, cfg, train, seed, epoch, images, targets);
+    if (labels)
+      for (Index b = 0; b < B; ++b) labels[b] = d->labels[size_t(indices[b])];
+    return;
+  }
+  std::unique_ptr<RandAugment> ra;
+  if (train && !cfg.auto_augment.empty())
+    ra = std::make_unique<RandAugment>(parse_rand_augment(cfg.auto_augment, cfg.magnitude_override),
+                                       fill_mean_pixel(cfg.mean), cfg.interpolation);
+  const int min_side = decode_min_side(cfg, train);
+  Planar px;
+  for (Index b = 0; b < B; ++b) {
+    const Index used = read_or_replace(src, indices[b], min_side, px);
+    VIT_CHECK(px.c == C, fmt::format("sample {} has {} channels, expected {}", used, px.c, C));
+    // The slot's own stream, so a replaced sample is not a copy of its other occurrence.
+    Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));
+    timm_sample(px.px.data(), C, px.h, px.w, cfg, ra.get(), train, rng, images + b * C * S * S);
+    const int32_t label = src.label(used);
+    smoothed_one_hot(label, K, cfg.smoothing, targets + b * K);
+    if (labels) labels[b] = label;
+  }
+}
+
+}  // namespace vit::data
