@@ -433,3 +433,37 @@ TEST(Loader, WidenTargetsPadsExtraClassesWithZeros) {
   widen_targets(t.data(), 2, 3, 5);
   EXPECT_EQ(t, (std::vector<float>{1, 2, 3, 0, 0, 4, 5, 6, 0, 0}));
 }
+
+// Repeated augmentation: an epoch keeps its length, holds each chosen sample `repeats` times in a
+// row with its own label and a different augmentation, and repeats = 1 is the plain order.
+TEST(Loader, RepeatedAugmentationRepeatsSamplesWithFreshAugmentation) {
+  EXPECT_EQ(epoch_order_repeated(24, 9, 1, 1), epoch_order(24, 9, 1));
+  const std::vector<Index> plain = epoch_order(24, 9, 1), rep = epoch_order_repeated(24, 9, 1, 3);
+  ASSERT_EQ(rep.size(), 24u);
+  for (size_t j = 0; j < rep.size(); ++j) {
+    EXPECT_EQ(rep[j] % 24, plain[j / 3]) << j;  // sample j / 3 of the permutation
+    EXPECT_EQ(rep[j] / 24, Index(j % 3)) << j;  // its repeat number
+  }
+  EXPECT_THROW(epoch_order_repeated(24, 9, 1, 0), vit::Error);
+
+  TempDir t;
+  write_folder(t.path, 3, 8, 3);
+  const FolderSource src(index_image_folder((t.path / "train").string()));
+  const Index B = 6, S = 16, per_img = 3 * S * S;
+  Loader l(src, B, true, 9, {2, 0, 0, false, 3});
+  const Batch b = load(l, src, 1, 0, train_cfg(S));
+  for (Index j = 0; j < B; ++j) {
+    const Index first = j - j % 3;  // the first repeat of this sample
+    EXPECT_EQ(b.labels[size_t(j)], src.label(rep[size_t(j)] % 24)) << j;
+    EXPECT_EQ(b.labels[size_t(j)], b.labels[size_t(first)]) << j;
+    if (j != first) {
+      EXPECT_FALSE(std::equal(b.images.begin() + j * per_img, b.images.begin() + (j + 1) * per_img,
+                              b.images.begin() + first * per_img))
+          << "repeat " << j << " has the same augmentation as its first copy";
+    }
+  }
+  // The first repeat is the sample the plain order would build with the same seed.
+  Loader plain_loader(src, B, true, 9, {1});
+  const Batch p = load(plain_loader, src, 1, 0, train_cfg(S));
+  EXPECT_TRUE(std::equal(b.images.begin(), b.images.begin() + per_img, p.images.begin()));
+}

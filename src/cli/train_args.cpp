@@ -56,10 +56,13 @@ std::vector<Option> options(TrainArgs& a) {
       {"--clip-grad", "clip_grad", "max global grad norm (0 = off)", &a.clip_grad},
       {"--smoothing", "smoothing", "label smoothing", &a.smoothing},
       {"--crop-pad", "crop_pad", "random-crop padding in pixels (0 = off)", &a.crop_pad},
-      {"--hflip", "hflip", "horizontal flip probability (-1 = 0.5 for image folders, 0 for in-memory data)", &a.hflip},
+      {"--hflip", "hflip",
+       "horizontal flip probability (-1 = 0.5 for image folders, 0 for in-memory data)", &a.hflip},
       // timm augmentation pipeline (validated in cli/batch_config.cpp).
       {"--aa", "aa", "RandAugment, e.g. rand-m9-mstd0.5-inc1 (empty = off)", &a.aa},
       {"--reprob", "reprob", "random erasing probability (pixel mode)", &a.reprob},
+      {"--aug-repeats", "aug_repeats",
+       "repeated augmentation: each sample this many times per epoch (1 = off)", &a.aug_repeats},
       {"--mixup", "mixup", "mixup alpha (0 = off)", &a.mixup},
       {"--cutmix", "cutmix", "cutmix alpha (0 = off)", &a.cutmix},
       {"--mixup-prob", "mixup_prob", "probability of mixing a batch", &a.mixup_prob},
@@ -124,12 +127,14 @@ void apply_yaml(const std::string& path, std::vector<Option>& opts) {
   for (const auto& kv : root) {
     const std::string name = kv.first.IsScalar() ? kv.first.as<std::string>() : "?";
     const std::string key = normalise_key(name);
-    if (key == "config") throw Error(fmt::format("config file '{}' cannot name another config", path));
+    if (key == "config")
+      throw Error(fmt::format("config file '{}' cannot name another config", path));
     auto it = std::find_if(opts.begin(), opts.end(), [&](const Option& o) { return o.key == key; });
     if (it == opts.end())
-      throw Error(fmt::format("config file '{}': unknown key '{}' (keys are the flag names of "
-                              "'vitrain train --help', e.g. batch_size or batch-size)",
-                              path, name));
+      throw Error(
+          fmt::format("config file '{}': unknown key '{}' (keys are the flag names of "
+                      "'vitrain train --help', e.g. batch_size or batch-size)",
+                      path, name));
     const YAML::Node& v = kv.second;
     try {
       std::visit(
@@ -149,9 +154,12 @@ void apply_yaml(const std::string& path, std::vector<Option>& opts) {
       const char* kind = std::visit(
           [](auto* p) -> const char* {
             using T = std::remove_pointer_t<decltype(p)>;
-            if constexpr (std::is_same_v<T, std::string>) return "a string";
-            else if constexpr (std::is_same_v<T, double>) return "a number";
-            else return "an integer";
+            if constexpr (std::is_same_v<T, std::string>)
+              return "a string";
+            else if constexpr (std::is_same_v<T, double>)
+              return "a number";
+            else
+              return "an integer";
           },
           it->target);
       throw Error(fmt::format("config file '{}': '{}' must be {}", path, name, kind));
@@ -184,6 +192,7 @@ void validate(const TrainArgs& a) {
             "--init-size, --size-step and --eval-size must be >= 0");
   VIT_CHECK(a.size_every > 0, "--size-every must be positive");
   VIT_CHECK(a.replay >= 1, "--replay must be >= 1");
+  VIT_CHECK(a.aug_repeats >= 1, "--aug-repeats must be >= 1");
   if (!a.budget.empty()) (void)parse_duration_seconds(a.budget);  // throws a one-line error
   VIT_CHECK(a.log_interval > 0 && a.eval_interval > 0,
             "--log-interval and --eval-interval must be positive");
@@ -209,8 +218,7 @@ std::unique_ptr<CLI::App> make_app(std::vector<Option>& opts, std::string& confi
   // A repeated flag takes its last value, as argparse does (lets scripts append overrides).
   app->option_defaults()->always_capture_default()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);
-  for (auto& o : opts)
-    std::visit([&](auto* p) { app->add_option(o.flags, *p, o.help); }, o.target);
+  for (auto& o : opts) std::visit([&](auto* p) { app->add_option(o.flags, *p, o.help); }, o.target);
   app->add_option("-c,--config", config, "YAML file of defaults (keys as the flags)");
   return app;
 }

@@ -12,10 +12,10 @@ struct TrainArgs {
   // Data and model.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string model = "vit_fmnist_local";
-  int img_size = 0;     // 0 = the preset's
-  int num_classes = 0;  // 0 = from the data
-  std::string gp;       // "" (preset) | token | avg
-  std::string ffn;      // "" (preset) | mlp | local
+  int img_size = 0;       // 0 = the preset's
+  int num_classes = 0;    // 0 = from the data
+  std::string gp;         // "" (preset) | token | avg
+  std::string ffn;        // "" (preset) | mlp | local
   std::string class_map;  // ImageFolder class order: one name per line ("" = sorted folders)
   double drop_path = 0.0;
   // Optimisation.
@@ -38,6 +38,7 @@ struct TrainArgs {
   // pad-crop path above stays the default recipe's.
   std::string aa;                    // RandAugment, e.g. rand-m9-mstd0.5-inc1 ("" = off)
   double reprob = 0.0;               // RandomErasing probability
+  int aug_repeats = 1;               // repeated augmentation: times each sample is seen per epoch
   double mixup = 0.0, cutmix = 0.0;  // Beta alphas (0 = off)
   double mixup_prob = 1.0, mixup_switch_prob = 0.5;
   double color_jitter = 0.0;  // ColorJitter strength (timm's default is 0.4)
@@ -56,7 +57,7 @@ struct TrainArgs {
   int patience = 0;  // early stopping after this many evaluations without improvement; 0 = off
   int workers = 0;   // threads; 0 = all cores
   std::string device = "cpu";
-  std::string config;  // the -c/--config file that was applied ("" = none)
+  std::string config;              // the -c/--config file that was applied ("" = none)
   int64_t stop_after_updates = 0;  // testing: save the state and stop after this many updates
   // Seed methods (methods.md §1.4, §2.3).
   std::string curriculum = "none";  // none | size | efficienttrain

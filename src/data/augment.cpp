@@ -118,8 +118,8 @@ void resize_pil(const uint8_t* src, Index C, Index H, Index W, const CropBox& bo
   const Coeffs ch = need_h ? coeffs(bw, ow, interp) : Coeffs{};
   const Coeffs cv = need_v ? coeffs(bh, oh, interp) : Coeffs{};
   const Index tw = need_h ? ow : bw;
-  std::vector<uint8_t> tmp(bh * tw);  // (bh, tw) one channel after the horizontal pass
-  std::vector<int32_t> acc(ow);       // (ow) one output row of the vertical pass
+  std::vector<uint8_t> tmp(bh * tw);              // (bh, tw) one channel after the horizontal pass
+  std::vector<int32_t> acc(ow);                   // (ow) one output row of the vertical pass
   std::vector<uint8_t> tr(need_h ? bw * bh : 0);  // (bw, bh) the box of one channel, transposed
   std::vector<int32_t> col(need_h ? bh : 0);      // (bh) one output column of the horizontal pass
   for (Index c = 0; c < C; ++c) {

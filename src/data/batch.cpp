@@ -19,6 +19,17 @@ std::vector<Index> epoch_order(Index n, uint64_t seed, uint64_t epoch) {
   return order;
 }
 
+std::vector<Index> epoch_order_repeated(Index n, uint64_t seed, uint64_t epoch, int repeats) {
+  VIT_CHECK(repeats >= 1, "repeated augmentation: repeats must be >= 1");
+  std::vector<Index> order = epoch_order(n, seed, epoch);
+  if (repeats == 1) return order;
+  std::vector<Index> out;  // (n) virtual indices
+  out.reserve(size_t(n));
+  for (Index i = 0; Index(out.size()) < n; ++i)
+    for (int r = 0; r < repeats && Index(out.size()) < n; ++r) out.push_back(order[i] + r * n);
+  return out;
+}
+
 namespace {
 // Bilinear sample (align_corners=False) of one channel plane (h, w) at output pixel (y, x) of
 // an (oh, ow) resize; out-of-range source coordinates clamp to the border.
@@ -102,8 +113,8 @@ void make_batch(const ImageDataset& d, const Index* indices, Index B, const Batc
           cfg.interpolation);
 #pragma omp parallel for schedule(static)
     for (Index b = 0; b < B; ++b) {
-      const Index idx = indices[b];
-      Rng rng(mix_seed(seed, epoch, uint64_t(idx)));
+      const Index idx = indices[b] % d.n;  // (virtual index: see epoch_order_repeated)
+      Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));
       const Index C = d.channels, h = d.height, w = d.width;
       timm_sample(d.pixels.data() + idx * C * h * w, C, h, w, cfg, ra.get(), train, rng,
                   images + b * C * S * S);
@@ -118,8 +129,8 @@ void make_batch(const ImageDataset& d, const Index* indices, Index B, const Batc
   const float on = float(1.0 - cfg.smoothing) + off;
 #pragma omp parallel for schedule(static)
   for (Index b = 0; b < B; ++b) {
-    const Index idx = indices[b];
-    Rng rng(mix_seed(seed, epoch, uint64_t(idx)));
+    const Index idx = indices[b] % d.n;  // (virtual index: see epoch_order_repeated)
+    Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));
     const int pad = train ? cfg.crop_padding : 0;
     // Random crop offset in the zero-padded source (in source pixels), and flip.
     const Index dy = pad ? Index(rng.below(2 * pad + 1)) - pad : 0;

@@ -63,4 +63,11 @@ void make_batch(const ImageDataset& d, const Index* indices, Index B, const Batc
 // The sample order of one epoch: a permutation of [0, n) from (seed, epoch).
 std::vector<Index> epoch_order(Index n, uint64_t seed, uint64_t epoch);
 
+// Repeated augmentation (timm's --aug-repeats, DeiT's RASampler on one process): each sample of
+// the permutation appears `repeats` times in a row, the list cut to n entries, so an epoch keeps
+// its length and sees n / repeats distinct samples. Repeat r of sample i is the virtual index
+// i + r * n: batch builders read sample v % n and seed its augmentation from v, so the repeats
+// differ. repeats == 1 is epoch_order.
+std::vector<Index> epoch_order_repeated(Index n, uint64_t seed, uint64_t epoch, int repeats);
+
 }  // namespace vit::data

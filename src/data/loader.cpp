@@ -16,6 +16,8 @@ Loader::Loader(const Source& src, Index batch, bool train, uint64_t seed, Loader
   VIT_CHECK(batch > 0, "loader: batch size must be positive");
   nb_ = opt.batches_per_epoch > 0 ? opt.batches_per_epoch
                                   : (train ? n / batch : (n + batch - 1) / batch);
+  VIT_CHECK(opt.repeats >= 1, "loader: repeats must be >= 1");
+  repeats_ = train ? opt.repeats : 1;
   VIT_CHECK(nb_ * batch <= n + (train ? 0 : batch - 1),
             fmt::format("loader: {} batches of {} exceed the {} samples", nb_, batch, n));
   const bool threaded = src.memory() == nullptr || opt.force_threads;
@@ -55,7 +57,7 @@ void Loader::indices(uint64_t epoch, Index k, std::vector<Index>& out) {
       if (orders_.size() >= 2) orders_.erase(orders_.begin());  // keep this epoch and the next
       it = orders_
                .emplace(epoch, std::make_shared<const std::vector<Index>>(
-                                   epoch_order(src_.size(), seed_, epoch)))
+                                   epoch_order_repeated(src_.size(), seed_, epoch, repeats_)))
                .first;
     }
     order = it->second;

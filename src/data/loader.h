@@ -33,6 +33,7 @@ struct LoaderOptions {
                                 // at most 16)
   Index batches_per_epoch = 0;  // 0 = n / B (train, drop last) or ceil(n / B) (eval)
   bool force_threads = false;   // testing: use worker threads for in-memory sources too
+  int repeats = 1;              // train: repeated augmentation (epoch_order_repeated)
 };
 
 class Loader {
@@ -76,6 +77,7 @@ class Loader {
   const Index B_;
   const bool train_;
   const uint64_t seed_;
+  int repeats_ = 1;
   Index nb_ = 0;
   int prefetch_ = 0;
 

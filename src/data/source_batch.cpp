@@ -42,7 +42,7 @@ void make_source_batch(const Source& src, const Index* indices, Index B, const B
   if (const ImageDataset* d = src.memory()) {
     make_batch(*d, indices, B, cfg, train, seed, epoch, images, targets);
     if (labels)
-      for (Index b = 0; b < B; ++b) labels[b] = d->labels[size_t(indices[b])];
+      for (Index b = 0; b < B; ++b) labels[b] = d->labels[size_t(indices[b] % d->n)];
     return;
   }
   std::unique_ptr<RandAugment> ra;
@@ -52,7 +52,7 @@ void make_source_batch(const Source& src, const Index* indices, Index B, const B
   const int min_side = decode_min_side(cfg, train);
   Planar px;
   for (Index b = 0; b < B; ++b) {
-    const Index used = read_or_replace(src, indices[b], min_side, px);
+    const Index used = read_or_replace(src, indices[b] % src.size(), min_side, px);
     VIT_CHECK(px.c == C, fmt::format("sample {} has {} channels, expected {}", used, px.c, C));
     // The slot's own stream, so a replaced sample is not a copy of its other occurrence.
     Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));

@@ -218,7 +218,7 @@ int run_train(const TrainArgs& args) {
   const Index C = cfg.in_chans, K = cfg.num_classes, Kd = data.train->num_classes();
   // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
   data::Loader train_loader(*data.train, B, true, uint64_t(args.seed),
-                            {args.workers, 0, upe * accum});
+                            {args.workers, 0, upe * accum, false, args.aug_repeats});
   if (train_loader.workers() > 0) {
     fmt::print("Data: {} ({}), {} loader workers\n", data.format, args.data_dir,
                train_loader.workers());
