@@ -10,25 +10,18 @@
 #include "data/cifar.h"
 #include "data/dataset.h"
 #include "data/source.h"
+#include "temp_dir.h"
 
 using namespace vit::data;
 namespace fs = std::filesystem;
 
+using vit::testing::TempDir;
+
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("vit_cifar_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-uint8_t pixel(int rec, int c, int y, int x) { return uint8_t(rec * 7 + c * 50 + y * 3 + x); }
+uint8_t pixel(int rec, int c, int y, int x) {
+  return uint8_t(rec * 7 + c * 50 + y * 3 + x);
+}
 
 // n records starting at global record id `first`; label bytes computed from the id.
 void write_file(const fs::path& p, int first, int n, int label_bytes, int classes) {
@@ -64,8 +57,8 @@ void check(const ImageDataset& d, int first, int n, int classes) {
 void make_cifar10(const fs::path& d, int per_batch) {
   fs::create_directories(d);
   for (int b = 1; b <= 5; ++b)
-    write_file(d / ("data_batch_" + std::to_string(b) + ".bin"), (b - 1) * per_batch, per_batch,
-               1, 10);
+    write_file(d / ("data_batch_" + std::to_string(b) + ".bin"), (b - 1) * per_batch, per_batch, 1,
+               10);
   write_file(d / "test_batch.bin", 1000, 4, 1, 10);
 }
 

@@ -7,24 +7,14 @@
 
 #include "core/common.h"
 #include "data/image_folder.h"
+#include "temp_dir.h"
 
 using namespace vit::data;
 namespace fs = std::filesystem;
 
-namespace {
+using vit::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("vit_imgfolder_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
+namespace {
 
 void touch(const fs::path& p) {
   fs::create_directories(p.parent_path());
@@ -60,17 +50,17 @@ TEST(ImageFolder, RecursiveSortedFirstLevelLabels) {
   touch(s / "Zebra" / "z.png");
   touch(s / ".ipynb_checkpoints" / "junk.jpg");  // hidden: ignored
   touch(s / "cat" / ".hidden.jpg");
-  touch(s / "stray.jpg");                         // no class: ignored
+  touch(s / "stray.jpg");  // no class: ignored
   fs::create_directories(s / "empty_class");
   const FolderIndex idx = index_image_folder(s.string());
   // Byte-wise sort: upper case first, "class10" < "class2"; empty folder keeps its index.
-  const std::vector<std::string> classes = {"Zebra", "cat",        "class10",
+  const std::vector<std::string> classes = {"Zebra",  "cat", "class10",
                                             "class2", "dog", "empty_class"};
   EXPECT_EQ(idx.classes, classes);
   std::vector<std::string> files;
   for (const auto& f : idx.files) files.push_back(rel(f, s.string()));
-  const std::vector<std::string> want = {"Zebra/z.png",  "cat/x.Jpeg", "class10/1.jpg",
-                                         "class2/1.jpg", "dog/a.png",  "dog/b.JPG",
+  const std::vector<std::string> want = {"Zebra/z.png",       "cat/x.Jpeg", "class10/1.jpg",
+                                         "class2/1.jpg",      "dog/a.png",  "dog/b.JPG",
                                          "dog/deep/er/c.jpeg"};
   EXPECT_EQ(files, want);
   EXPECT_EQ(idx.labels, (std::vector<int32_t>{0, 1, 2, 3, 4, 4, 4}));
@@ -85,11 +75,11 @@ TEST(ImageFolder, FollowsSymlinksAndSurvivesCycles) {
   touch(outside / "o1.jpg");
   touch(outside / "sub" / "o2.png");
   touch(s / "a" / "1.jpg");
-  fs::create_directory_symlink(outside, s / "b");         // class folder is a link
+  fs::create_directory_symlink(outside, s / "b");           // class folder is a link
   fs::create_directory_symlink(s / "a", s / "a" / "loop");  // cycle inside a class
   fs::create_directory_symlink(s, s / "a" / "up");          // link back to the split root
   touch(t.path / "real.jpg");
-  fs::create_symlink(t.path / "real.jpg", s / "a" / "2.jpg");  // file link
+  fs::create_symlink(t.path / "real.jpg", s / "a" / "2.jpg");     // file link
   fs::create_symlink(t.path / "missing.jpg", s / "a" / "3.jpg");  // broken link: skipped
   const FolderIndex idx = index_image_folder(s.string());
   EXPECT_EQ(idx.classes, (std::vector<std::string>{"a", "b"}));
@@ -154,7 +144,8 @@ TEST(ImageFolder, ZeroImagesError) {
   } catch (const vit::Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("Found 0 images in subfolders of " + (t.path / "flat").string()),
-              std::string::npos) << m;
+              std::string::npos)
+        << m;
     EXPECT_NE(m.find("no class sub-folders"), std::string::npos) << m;
     EXPECT_NE(m.find("<split>/<class>/<image>"), std::string::npos) << m;
   }

@@ -23,24 +23,15 @@
 #include "data/packed.h"
 #include "data/source.h"
 #include "data/source_batch.h"
+#include "temp_dir.h"
 
 using namespace vit;
 using namespace vit::data;
 namespace fs = std::filesystem;
 
-namespace {
+using vit::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("vit_loader_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+namespace {
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
   fs::create_directories(p.parent_path());
@@ -271,7 +262,7 @@ TEST(Loader, UnreadableImagesAreSkippedOnceCountedAndNeverMislabelled) {
   const FolderSource src(index_image_folder(tr.string()));
   ASSERT_EQ(src.size(), 22);
 
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   Loader l(src, 5, true, 1, {2});
   for (uint64_t e = 0; e < 2; ++e)
     for (Index k = 0; k < l.batches_per_epoch(); ++k) {
@@ -292,7 +283,7 @@ TEST(Loader, UnreadableImagesAreSkippedOnceCountedAndNeverMislabelled) {
     const std::vector<int> dom = dominant_channels(b, 16);
     for (size_t j = 0; j < b.labels.size(); ++j) EXPECT_EQ(dom[j], b.labels[j]);
   }
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(src.unreadable_count(), 4u);
   size_t lines = 0;  // one warning per file, however often it was drawn
   for (size_t p = 0; (p = err.find("warning: skipping unreadable image", p)) != std::string::npos;
@@ -308,10 +299,10 @@ TEST(Loader, NothingReadableIsAClearError) {
   write_bytes(t.path / "train" / "a" / "x.jpg", {0xFF, 0xD8, 0xFF, 0x00});
   write_bytes(t.path / "train" / "b" / "y.png", {1, 2, 3});
   const FolderSource src(index_image_folder((t.path / "train").string()));
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   Loader l(src, 2, true, 1, {1});
   const std::string m = error_of([&] { load(l, src, 0, 0, train_cfg(8)); });
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   EXPECT_NE(m.find("none of the 2 images"), std::string::npos) << m;
 }
 
@@ -335,9 +326,9 @@ TEST(Loader, PackedRawFileGivesTheFolderBatches) {
   TempDir t;
   write_folder(t.path, 2, 7, 3);
   const FolderIndex idx = index_image_folder((t.path / "train").string());
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   write_packed((t.path / "train.vitpack").string(), idx, 0, false, 0, 2);
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   const FolderSource folder(idx);
   const PackedSource packed((t.path / "train.vitpack").string());
   ASSERT_EQ(packed.size(), folder.size());
@@ -396,14 +387,14 @@ TEST(DataDir, DetectsEveryFormat) {
   // Packed: train.vitpack + val.vitpack.
   const fs::path packed = t.path / "packed";
   fs::create_directories(packed);
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   write_packed((packed / "train.vitpack").string(),
                index_image_folder((folder / "training").string()), 32, true, 90, 1);
   EXPECT_NE(error_of([&] { load_data_dir(packed.string()); }).find("val.vitpack"),
             std::string::npos);
   write_packed((packed / "val.vitpack").string(),
                index_image_folder((folder / "validation").string()), 32, true, 90, 1);
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   s = load_data_dir(packed.string());
   EXPECT_EQ(s.format, "packed");
   EXPECT_TRUE(s.streamed());

@@ -10,23 +10,14 @@
 #include "data/decode.h"
 #include "data/image_folder.h"
 #include "data/packed.h"
+#include "temp_dir.h"
 
 using namespace vit::data;
 namespace fs = std::filesystem;
 
-namespace {
+using vit::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("vit_packed_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+namespace {
 
 Image gradient(int h, int w, int seed) {
   Image img(h, w, 3);
@@ -65,9 +56,9 @@ struct Fixture {
   std::vector<Image> sources;  // as decoded from the files (full size)
   Fixture() {
     split = dir.path / "train";
-    write_bytes(split / "ant" / "a.png", encode_png(gradient(40, 100, 0)));    // wide
+    write_bytes(split / "ant" / "a.png", encode_png(gradient(40, 100, 0)));      // wide
     write_bytes(split / "ant" / "b.JPG", encode_jpeg(gradient(90, 30, 1), 95));  // tall
-    write_bytes(split / "bee" / "c.png", encode_png(gradient(20, 24, 2)));     // small
+    write_bytes(split / "bee" / "c.png", encode_png(gradient(20, 24, 2)));       // small
     write_bytes(split / "bee" / "d.jpeg", encode_jpeg(gradient(64, 64, 3), 95));
     idx = index_image_folder(split.string());
     for (const auto& f : idx.files) sources.push_back(decode_image_file(f));
@@ -149,9 +140,9 @@ TEST(Packed, CorruptSourcesAreSkippedAndCounted) {
   const FolderIndex idx = index_image_folder(fx.split.string());
   ASSERT_EQ(idx.files.size(), 6u);
   const std::string out = (fx.dir.path / "skip.vpk").string();
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   const PackStats st = write_packed(out, idx, 64, false, 90, 2);
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(st.written, 4u);
   EXPECT_EQ(st.skipped, 2u);
   EXPECT_NE(err.find("broken.jpg"), std::string::npos) << err;
@@ -167,9 +158,9 @@ TEST(Packed, CorruptSourcesAreSkippedAndCounted) {
   bad.files = {(fx.split / "ant" / "broken.jpg").string()};
   bad.labels = {0};
   const std::string none = (fx.dir.path / "none.vpk").string();
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   EXPECT_THROW(write_packed(none, bad, 64, false, 90, 1), vit::Error);
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   EXPECT_FALSE(fs::exists(none));
   for (const auto& e : fs::directory_iterator(fx.dir.path))
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
@@ -261,9 +252,9 @@ TEST(Packed, LargeJpegSourceDownscaledThroughDct) {
   write_bytes(split / "only" / "big.jpg", encode_jpeg(src, 95));
   const FolderIndex idx = index_image_folder(split.string());
   const std::string out = (t.path / "p.vpk").string();
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   write_packed(out, idx, 100, false, 90, 1);
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   PackedReader r(out);
   const Image img = r.decode(0);
   EXPECT_EQ(img.h, 75);
