@@ -87,6 +87,29 @@ TEST(EtSchedule, ScaledTables) {
   EXPECT_THROW(vit::et_schedule_deit(0, 4), vit::Error);
 }
 
+TEST(EtSchedule, NamedAndExplicitTables) {
+  // The paper's Swin and ConvNeXt tables at 224, and scaled to 28 px with 4-px patches
+  // (96 -> 12, 160 -> 20, 224 -> 28).
+  EXPECT_EQ(vit::et_schedule("swin", 224, 16).sizes,
+            (std::vector<int>{96, 96, 160, 160, 160, 160, 224, 224, 224, 224}));
+  EXPECT_EQ(vit::et_schedule("convnext", 224, 16).sizes,
+            (std::vector<int>{160, 160, 160, 160, 160, 160, 224, 224, 224, 224}));
+  EXPECT_EQ(vit::et_schedule("convnext", 28, 4).sizes,
+            (std::vector<int>{20, 20, 20, 20, 20, 20, 28, 28, 28, 28}));
+  EXPECT_EQ(vit::et_schedule("deit", 32, 4).sizes, vit::et_schedule_deit(32, 4).sizes);
+  EXPECT_EQ(vit::et_schedule("16,16,20,20,20,24,24,28,28,28", 28, 4).sizes,
+            (std::vector<int>{16, 16, 20, 20, 20, 24, 24, 28, 28, 28}));
+  EXPECT_TRUE(vit::is_named_et_table("convnext"));
+  EXPECT_FALSE(vit::is_named_et_table("resnet"));
+  // Bad tables: unknown name, nine sizes, a size off the patch grid, above the final size, junk.
+  EXPECT_THROW(vit::et_schedule("resnet", 28, 4), vit::Error);
+  EXPECT_THROW(vit::et_schedule("16,16,20,20,20,24,24,28,28", 28, 4), vit::Error);
+  EXPECT_THROW(vit::et_schedule("16,16,20,20,20,24,24,28,28,27", 28, 4), vit::Error);
+  EXPECT_THROW(vit::et_schedule("16,16,20,20,20,24,24,28,28,32", 28, 4), vit::Error);
+  EXPECT_THROW(vit::et_schedule("16,16,20,x,20,24,24,28,28,28", 28, 4), vit::Error);
+  EXPECT_THROW(vit::et_schedule("16,,20,20,20,24,24,28,28,28", 28, 4), vit::Error);
+}
+
 TEST(EtSchedule, ComputeWeight) {
   EXPECT_DOUBLE_EQ(vit::et_compute_weight(224, 224), 1.0);
   EXPECT_DOUBLE_EQ(vit::et_compute_weight(112, 224), 0.25);

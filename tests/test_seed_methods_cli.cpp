@@ -159,6 +159,32 @@ TEST_F(SeedMethodsCli, EfficientTrainMakesMoreCheaperUpdatesFollowingTheTable) {
   }
 }
 
+TEST_F(SeedMethodsCli, EfficientTrainTakesAnExplicitTableAndWarmup) {
+  const RunResult r = run_vitrain(
+      train_flags("et_table", "--img-size 32 --epochs 2 --curriculum efficienttrain --et-table "
+                              "16,16,16,16,16,24,24,32,32,32 --et-warmup 0"),
+      dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<int> table = {16, 16, 16, 16, 16, 24, 24, 32, 32, 32};
+  std::set<int> sizes;
+  const auto train = log("et_table", "train");
+  ASSERT_FALSE(train.empty());
+  for (const auto& j : train) {
+    EXPECT_EQ(j.at("img_size").get<int>(), table[j.at("stage").get<size_t>()]);
+    sizes.insert(j.at("img_size").get<int>());
+  }
+  EXPECT_EQ(sizes, (std::set<int>{16, 24, 32}));
+  // No warm-up: the first update already runs at (nearly) the base LR of the cosine.
+  EXPECT_GT(train.front().at("lr").get<double>(), 0.99 * 2e-3);
+  // A bad table is a one-line error before training.
+  const RunResult bad = run_vitrain(
+      train_flags("et_bad", "--img-size 32 --curriculum efficienttrain --et-table 16,20"),
+      dir_.string());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--et-table"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << bad.err;
+}
+
 TEST_F(SeedMethodsCli, ReplayTrainsEachFreshBatchSeveralTimes) {
   const RunResult r =
       run_vitrain(train_flags("replay", "--img-size 8 --epochs 1 --replay 2"), dir_.string());

@@ -202,6 +202,11 @@ TEST(TrainArgs, SeedMethodFlags) {
   EXPECT_EQ(a.replay, 4);
   EXPECT_EQ(a.eval_size, 32);
   EXPECT_EQ(parse({"--curriculum", "efficienttrain"}).curriculum, "efficienttrain");
+  EXPECT_EQ(d.et_table, "deit");
+  EXPECT_DOUBLE_EQ(d.et_warmup, 0.2);
+  const vit::TrainArgs e = parse({"--et-table", "convnext", "--et-warmup", "0.05"});
+  EXPECT_EQ(e.et_table, "convnext");
+  EXPECT_DOUBLE_EQ(e.et_warmup, 0.05);
   for (const char* b : {"24h", "45s", "1h30m", "600"}) EXPECT_EQ(parse({"--budget", b}).budget, b);
   // Bad values are one-line errors naming the flag.
   for (const auto& bad : std::vector<std::vector<std::string>>{
@@ -213,7 +218,11 @@ TEST(TrainArgs, SeedMethodFlags) {
            {"--replay", "0"},
            {"--size-every", "0"},
            {"--init-size", "-1"},
-           {"--eval-size", "-4"}}) {
+           {"--eval-size", "-4"},
+           {"--et-table", "resnet"},
+           {"--et-warmup", "1"},
+           {"--et-warmup", "-0.1"},
+           {"--et-warmup", "nan"}}) {
     try {
       parse(bad);
       ADD_FAILURE() << "accepted " << bad[0] << " " << bad[1];

@@ -15,6 +15,7 @@
 #include "cli/batch_config.h"
 #include "core/common.h"
 #include "train/budget.h"
+#include "train/curriculum.h"
 
 namespace vit {
 
@@ -100,6 +101,12 @@ std::vector<Option> options(TrainArgs& a) {
        &a.size_step},
       {"--size-every", "size_every", "size curriculum: epochs per size step", &a.size_every},
       {"--lowfreq", "lowfreq", "efficienttrain low-frequency crop: fft or downsample", &a.lowfreq},
+      {"--et-table", "et_table",
+       "efficienttrain size table: deit, swin, convnext (scaled to the final size) or ten "
+       "comma-separated sizes",
+       &a.et_table},
+      {"--et-warmup", "et_warmup", "efficienttrain LR warm-up, as a fraction of the compute",
+       &a.et_warmup},
       {"--budget", "budget", "wall-clock budget (24h, 90m, 45s, 1h30m); replaces --epochs",
        &a.budget},
       {"--replay", "replay", "replay buffer: train each fresh batch R times (1 = off)", &a.replay},
@@ -188,6 +195,10 @@ void validate(const TrainArgs& a) {
             fmt::format("--curriculum {}: must be none, size or efficienttrain", a.curriculum));
   VIT_CHECK(a.lowfreq == "fft" || a.lowfreq == "downsample",
             fmt::format("--lowfreq {}: must be fft or downsample", a.lowfreq));
+  VIT_CHECK(a.et_warmup >= 0 && a.et_warmup < 1, "--et-warmup must be in [0, 1)");
+  VIT_CHECK(is_named_et_table(a.et_table) || a.et_table.find(',') != std::string::npos,
+            fmt::format("--et-table {}: use deit, swin, convnext or ten comma-separated sizes",
+                        a.et_table));
   VIT_CHECK(a.init_size >= 0 && a.size_step >= 0 && a.eval_size >= 0,
             "--init-size, --size-step and --eval-size must be >= 0");
   VIT_CHECK(a.size_every > 0, "--size-every must be positive");
@@ -205,7 +216,7 @@ void validate(const TrainArgs& a) {
             fmt::format("--ffn {}: use mlp or local", a.ffn));
   VIT_CHECK(a.stop_after_updates >= 0, "--stop-after-updates must be >= 0");
   for (double v : {a.lr, a.min_lr, a.warmup_epochs, a.warmup_lr, a.weight_decay, a.clip_grad,
-                   a.smoothing, a.drop_path, a.hflip})
+                   a.smoothing, a.drop_path, a.hflip, a.et_warmup})
     VIT_CHECK(std::isfinite(v), "numeric options must be finite numbers (not inf or nan)");
 }
 

@@ -65,6 +65,8 @@ struct TrainArgs {
   int size_step = 0;                // size curriculum: pixels added per step (0 = patch size)
   int size_every = 1;               // size curriculum: epochs per size step
   std::string lowfreq = "fft";      // efficienttrain low-frequency crop: fft | downsample
+  std::string et_table = "deit";    // efficienttrain sizes: deit | swin | convnext | 10 sizes
+  double et_warmup = 0.2;           // efficienttrain warm-up, fraction of the compute
   std::string budget;               // wall-clock budget ("24h", "90m", "45s"); "" = --epochs
   int replay = 1;                   // replay-buffer repeats per fresh batch (1 = off)
   int eval_size = 0;                // evaluation size (0 = the final training size)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/common.h"
@@ -28,21 +29,71 @@ int size_curriculum(int epoch, int init_size, int step, int every, int final_siz
   return std::max<int>(patch, int(size / patch) * patch);
 }
 
-EtSchedule et_schedule_deit(int final_size, int patch) {
+namespace {
+// The paper's per-model tables at 224 px (methods.md §2.3).
+const std::vector<int>* named_et_table(const std::string& name) {
+  static const std::vector<int> kDeit = {96, 96, 160, 160, 160, 160, 192, 192, 224, 224};
+  static const std::vector<int> kSwin = {96, 96, 160, 160, 160, 160, 224, 224, 224, 224};
+  static const std::vector<int> kConvnext = {160, 160, 160, 160, 160, 160, 224, 224, 224, 224};
+  if (name == "deit") return &kDeit;
+  if (name == "swin") return &kSwin;
+  if (name == "convnext") return &kConvnext;
+  return nullptr;
+}
+
+void check_final(int final_size, int patch) {
   VIT_CHECK(patch >= 1, "ET++ schedule: patch size must be >= 1, got " + std::to_string(patch));
   VIT_CHECK(final_size >= patch && final_size % patch == 0,
             "ET++ schedule: final size " + std::to_string(final_size) +
                 " must be a positive multiple of the patch size " + std::to_string(patch));
-  static const int kDeit[10] = {96, 96, 160, 160, 160, 160, 192, 192, 224, 224};
+}
+
+EtSchedule scaled_table(const std::vector<int>& table224, int final_size, int patch) {
   EtSchedule s;
   s.final_size = final_size;
-  for (int b : kDeit) {
+  for (int b : table224) {
     // nearest multiple of patch to b * final / 224, in exact integer arithmetic (ties round up)
     const int64_t den = int64_t(224) * patch;
     const int64_t units = (2 * int64_t(b) * final_size + den) / (2 * den);
     s.sizes.push_back(int(std::max<int64_t>(1, units) * patch));
   }
   return s;
+}
+}  // namespace
+
+EtSchedule et_schedule_deit(int final_size, int patch) {
+  check_final(final_size, patch);
+  return scaled_table(*named_et_table("deit"), final_size, patch);
+}
+
+EtSchedule et_schedule(const std::string& table, int final_size, int patch) {
+  check_final(final_size, patch);
+  if (const auto* named = named_et_table(table)) return scaled_table(*named, final_size, patch);
+  // An explicit table: ten sizes in pixels at this final size.
+  EtSchedule s;
+  s.final_size = final_size;
+  size_t pos = 0;
+  while (pos <= table.size()) {
+    const size_t comma = std::min(table.find(',', pos), table.size());
+    const std::string item = table.substr(pos, comma - pos);
+    char* end = nullptr;
+    const long v = item.empty() ? 0 : std::strtol(item.c_str(), &end, 10);
+    VIT_CHECK(!item.empty() && end && *end == '\0' && v > 0 && v <= final_size && v % patch == 0,
+              "--et-table '" + table +
+                  "': use deit, swin, convnext or ten comma-separated sizes, each a multiple of "
+                  "the patch size " +
+                  std::to_string(patch) + " and at most the final size " +
+                  std::to_string(final_size) + " (bad entry '" + item + "')");
+    s.sizes.push_back(int(v));
+    pos = comma + 1;
+  }
+  VIT_CHECK(s.sizes.size() == 10,
+            "--et-table '" + table + "': needs ten sizes, got " + std::to_string(s.sizes.size()));
+  return s;
+}
+
+bool is_named_et_table(const std::string& name) {
+  return named_et_table(name) != nullptr;
 }
 
 int et_stage(double p) {

@@ -13,6 +13,7 @@
 // first 20% of compute.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace vit {
@@ -30,6 +31,12 @@ struct EtSchedule {
 // every entry becomes size * final / 224 rounded to the nearest multiple of patch (ties away from
 // zero), at least one patch. final_size must be a positive multiple of patch.
 EtSchedule et_schedule_deit(int final_size, int patch);
+// The table named by --et-table: "deit" (above), "swin" [96x2, 160x4, 224x4] or "convnext"
+// [160x6, 224x4] (the paper's tables for those models), scaled as above; or ten comma-separated
+// sizes in pixels ("12,12,20,20,20,20,24,24,28,28"), each a multiple of patch and at most
+// final_size, used as given. Throws vit::Error with a one-line message otherwise.
+EtSchedule et_schedule(const std::string& table, int final_size, int patch);
+bool is_named_et_table(const std::string& name);
 
 // Stage index min(9, floor(10 p)); p >= 1 gives 9. Throws vit::Error for p < 0 or NaN.
 int et_stage(double p);

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -113,7 +114,7 @@ int run_train(const TrainArgs& args) {
   }
   EtSchedule et_sched;
   if (et) {
-    et_sched = et_schedule_deit(F, P);
+    et_sched = et_schedule(args.et_table, F, P);
     if (args.lowfreq == "fft")
       for (int b : et_sched.sizes)
         VIT_CHECK(b % 2 == 0, fmt::format("--lowfreq fft needs even sizes; the efficienttrain "
@@ -203,7 +204,11 @@ int run_train(const TrainArgs& args) {
       cfg.num_classes, upe, B, accum, args.lr, run_dir);
   if (args.curriculum != "none" || budget || R > 1)
     fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
-               args.curriculum, et ? " (lowfreq " + args.lowfreq + ")" : std::string(), F,
+               args.curriculum,
+               et ? fmt::format(" (lowfreq {}, sizes {}, warm-up {:.3g})", args.lowfreq,
+                                fmt::join(et_sched.sizes, "/"), args.et_warmup)
+                  : std::string(),
+               F,
                eval_size, budget ? fmt::format("{:.0f}s", budget->total_s) : "none", R);
   if (resumed)
     fmt::print("Resumed at epoch {} update {} (step {}), training size {}\n", st.epoch,
@@ -406,7 +411,7 @@ int run_train(const TrainArgs& args) {
       const int S = cfg.img_size;
       double lr;
       if (et)
-        lr = et_lr(frac, args.lr, args.min_lr, args.warmup_lr, 0.2);
+        lr = et_lr(frac, args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
       else if (budget)
         lr = sched.at(frac * double(args.epochs) * double(upe));
       else
@@ -547,7 +552,7 @@ int run_train(const TrainArgs& args) {
     const double ips = double(samples) / std::max(train_seconds, 1e-9);
     const double frac_now = fraction(epoch, u);
     auto lr_now = [&] {
-      if (et) return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, 0.2);
+      if (et) return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
       if (budget) return sched.at(frac_now * double(args.epochs) * double(upe));
       return sched.at(double(opt.step_));
     };
