@@ -26,7 +26,8 @@ Image gradient(int h, int w, int c = 3) {
     for (int x = 0; x < w; ++x)
       for (int ch = 0; ch < c; ++ch)
         img.at(y, x)[ch] = uint8_t((x * 255 / std::max(1, w - 1) * (ch + 1) / 3 +
-                                    y * 255 / std::max(1, h - 1) * (3 - ch) / 3) / 2);
+                                    y * 255 / std::max(1, h - 1) * (3 - ch) / 3) /
+                                   2);
   return img;
 }
 
@@ -226,7 +227,8 @@ TEST(Decode, FileErrorsNameTheFile) {
   fs::create_directories(dir);
   auto jpg = encode_jpeg(gradient(32, 32), 90);
   const std::string good = (dir / "good.png").string();  // JPEG bytes, wrong extension: fine
-  std::ofstream(good, std::ios::binary).write(reinterpret_cast<const char*>(jpg.data()), jpg.size());
+  std::ofstream(good, std::ios::binary)
+      .write(reinterpret_cast<const char*>(jpg.data()), jpg.size());
   const std::string bad = (dir / "bad.jpg").string();
   std::ofstream(bad, std::ios::binary).write(reinterpret_cast<const char*>(jpg.data()), 50);
   EXPECT_EQ(decode_image_file(good).h, 32);
@@ -276,7 +278,8 @@ TEST(Decode, JpegAdobeCmykBecomesRgb) {
   // (200,100,50,255) means RGB (200,100,50).
   const int w = 16, h = 8;
   std::vector<uint8_t> px(size_t(w) * h * 4);
-  for (size_t i = 0; i < px.size(); i += 4) px[i] = 200, px[i + 1] = 100, px[i + 2] = 50, px[i + 3] = 255;
+  for (size_t i = 0; i < px.size(); i += 4)
+    px[i] = 200, px[i + 1] = 100, px[i + 2] = 50, px[i + 3] = 255;
   jpeg_compress_struct cinfo;
   jpeg_error_mgr jerr;
   cinfo.err = jpeg_std_error(&jerr);

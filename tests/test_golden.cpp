@@ -48,7 +48,9 @@ double rel_err(const float* ours, const std::vector<double>& ref, double scale =
   return std::sqrt(num) / den;
 }
 
-bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+bool starts_with(const std::string& s, const char* p) {
+  return s.rfind(p, 0) == 0;
+}
 
 std::string path_of(const std::string& name) {
   return std::string(VIT_REFERENCE_DIR) + "/golden_" + name + ".safetensors";

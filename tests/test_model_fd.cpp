@@ -72,8 +72,7 @@ TEST_P(ModelFd, EveryParameterGradientMatchesFiniteDifferences) {
       p = saved;
       const double numeric = (lp - lm) / (2 * h);
       const double a = analytic[spec.offset + j];
-      EXPECT_NEAR(a, numeric, 1e-7 + 1e-5 * std::fabs(numeric))
-          << spec.name << "[" << j << "]";
+      EXPECT_NEAR(a, numeric, 1e-7 + 1e-5 * std::fabs(numeric)) << spec.name << "[" << j << "]";
       ++checked;
     }
   }

@@ -77,8 +77,7 @@ TEST(OpsFd, Matmul) {
   check_grad("matmul.db", b, minus(db, pre_b), loss);
   // dinp may be skipped.
   Vec dw2(N * K, 0.0);
-  matmul_backward<double>(nullptr, dw2.data(), nullptr, dout.data(), inp.data(), w.data(), M, K,
-                          N);
+  matmul_backward<double>(nullptr, dw2.data(), nullptr, dout.data(), inp.data(), w.data(), M, K, N);
   for (Index i = 0; i < N * K; ++i) EXPECT_NEAR(dw2[i], dw[i] - pre_w[i], 1e-12);
 }
 
@@ -154,7 +153,8 @@ void attention_fd(Index B, Index N, Index H, Index D) {
         for (auto& v : s) sum += (v = std::exp(v - mx));
         for (Index k = 0; k < D; ++k) {
           double o = 0;
-          for (Index j = 0; j < N; ++j) o += s[j] / sum * qkv[(b * N + j) * 3 * C + 2 * C + h * D + k];
+          for (Index j = 0; j < N; ++j)
+            o += s[j] / sum * qkv[(b * N + j) * 3 * C + 2 * C + h * D + k];
           EXPECT_NEAR(out[(b * N + i) * C + h * D + k], o, 1e-12);
         }
       }
@@ -163,8 +163,12 @@ void attention_fd(Index B, Index N, Index H, Index D) {
   check_grad("attention.dqkv", qkv, dqkv, loss);
 }
 
-TEST(OpsFd, Attention) { attention_fd(2, 5, 2, 4); }
-TEST(OpsFd, AttentionOddTokens) { attention_fd(1, 17, 3, 8); }
+TEST(OpsFd, Attention) {
+  attention_fd(2, 5, 2, 4);
+}
+TEST(OpsFd, AttentionOddTokens) {
+  attention_fd(1, 17, 3, 8);
+}
 
 TEST(OpsFd, Activations) {
   const Index n = 200;
@@ -243,8 +247,12 @@ void dwconv_fd(Index B, Index prefix, Index gh, Index gw, Index C) {
   check_grad("dwconv.dw", w, minus(dw, pre_w), loss);
 }
 
-TEST(OpsFd, DwConvClassToken) { dwconv_fd(2, 1, 4, 4, 5); }
-TEST(OpsFd, DwConvRectangular) { dwconv_fd(1, 0, 3, 5, 7); }
+TEST(OpsFd, DwConvClassToken) {
+  dwconv_fd(2, 1, 4, 4, 5);
+}
+TEST(OpsFd, DwConvRectangular) {
+  dwconv_fd(1, 0, 3, 5, 7);
+}
 
 TEST(OpsFd, Im2Patches) {
   const Index B = 2, Cin = 3, S = 8, P = 4, g = S / P;
@@ -266,15 +274,15 @@ TEST(OpsFd, EmbedTokens) {
     Vec patch = randn(B * (N - prefix) * C, 41), cls = randn(C, 42), pos = randn(N * C, 43),
         dout = randn(B * N * C, 44), x(B * N * C);
     auto loss = [&] {
-      embed_tokens_forward(x.data(), patch.data(), prefix ? cls.data() : nullptr, pos.data(), B,
-                           N, prefix, C);
+      embed_tokens_forward(x.data(), patch.data(), prefix ? cls.data() : nullptr, pos.data(), B, N,
+                           prefix, C);
       return dot(x, dout);
     };
     loss();
     const Vec pre_cls = randn(C, 45), pre_pos = randn(N * C, 46);
     Vec dpatch(patch.size(), NAN), dcls = pre_cls, dpos = pre_pos;
-    embed_tokens_backward(dpatch.data(), prefix ? dcls.data() : nullptr, dpos.data(),
-                          dout.data(), B, N, prefix, C);
+    embed_tokens_backward(dpatch.data(), prefix ? dcls.data() : nullptr, dpos.data(), dout.data(),
+                          B, N, prefix, C);
     check_grad("embed.dpatch", patch, dpatch, loss);
     check_grad("embed.dpos", pos, minus(dpos, pre_pos), loss);
     if (prefix) check_grad("embed.dcls", cls, minus(dcls, pre_cls), loss);
@@ -294,8 +302,7 @@ TEST(OpsFd, Residual) {
     };
     loss();
     for (Index i = 0; i < B * S * C; ++i)
-      EXPECT_NEAR(out[i], x[i] + scale[i / (S * C)] * (with_gamma ? g[i % C] : 1.0) * br[i],
-                  1e-12);
+      EXPECT_NEAR(out[i], x[i] + scale[i / (S * C)] * (with_gamma ? g[i % C] : 1.0) * br[i], 1e-12);
     const Vec pre_g = randn(C, 55);
     Vec dbr(br.size(), NAN), dg = pre_g;
     residual_backward(dbr.data(), with_gamma ? dg.data() : nullptr, dout.data(), br.data(),

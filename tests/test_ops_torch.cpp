@@ -42,7 +42,9 @@ const vit::io::SafeTensors& ref() {
   static const vit::io::SafeTensors st = vit::io::read_safetensors(kRefPath);
   return st;
 }
-Vec get(const std::string& name) { return ref().at(name).to_f32(); }
+Vec get(const std::string& name) {
+  return ref().at(name).to_f32();
+}
 // The integer sizes of a case, stored as F32 in <case>.dims.
 std::vector<Index> dims(const std::string& c) {
   std::vector<Index> d;
@@ -65,7 +67,9 @@ class OpsTorch : public ::testing::Test {
 };
 
 // An output the op overwrites: starts as NaN.
-Vec overwritten(size_t n) { return Vec(n, std::numeric_limits<float>::quiet_NaN()); }
+Vec overwritten(size_t n) {
+  return Vec(n, std::numeric_limits<float>::quiet_NaN());
+}
 
 // An output the op accumulates into: starts from a nonzero pattern at the scale of the expected
 // values; value() subtracts it again.
@@ -123,8 +127,8 @@ TEST_F(OpsTorch, Matmul) {
   Vec out = overwritten(M * N), dinp = overwritten(M * K);
   Accum dw("matmul.dw"), db("matmul.db");
   vit::cpu::matmul_forward(out.data(), inp.data(), w.data(), b.data(), M, K, N);
-  vit::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
-                            M, K, N);
+  vit::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), M,
+                            K, N);
   expect_close(out, "matmul.out", kReduce);
   expect_close(dinp, "matmul.dinp", kReduce);
   expect_close(dw, "matmul.dw", kReduce);
@@ -132,8 +136,8 @@ TEST_F(OpsTorch, Matmul) {
 
   // nullptr gradient outputs are skipped (the patch embedding needs no dinp); no bias.
   Accum dw2("matmul.dw");
-  vit::cpu::matmul_backward<float>(nullptr, dw2.data(), nullptr, dout.data(), inp.data(),
-                                   w.data(), M, K, N);
+  vit::cpu::matmul_backward<float>(nullptr, dw2.data(), nullptr, dout.data(), inp.data(), w.data(),
+                                   M, K, N);
   expect_close(dw2, "matmul.dw", kReduce);
   Vec out_nb = overwritten(M * N);
   vit::cpu::matmul_forward<float>(out_nb.data(), inp.data(), w.data(), nullptr, M, K, N);
@@ -150,8 +154,8 @@ void layernorm_case(const std::string& c, double tol) {
   const Index R = d[0], C = d[1];
   Vec out = overwritten(R * C), mean = overwritten(R), rstd = overwritten(R);
   Accum dinp(c + ".dinp"), dw(c + ".dw"), db(c + ".db");
-  vit::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
-                              R, C, 1e-6f);
+  vit::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R,
+                              C, 1e-6f);
   vit::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
                                mean.data(), rstd.data(), R, C);
   expect_close(out, c + ".out", tol);
@@ -162,10 +166,14 @@ void layernorm_case(const std::string& c, double tol) {
   expect_close(db, c + ".db", tol);
 }
 
-TEST_F(OpsTorch, LayerNorm) { layernorm_case("layernorm", kReduce); }
+TEST_F(OpsTorch, LayerNorm) {
+  layernorm_case("layernorm", kReduce);
+}
 // Rows with mean 1e3 and std 1e-2 (both sides see the same fp32 inputs). A one-pass fp32
 // E[x^2] - E[x]^2, or an fp32 mean, would be off by ~1e-3 here; the same 1e-5 still holds.
-TEST_F(OpsTorch, LayerNormHostile) { layernorm_case("layernorm_hostile", kReduce); }
+TEST_F(OpsTorch, LayerNormHostile) {
+  layernorm_case("layernorm_hostile", kReduce);
+}
 
 void attention_case(const std::string& c) {
   const Vec qkv = get(c + ".qkv"), dout = get(c + ".dout");
@@ -180,8 +188,12 @@ void attention_case(const std::string& c) {
   expect_close(dqkv, c + ".dqkv", kReduce);
 }
 
-TEST_F(OpsTorch, AttentionN197) { attention_case("attention"); }
-TEST_F(OpsTorch, AttentionOddSizes) { attention_case("attention_odd"); }
+TEST_F(OpsTorch, AttentionN197) {
+  attention_case("attention");
+}
+TEST_F(OpsTorch, AttentionOddSizes) {
+  attention_case("attention_odd");
+}
 
 TEST_F(OpsTorch, Gelu) {
   const Vec x = get("gelu.inp"), dout = get("gelu.dout");
@@ -216,8 +228,12 @@ void dwconv_case(const std::string& c) {
   expect_close(dw, c + ".dw", kReduce);
 }
 
-TEST_F(OpsTorch, DwConvWithClassToken) { dwconv_case("dwconv"); }
-TEST_F(OpsTorch, DwConvRectangularGrid) { dwconv_case("dwconv_rect"); }
+TEST_F(OpsTorch, DwConvWithClassToken) {
+  dwconv_case("dwconv");
+}
+TEST_F(OpsTorch, DwConvRectangularGrid) {
+  dwconv_case("dwconv_rect");
+}
 
 TEST_F(OpsTorch, Im2Patches) {
   const Vec img = get("im2patches.img");
@@ -237,8 +253,8 @@ void embed_case(const std::string& c) {
   Accum dpos(c + ".dpos");
   std::unique_ptr<Accum> dcls;
   if (prefix) dcls = std::make_unique<Accum>(c + ".dcls");
-  vit::cpu::embed_tokens_forward(x.data(), patch.data(), prefix ? cls.data() : nullptr,
-                                 pos.data(), B, N, prefix, C);
+  vit::cpu::embed_tokens_forward(x.data(), patch.data(), prefix ? cls.data() : nullptr, pos.data(),
+                                 B, N, prefix, C);
   vit::cpu::embed_tokens_backward(dpatch.data(), dcls ? dcls->data() : nullptr, dpos.data(),
                                   dout.data(), B, N, prefix, C);
   expect_close(x, c + ".out", kElem);
@@ -247,8 +263,12 @@ void embed_case(const std::string& c) {
   expect_close(dpos, c + ".dpos", kElem);
 }
 
-TEST_F(OpsTorch, EmbedTokensWithClassToken) { embed_case("embed"); }
-TEST_F(OpsTorch, EmbedTokensWithoutClassToken) { embed_case("embed_nocls"); }
+TEST_F(OpsTorch, EmbedTokensWithClassToken) {
+  embed_case("embed");
+}
+TEST_F(OpsTorch, EmbedTokensWithoutClassToken) {
+  embed_case("embed_nocls");
+}
 
 TEST_F(OpsTorch, ResidualWithLayerScaleAndDropPath) {
   const Vec x = get("residual.x"), br = get("residual.br"), g = get("residual.g"),
@@ -258,8 +278,8 @@ TEST_F(OpsTorch, ResidualWithLayerScaleAndDropPath) {
   Vec out = overwritten(x.size()), dbr = overwritten(x.size());
   Accum dg("residual.dg");
   vit::cpu::residual_forward(out.data(), x.data(), br.data(), g.data(), s.data(), B, S, C);
-  vit::cpu::residual_backward(dbr.data(), dg.data(), dout.data(), br.data(), g.data(), s.data(),
-                              B, S, C);
+  vit::cpu::residual_backward(dbr.data(), dg.data(), dout.data(), br.data(), g.data(), s.data(), B,
+                              S, C);
   expect_close(out, "residual.out", kElem);
   expect_close(dbr, "residual.dbr", kElem);
   expect_close(dg, "residual.dg", kElem);
@@ -278,8 +298,8 @@ TEST_F(OpsTorch, ResidualPlain) {
   const Index B = d[0], S = d[1], C = d[2];
   Vec out = overwritten(x.size()), dbr = overwritten(x.size());
   vit::cpu::residual_forward<float>(out.data(), x.data(), br.data(), nullptr, nullptr, B, S, C);
-  vit::cpu::residual_backward<float>(dbr.data(), nullptr, dout.data(), br.data(), nullptr,
-                                     nullptr, B, S, C);
+  vit::cpu::residual_backward<float>(dbr.data(), nullptr, dout.data(), br.data(), nullptr, nullptr,
+                                     B, S, C);
   expect_close(out, "residual_plain.out", kElem);
   expect_close(dbr, "residual_plain.dbr", kExact);
 }

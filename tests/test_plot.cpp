@@ -49,7 +49,8 @@ vit::PlotData sample() {
   for (int i = 0; i <= 200; ++i) {
     const double t = i * 2.0;
     d.train_loss.push_back({t, 2.3 * std::exp(-t / 100) + 0.4});
-    d.lr.push_back({t, t < 40 ? 1e-6 + t / 40 * 2e-3 : 1e-5 + 1e-3 * (1 + std::cos(M_PI * (t - 40) / 360))});
+    d.lr.push_back(
+        {t, t < 40 ? 1e-6 + t / 40 * 2e-3 : 1e-5 + 1e-3 * (1 + std::cos(M_PI * (t - 40) / 360))});
   }
   for (int e = 1; e <= 5; ++e) {
     d.eval_loss.push_back({80.0 * e, 2.0 * std::exp(-80.0 * e / 100) + 0.45});

@@ -40,8 +40,8 @@ std::vector<std::string> lines_of(const fs::path& p) {
 }
 
 vit::SummaryRow row(int64_t epoch) {
-  return {epoch, 2.0 - 0.1 * double(epoch), 1.5, 70.0 + double(epoch), 95.5, 1e-3, 28,
-          12.5 * double(epoch + 1), 1234.5};
+  return {epoch, 2.0 - 0.1 * double(epoch), 1.5,   70.0 + double(epoch), 95.5, 1e-3,
+          28,    12.5 * double(epoch + 1),  1234.5};
 }
 
 TEST_F(RunLog, RunDirIsTimmNamed) {
@@ -79,14 +79,18 @@ TEST_F(RunLog, SummaryCsvHeaderAndRows) {
     vit::SummaryCsv csv(p.string(), 0);
     auto l = lines_of(p);
     ASSERT_EQ(l.size(), 1u);  // the header is there before the first row
-    EXPECT_EQ(l[0], "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,fraction");
+    EXPECT_EQ(l[0],
+              "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_"
+              "s,fraction");
     csv.append(row(0));
     csv.append(row(1));
     EXPECT_EQ(csv.rows().size(), 2u);
   }
   const auto l = lines_of(p);
   ASSERT_EQ(l.size(), 3u);
-  EXPECT_EQ(l[0], "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,fraction");
+  EXPECT_EQ(l[0],
+            "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,"
+            "fraction");
   EXPECT_EQ(l[1], "0,2.000000,1.500000,70.0000,95.5000,1.000000e-03,28,12.50,1234.50,0.00,0.0000");
   EXPECT_EQ(l[2].substr(0, 2), "1,");
   for (const auto& line : l) EXPECT_EQ(std::count(line.begin(), line.end(), ','), 10) << line;
@@ -153,11 +157,20 @@ TEST_F(RunLog, PlotCurvesReloadFromJsonl) {
   {
     vit::JsonlLog log(p.string());
     for (int s = 1; s <= 4; ++s)
-      log.write({{"type", "train"}, {"step", s}, {"loss_window", 3.0 - s}, {"lr", 1e-3 * s},
+      log.write({{"type", "train"},
+                 {"step", s},
+                 {"loss_window", 3.0 - s},
+                 {"lr", 1e-3 * s},
                  {"elapsed_s", 10.0 * s}});
-    log.write({{"type", "eval"}, {"step", 2}, {"eval_loss", 1.25}, {"eval_top1", 60.5},
+    log.write({{"type", "eval"},
+               {"step", 2},
+               {"eval_loss", 1.25},
+               {"eval_top1", 60.5},
                {"elapsed_s", 21.0}});
-    log.write({{"type", "eval"}, {"step", 4}, {"eval_loss", 1.0}, {"eval_top1", 70.5},
+    log.write({{"type", "eval"},
+               {"step", 4},
+               {"eval_loss", 1.0},
+               {"eval_top1", 70.5},
                {"elapsed_s", 41.0}});
   }
   vit::PlotData plot;

@@ -20,8 +20,8 @@
 #include "train/curriculum.h"
 
 namespace fs = std::filesystem;
-using vit::testing::RunResult;
 using vit::testing::run_vitrain;
+using vit::testing::RunResult;
 
 namespace {
 
@@ -88,8 +88,9 @@ TEST_F(SeedMethodsCli, BudgetRunEndsInsideItsBudgetWithAnEvaluation) {
 
 TEST_F(SeedMethodsCli, SizeCurriculumChangesSizeAndResumesBitwise) {
   // 8 -> 12 -> 16 px (patch 4), one size per epoch, final size 16.
-  const std::string flags = "--img-size 16 --epochs 3 --curriculum size --init-size 8 "
-                            "--size-step 4 --size-every 1";
+  const std::string flags =
+      "--img-size 16 --epochs 3 --curriculum size --init-size 8 "
+      "--size-step 4 --size-every 1";
   ASSERT_EQ(run_vitrain(train_flags("straight", flags), dir_.string()).exit_code, 0);
   const auto rows = summary("straight");
   ASSERT_EQ(rows.size(), 3u);
@@ -101,15 +102,18 @@ TEST_F(SeedMethodsCli, SizeCurriculumChangesSizeAndResumesBitwise) {
   for (const auto& j : log("straight", "size")) resized.push_back(j.at("img_size").get<int>());
   EXPECT_EQ(resized, (std::vector<int>{8, 12, 16}));
   // The weight files are at the final size.
-  const vit::WeightsFile w = vit::load_weights((dir_ / "out" / "straight" / "last.safetensors").string());
+  const vit::WeightsFile w =
+      vit::load_weights((dir_ / "out" / "straight" / "last.safetensors").string());
   EXPECT_EQ(w.cfg.img_size, 16);
   // Interrupted mid-epoch-1 (training at 12 px), then resumed: bitwise identical losses.
-  const RunResult a = run_vitrain(train_flags("split", flags + " --stop-after-updates 21"),
-                                  dir_.string());
+  const RunResult a =
+      run_vitrain(train_flags("split", flags + " --stop-after-updates 21"), dir_.string());
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  const vit::TrainState st = vit::load_train_state((dir_ / "out" / "split" / "state.safetensors").string());
+  const vit::TrainState st =
+      vit::load_train_state((dir_ / "out" / "split" / "state.safetensors").string());
   EXPECT_EQ(st.weights.cfg.img_size, 12);
-  const RunResult b = run_vitrain("train --resume " + (dir_ / "out" / "split").string(), dir_.string());
+  const RunResult b =
+      run_vitrain("train --resume " + (dir_ / "out" / "split").string(), dir_.string());
   ASSERT_EQ(b.exit_code, 0) << b.err;
   std::map<int64_t, double> ref, got;
   for (const auto& j : log("straight", "train")) ref[j.at("step")] = j.at("loss").get<double>();
@@ -152,7 +156,8 @@ TEST_F(SeedMethodsCli, EfficientTrainMakesMoreCheaperUpdatesFollowingTheTable) {
     const auto rows = summary(exp);
     ASSERT_FALSE(rows.empty());
     EXPECT_EQ(rows.back().at("img_size"), "32");
-    const vit::WeightsFile w = vit::load_weights((dir_ / "out" / exp / "last.safetensors").string());
+    const vit::WeightsFile w =
+        vit::load_weights((dir_ / "out" / exp / "last.safetensors").string());
     EXPECT_EQ(w.cfg.img_size, 32);
     std::printf("efficienttrain %s: %lld updates vs %lld plain\n", mode.c_str(),
                 (long long)last_step(exp), (long long)plain_updates);
@@ -160,10 +165,11 @@ TEST_F(SeedMethodsCli, EfficientTrainMakesMoreCheaperUpdatesFollowingTheTable) {
 }
 
 TEST_F(SeedMethodsCli, EfficientTrainTakesAnExplicitTableAndWarmup) {
-  const RunResult r = run_vitrain(
-      train_flags("et_table", "--img-size 32 --epochs 2 --curriculum efficienttrain --et-table "
+  const RunResult r =
+      run_vitrain(train_flags("et_table",
+                              "--img-size 32 --epochs 2 --curriculum efficienttrain --et-table "
                               "16,16,16,16,16,24,24,32,32,32 --et-warmup 0"),
-      dir_.string());
+                  dir_.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<int> table = {16, 16, 16, 16, 16, 24, 24, 32, 32, 32};
   std::set<int> sizes;

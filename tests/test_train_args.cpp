@@ -49,9 +49,9 @@ TEST(TrainArgs, DefaultRecipeFileIsTheDefaults) {
 }
 
 TEST(TrainArgs, FlagsAndShortForms) {
-  const vit::TrainArgs a = parse({"-b", "64", "--lr", "3e-4", "--epochs", "7", "-j", "1",
-                                  "--model", "vit_tiny_patch4_28", "--gp", "token", "--ffn",
-                                  "local", "--clip-grad", "1.5", "--patience", "3"});
+  const vit::TrainArgs a = parse({"-b", "64", "--lr", "3e-4", "--epochs", "7", "-j", "1", "--model",
+                                  "vit_tiny_patch4_28", "--gp", "token", "--ffn", "local",
+                                  "--clip-grad", "1.5", "--patience", "3"});
   EXPECT_EQ(a.batch_size, 64);
   EXPECT_DOUBLE_EQ(a.lr, 3e-4);
   EXPECT_EQ(a.epochs, 7);
@@ -68,7 +68,7 @@ TEST(TrainArgs, ConfigSetsDefaultsAndFlagsOverride) {
   vit::TrainArgs a = parse({"-c", cfg});
   EXPECT_EQ(a.batch_size, 32);
   EXPECT_DOUBLE_EQ(a.lr, 0.01);
-  EXPECT_DOUBLE_EQ(a.warmup_epochs, 2.0);  // dashed keys work too
+  EXPECT_DOUBLE_EQ(a.warmup_epochs, 2.0);             // dashed keys work too
   a = parse({"--lr", "0.5", "-c", cfg, "-b", "16"});  // flags win wherever they stand
   EXPECT_EQ(a.batch_size, 16);
   EXPECT_DOUBLE_EQ(a.lr, 0.5);
@@ -137,7 +137,7 @@ TEST(TrainArgs, InvalidFlagsAreErrors) {
   EXPECT_THROW(parse({"--grad-accum-steps", "0"}), vit::Error);
   EXPECT_THROW(parse({"--ffn", "conv"}), vit::Error);
   EXPECT_THROW(parse({"--warmup-epochs", "-1"}), vit::Error);
-  EXPECT_THROW(parse({"--lr"}), vit::Error);  // missing value
+  EXPECT_THROW(parse({"--lr"}), vit::Error);   // missing value
   EXPECT_THROW(parse({"stray"}), vit::Error);  // positional
   EXPECT_THROW(parse({"--help"}), vit::HelpRequested);
   EXPECT_THROW(parse({"-h"}), vit::HelpRequested);
@@ -163,8 +163,8 @@ TEST(TrainArgs, ErrorsAreOneLine) {
 }
 
 TEST(TrainArgs, ArgsYamlRoundTrips) {
-  const vit::TrainArgs a = parse({"-b", "48", "--lr", "0.00123456789", "--experiment",
-                                  "my run: 1", "--drop-path", "0.1", "--seed", "7"});
+  const vit::TrainArgs a = parse({"-b", "48", "--lr", "0.00123456789", "--experiment", "my run: 1",
+                                  "--drop-path", "0.1", "--seed", "7"});
   const std::string yaml = vit::to_yaml(a);
   const std::string p = temp_yaml("rt.yaml", yaml);
   const vit::TrainArgs b = parse({"-c", p});
@@ -209,20 +209,19 @@ TEST(TrainArgs, SeedMethodFlags) {
   EXPECT_DOUBLE_EQ(e.et_warmup, 0.05);
   for (const char* b : {"24h", "45s", "1h30m", "600"}) EXPECT_EQ(parse({"--budget", b}).budget, b);
   // Bad values are one-line errors naming the flag.
-  for (const auto& bad : std::vector<std::vector<std::string>>{
-           {"--curriculum", "borealis"},
-           {"--lowfreq", "lanczos"},
-           {"--budget", "10x"},
-           {"--budget", "0s"},
-           {"--budget", "-5m"},
-           {"--replay", "0"},
-           {"--size-every", "0"},
-           {"--init-size", "-1"},
-           {"--eval-size", "-4"},
-           {"--et-table", "resnet"},
-           {"--et-warmup", "1"},
-           {"--et-warmup", "-0.1"},
-           {"--et-warmup", "nan"}}) {
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"--curriculum", "borealis"},
+                                                               {"--lowfreq", "lanczos"},
+                                                               {"--budget", "10x"},
+                                                               {"--budget", "0s"},
+                                                               {"--budget", "-5m"},
+                                                               {"--replay", "0"},
+                                                               {"--size-every", "0"},
+                                                               {"--init-size", "-1"},
+                                                               {"--eval-size", "-4"},
+                                                               {"--et-table", "resnet"},
+                                                               {"--et-warmup", "1"},
+                                                               {"--et-warmup", "-0.1"},
+                                                               {"--et-warmup", "nan"}}) {
     try {
       parse(bad);
       ADD_FAILURE() << "accepted " << bad[0] << " " << bad[1];
@@ -246,9 +245,9 @@ TEST(TrainArgs, SeedMethodFlags) {
   EXPECT_EQ(c.size_every, 3);
   EXPECT_EQ(c.eval_size, 28);
   const std::string yaml = vit::to_yaml(c);
-  for (const char* k : {"curriculum: \"efficienttrain\"", "lowfreq: \"downsample\"",
-                        "budget: \"45s\"", "replay: 2", "init_size: 12", "size_step: 8",
-                        "size_every: 3", "eval_size: 28"})
+  for (const char* k :
+       {"curriculum: \"efficienttrain\"", "lowfreq: \"downsample\"", "budget: \"45s\"", "replay: 2",
+        "init_size: 12", "size_step: 8", "size_every: 3", "eval_size: 28"})
     EXPECT_NE(yaml.find(k), std::string::npos) << k << "\n" << yaml;
   const std::string p2 = temp_yaml("seed2.yaml", yaml);
   EXPECT_EQ(vit::to_yaml(parse({"-c", p2})), yaml);

@@ -21,8 +21,8 @@
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
-using vit::testing::RunResult;
 using vit::testing::run_vitrain;
+using vit::testing::RunResult;
 
 namespace {
 
@@ -55,7 +55,9 @@ TEST_F(TrainCli, RunFolderHasEverything) {
   std::ifstream csv(run / "summary.csv");
   std::string header;
   std::getline(csv, header);
-  EXPECT_EQ(header, "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,fraction");
+  EXPECT_EQ(header,
+            "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,"
+            "fraction");
   int rows = 0;
   for (std::string line; std::getline(csv, line);) rows += !line.empty();
   EXPECT_EQ(rows, 3);
@@ -123,16 +125,15 @@ TEST_F(TrainCli, EvalAndExport) {
   ASSERT_EQ(run_vitrain(train_flags("ev", "--epochs 1"), dir_.string()).exit_code, 0);
   const std::string ckpt = (dir_ / "out" / "ev" / "last.safetensors").string();
   const std::string npy = (dir_ / "logits.npy").string();
-  const RunResult e = run_vitrain(
-      "eval --checkpoint " + ckpt + " --data-dir " + data_ + " --save-logits " + npy,
-      dir_.string());
+  const RunResult e =
+      run_vitrain("eval --checkpoint " + ckpt + " --data-dir " + data_ + " --save-logits " + npy,
+                  dir_.string());
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_NE(e.out.find("top-1"), std::string::npos);
   // .npy: header then 128 x 4 float32
   EXPECT_EQ(fs::file_size(npy) % 64, (128u * 4u * 4u) % 64);
-  const RunResult x =
-      run_vitrain("export --checkpoint " + ckpt + " --out " + (dir_ / "exp").string(),
-                  dir_.string());
+  const RunResult x = run_vitrain(
+      "export --checkpoint " + ckpt + " --out " + (dir_ / "exp").string(), dir_.string());
   ASSERT_EQ(x.exit_code, 0) << x.err;
   std::ifstream cj(dir_ / "exp" / "config.json");
   const auto cfg = nlohmann::json::parse(cj);

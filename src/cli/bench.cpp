@@ -1,10 +1,10 @@
 // `vitrain bench`: training-step throughput (forward, backward, AdamW) on synthetic data.
 #include "cli/bench.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 
 #include "core/profile.h"

@@ -68,7 +68,8 @@ std::vector<std::string> label_names_from_meta(const Metadata& m, int K) {
 
 int run_eval(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint: top-1, top-5 and loss on a data set", "eval"};
-  std::string checkpoint, data_dir = "/usr/share/datasets/fashion-mnist", logits_path, split = "val";
+  std::string checkpoint, data_dir = "/usr/share/datasets/fashion-mnist", logits_path,
+                          split = "val";
   std::string class_map;
   int batch = 256, workers = 0;
   double crop_pct = 0.0;
@@ -141,7 +142,9 @@ int run_export(int argc, char** argv) {
   // Weights: exactly the timm state_dict, nothing else.
   const io::SafeTensors src = io::read_safetensors(checkpoint);
   io::SafeTensors dst;
-  dst.metadata = {{"format", "pt"}, {"producer", "vitrain"}, {"vitrain_model", src.metadata.at("vitrain_model")}};
+  dst.metadata = {{"format", "pt"},
+                  {"producer", "vitrain"},
+                  {"vitrain_model", src.metadata.at("vitrain_model")}};
   const ParamTable table = build_param_table(c);
   for (const auto& s : table.specs) dst.add(src.at(s.name));
   io::write_safetensors(out + "/model.safetensors", dst);
@@ -149,10 +152,14 @@ int run_export(int argc, char** argv) {
   const bool token = c.classifier == Classifier::Token;
   const std::vector<float> mean = floats_from_meta(w.metadata, "mean", c.in_chans, 0.5f);
   const std::vector<float> std = floats_from_meta(w.metadata, "std", c.in_chans, 0.5f);
-  nlohmann::json model_args = {{"img_size", c.img_size},     {"patch_size", c.patch_size},
-                               {"in_chans", c.in_chans},     {"embed_dim", c.embed_dim},
-                               {"depth", c.depth},           {"num_heads", c.num_heads},
-                               {"mlp_ratio", c.mlp_ratio},   {"qkv_bias", c.qkv_bias},
+  nlohmann::json model_args = {{"img_size", c.img_size},
+                               {"patch_size", c.patch_size},
+                               {"in_chans", c.in_chans},
+                               {"embed_dim", c.embed_dim},
+                               {"depth", c.depth},
+                               {"num_heads", c.num_heads},
+                               {"mlp_ratio", c.mlp_ratio},
+                               {"qkv_bias", c.qkv_bias},
                                {"global_pool", token ? "token" : "avg"},
                                {"class_token", token}};
   if (c.layer_scale_init > 0) model_args["init_values"] = c.layer_scale_init;

@@ -17,9 +17,9 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-#define VIT_CHECK(cond, msg)                                   \
-  do {                                                         \
-    if (!(cond)) throw ::vit::Error(std::string(msg));         \
+#define VIT_CHECK(cond, msg)                           \
+  do {                                                 \
+    if (!(cond)) throw ::vit::Error(std::string(msg)); \
   } while (0)
 
 }  // namespace vit

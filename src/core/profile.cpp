@@ -1,8 +1,8 @@
 #include "core/profile.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 namespace vit {
@@ -29,7 +29,8 @@ void Profile::print(FILE* out) {
   }
   std::sort(rows.rbegin(), rows.rend());
   std::fprintf(out, "%-28s %10s %7s\n", "op", "seconds", "share");
-  for (auto& [v, k] : rows) std::fprintf(out, "%-28s %10.3f %6.1f%%\n", k.c_str(), v, 100 * v / sum);
+  for (auto& [v, k] : rows)
+    std::fprintf(out, "%-28s %10.3f %6.1f%%\n", k.c_str(), v, 100 * v / sum);
 }
 
 }  // namespace vit

@@ -33,9 +33,10 @@ void read_records(const std::string& path, int label_bytes, int num_classes, Ima
   const std::streamoff size = f.tellg();
   const Index rec = label_bytes + kPixels;
   if (size <= 0 || size % rec != 0)
-    throw Error(fmt::format("{}: size {} bytes is not a non-zero multiple of the {}-byte CIFAR-{} "
-                            "record (truncated or wrong file?)",
-                            path, size, rec, num_classes));
+    throw Error(
+        fmt::format("{}: size {} bytes is not a non-zero multiple of the {}-byte CIFAR-{} "
+                    "record (truncated or wrong file?)",
+                    path, size, rec, num_classes));
   const Index n = size / rec;
   std::vector<uint8_t> buf(static_cast<size_t>(size));
   f.seekg(0);
@@ -75,7 +76,7 @@ std::vector<std::string> read_names(const fs::path& p, int k) {
 
 CifarLayout detect_cifar(const std::string& dir) {
   for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar-10-batches-bin",
-                           fs::path(dir) / "cifar-100-binary"}) {
+                            fs::path(dir) / "cifar-100-binary"}) {
     const CifarKind k = kind_of(d);
     if (k != CifarKind::None) return {k, d.string()};
   }

@@ -39,8 +39,9 @@ struct JpegErr {
 void jpeg_on_error(j_common_ptr cinfo) {
   auto* e = reinterpret_cast<JpegErr*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, e->msg);
-  if (e->eof_seen) std::snprintf(e->msg + std::strlen(e->msg), sizeof e->msg - std::strlen(e->msg),
-                                 " (file truncated)");
+  if (e->eof_seen)
+    std::snprintf(e->msg + std::strlen(e->msg), sizeof e->msg - std::strlen(e->msg),
+                  " (file truncated)");
   longjmp(e->jump, 1);
 }
 
@@ -123,8 +124,8 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
   } else {
     // CMYK: one scanline at a time through the tail of the row buffer is not possible (4 > 3
     // bytes/pixel), so use libjpeg's own sample array for the staging row.
-    JSAMPARRAY buf = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo),
-                                                JPOOL_IMAGE, JDIMENSION(w * comps), 1);
+    JSAMPARRAY buf = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                                JDIMENSION(w * comps), 1);
     // Adobe writes inverted CMYK (0 = full ink); a plain CMYK file stores ink amounts.
     const bool inverted = cinfo.saw_Adobe_marker;
     while (cinfo.output_scanline < cinfo.output_height) {
@@ -285,7 +286,7 @@ bool png_encode_impl(PngEncodeCtx& ctx) {
     return false;
   }
   const Image& img = *ctx.img;
-  const int color = img.c == 1 ? PNG_COLOR_TYPE_GRAY
+  const int color = img.c == 1   ? PNG_COLOR_TYPE_GRAY
                     : img.c == 4 ? PNG_COLOR_TYPE_RGB_ALPHA
                                  : PNG_COLOR_TYPE_RGB;
   png_set_write_fn(png, &dst, png_write_mem, png_flush_mem);
@@ -395,7 +396,8 @@ std::vector<uint8_t> encode_jpeg(const Image& img, int quality) {
             fmt::format("encode_jpeg: need 1 or 3 channels, got {}", img.c));
   VIT_CHECK(img.h > 0 && img.w > 0 && img.h <= 65500 && img.w <= 65500,
             fmt::format("encode_jpeg: bad image size {}x{}", img.w, img.h));
-  VIT_CHECK(img.px.size() == size_t(img.h) * img.w * img.c, "encode_jpeg: pixel buffer size mismatch");
+  VIT_CHECK(img.px.size() == size_t(img.h) * img.w * img.c,
+            "encode_jpeg: pixel buffer size mismatch");
   JpegEncodeCtx ctx{&img, std::clamp(quality, 1, 100), nullptr, 0, {}};
   const bool ok = jpeg_encode_impl(ctx);
   std::vector<uint8_t> out;
@@ -409,7 +411,8 @@ std::vector<uint8_t> encode_png(const Image& img) {
   VIT_CHECK(img.c == 1 || img.c == 3 || img.c == 4,
             fmt::format("encode_png: need 1, 3 or 4 channels, got {}", img.c));
   VIT_CHECK(img.h > 0 && img.w > 0, fmt::format("encode_png: bad image size {}x{}", img.w, img.h));
-  VIT_CHECK(img.px.size() == size_t(img.h) * img.w * img.c, "encode_png: pixel buffer size mismatch");
+  VIT_CHECK(img.px.size() == size_t(img.h) * img.w * img.c,
+            "encode_png: pixel buffer size mismatch");
   std::vector<uint8_t> out;
   std::vector<png_bytep> rows(img.h);
   for (int y = 0; y < img.h; ++y) rows[y] = const_cast<uint8_t*>(img.at(y, 0));

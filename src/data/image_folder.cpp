@@ -27,7 +27,9 @@ const char* kLayoutHelp =
     "Class folders are the first-level sub-folders of the split folder; images lying directly "
     "in the split folder have no class and are ignored.";
 
-bool is_hidden(const std::string& name) { return !name.empty() && name[0] == '.'; }
+bool is_hidden(const std::string& name) {
+  return !name.empty() && name[0] == '.';
+}
 
 using DevIno = std::pair<uint64_t, uint64_t>;
 
@@ -53,7 +55,7 @@ void walk(const fs::path& dir, const std::string& rel, std::set<DevIno>& seen,
     if (is_hidden(name)) continue;
     std::error_code ec2;
     const fs::file_status st = fs::status(it->path(), ec2);  // follows symlinks
-    if (ec2) continue;                                        // broken link: skip
+    if (ec2) continue;                                       // broken link: skip
     if (fs::is_directory(st)) {
       walk(it->path(), rel + name + "/", seen, out);
     } else if (fs::is_regular_file(st) && has_image_extension(name)) {
@@ -119,8 +121,7 @@ FolderIndex index_image_folder(const std::string& split_dir,
       if (!in_map.count(d)) unknown.push_back(d);
     if (!unknown.empty()) {
       std::string list;
-      for (size_t i = 0; i < unknown.size() && i < 20; ++i)
-        list += (i ? ", " : "") + unknown[i];
+      for (size_t i = 0; i < unknown.size() && i < 20; ++i) list += (i ? ", " : "") + unknown[i];
       if (unknown.size() > 20) list += fmt::format(", ... ({} in all)", unknown.size());
       throw Error(fmt::format("{}: {} class folder(s) not in the class map ({} classes): {}",
                               split_dir, unknown.size(), class_map.size(), list));
@@ -128,11 +129,12 @@ FolderIndex index_image_folder(const std::string& split_dir,
   }
   for (size_t i = 0; i < idx.classes.size(); ++i) {
     if (!class_id.emplace(idx.classes[i], int32_t(i)).second)
-      throw Error(fmt::format("{}: duplicate class name '{}' in the class map", split_dir,
-                              idx.classes[i]));
+      throw Error(
+          fmt::format("{}: duplicate class name '{}' in the class map", split_dir, idx.classes[i]));
   }
 
-  const std::string base = split_dir.empty() || split_dir.back() == '/' ? split_dir : split_dir + "/";
+  const std::string base =
+      split_dir.empty() || split_dir.back() == '/' ? split_dir : split_dir + "/";
   DevIno root_id{};
   const bool have_root = dev_ino(split_dir, root_id);
   for (const std::string& cls : class_dirs) {
@@ -172,9 +174,10 @@ FolderIndex index_image_folder(const std::string& split_dir,
       why = " It has no sub-folders.";
     else
       why = fmt::format(" It has {} sub-folder(s) but none contains images.", class_dirs.size());
-    throw Error(fmt::format(
-        "Found 0 images in subfolders of {}. Supported image extensions are .jpg, .jpeg, .png.{}\n{}",
-        split_dir, why, kLayoutHelp));
+    throw Error(
+        fmt::format("Found 0 images in subfolders of {}. Supported image extensions are .jpg, "
+                    ".jpeg, .png.{}\n{}",
+                    split_dir, why, kLayoutHelp));
   }
   return idx;
 }
@@ -215,8 +218,8 @@ std::vector<std::string> read_class_map(const std::string& path) {
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].empty())
-      throw Error(fmt::format("{}: blank line {} in class map (one class name per line)", path,
-                              i + 1));
+      throw Error(
+          fmt::format("{}: blank line {} in class map (one class name per line)", path, i + 1));
     auto [it, fresh] = seen.emplace(lines[i], i);
     if (!fresh)
       throw Error(fmt::format("{}: class '{}' appears twice in class map (lines {} and {})", path,

@@ -36,13 +36,19 @@ void put_u32(std::vector<uint8_t>& b, uint32_t v) {
 void put_u64(std::vector<uint8_t>& b, uint64_t v) {
   for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
 }
-uint16_t get_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+uint16_t get_u16(const uint8_t* p) {
+  return uint16_t(p[0] | (p[1] << 8));
+}
 uint32_t get_u32(const uint8_t* p) {
   return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
 }
-uint64_t get_u64(const uint8_t* p) { return uint64_t(get_u32(p)) | (uint64_t(get_u32(p + 4)) << 32); }
+uint64_t get_u64(const uint8_t* p) {
+  return uint64_t(get_u32(p)) | (uint64_t(get_u32(p + 4)) << 32);
+}
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // Temp file that removes itself unless committed.
 struct TempFile {
@@ -118,8 +124,8 @@ PackStats write_packed(const std::string& out_path, const FolderIndex& idx, int 
             fmt::format("{}: JPEG quality {} outside 1..100", out_path, quality));
   for (size_t i = 0; i < idx.labels.size(); ++i)
     VIT_CHECK(idx.labels[i] >= 0 && size_t(idx.labels[i]) < idx.classes.size(),
-              fmt::format("{}: label {} of {} outside 0..{}", out_path, idx.labels[i],
-                          idx.files[i], idx.classes.size() - 1));
+              fmt::format("{}: label {} of {} outside 0..{}", out_path, idx.labels[i], idx.files[i],
+                          idx.classes.size() - 1));
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
 
   std::vector<uint8_t> names;
@@ -226,9 +232,13 @@ PackStats write_packed(const std::string& out_path, const FolderIndex& idx, int 
 
 // ---------------------------------------------------------------------------------------------
 
-PackedReader::~PackedReader() { close(); }
+PackedReader::~PackedReader() {
+  close();
+}
 
-PackedReader::PackedReader(PackedReader&& o) noexcept { *this = std::move(o); }
+PackedReader::PackedReader(PackedReader&& o) noexcept {
+  *this = std::move(o);
+}
 
 PackedReader& PackedReader::operator=(PackedReader&& o) noexcept {
   if (this != &o) {
@@ -274,7 +284,8 @@ void PackedReader::open(const std::string& path) {
     return Error(fmt::format("{}: not a valid packed image file: {}", path, why));
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("{}: cannot open packed file: {}", path, std::strerror(errno)));
+  if (fd < 0)
+    throw Error(fmt::format("{}: cannot open packed file: {}", path, std::strerror(errno)));
   struct stat sb;
   if (::fstat(fd, &sb) != 0) {
     ::close(fd);
@@ -310,9 +321,10 @@ void PackedReader::open(const std::string& path) {
         index_offset > size)
       throw fail("section offsets out of order or past the end (truncated?)");
     if (count > (size - index_offset) / kEntryBytes || index_offset + count * kEntryBytes != size)
-      throw fail(fmt::format("{} samples need {} index bytes at offset {} but the file is {} bytes "
-                             "(truncated?)",
-                             count, count * kEntryBytes, index_offset, size));
+      throw fail(
+          fmt::format("{} samples need {} index bytes at offset {} but the file is {} bytes "
+                      "(truncated?)",
+                      count, count * kEntryBytes, index_offset, size));
     // Class names.
     const uint8_t* p = h + kHeaderBytes;
     const uint8_t* pend = p + names_bytes;
@@ -345,8 +357,8 @@ void PackedReader::open(const std::string& path) {
       if (x.label < 0 || uint32_t(x.label) >= num_classes)
         throw fail(fmt::format("sample {} label {} outside 0..{}", i, x.label, num_classes - 1));
       if (x.h == 0 || x.w == 0 || (x.c != 1 && x.c != 3) || x.mode > 1)
-        throw fail(fmt::format("sample {} has bad shape/mode ({}x{}x{}, mode {})", i, x.h, x.w,
-                               x.c, x.mode));
+        throw fail(fmt::format("sample {} has bad shape/mode ({}x{}x{}, mode {})", i, x.h, x.w, x.c,
+                               x.mode));
       if (x.mode == 0 && uint64_t(x.size) != uint64_t(x.h) * x.w * x.c)
         throw fail(fmt::format("sample {} raw size {} != {}x{}x{}", i, x.size, x.h, x.w, x.c));
       if (x.mode == 1 && x.size < 4) throw fail(fmt::format("sample {} JPEG is empty", i));

@@ -44,7 +44,8 @@ struct PackStats {
 // threads <= 0 = hardware concurrency. Written to "<out_path>.tmp.<pid>", fsync'ed, then
 // renamed over out_path (the temp file is removed on failure). Corrupt/undecodable sources are
 // skipped with a "warning: skipping undecodable image <file>: <why>" line on stderr and counted;
-// a summary line with the counts is printed to stderr too. Throws vit::Error if nothing could be stored.
+// a summary line with the counts is printed to stderr too. Throws vit::Error if nothing could be
+// stored.
 PackStats write_packed(const std::string& out_path, const FolderIndex& idx, int max_side, bool jpeg,
                        int quality, int threads);
 

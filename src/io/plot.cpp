@@ -197,8 +197,7 @@ class Canvas {
         if (a <= 0.f) continue;
         uint8_t* p = &px_[(size_t(y) * w_ + x) * 3];
         const uint8_t col[3] = {c.r, c.g, c.b};
-        for (int k = 0; k < 3; ++k)
-          p[k] = uint8_t(std::lround(p[k] * (1.0f - a) + col[k] * a));
+        for (int k = 0; k < 3; ++k) p[k] = uint8_t(std::lround(p[k] * (1.0f - a) + col[k] * a));
         a = 0.f;
       }
   }
@@ -262,7 +261,8 @@ std::string tick_text(double v, const Axis& a) {
 
 std::vector<double> ticks(const Axis& a) {
   std::vector<double> t;
-  const long k0 = long(std::ceil(a.lo / a.step - 1e-9)), k1 = long(std::floor(a.hi / a.step + 1e-9));
+  const long k0 = long(std::ceil(a.lo / a.step - 1e-9)),
+             k1 = long(std::floor(a.hi / a.step + 1e-9));
   for (long k = k0; k <= k1 && t.size() < 50; ++k) t.push_back(double(k) * a.step);
   return t;
 }
@@ -383,8 +383,9 @@ std::string encode_png(const Canvas& cv) {
 }  // namespace
 
 std::string render_training_plot(const PlotData& d, int width, int height) {
-  VIT_CHECK(width >= 300 && height >= 300 && width <= 10000 && height <= 10000,
-            fmt::format("plot size {}x{} is out of range (300..10000 pixels a side)", width, height));
+  VIT_CHECK(
+      width >= 300 && height >= 300 && width <= 10000 && height <= 10000,
+      fmt::format("plot size {}x{} is out of range (300..10000 pixels a side)", width, height));
   Canvas cv(width, height);
   cv.text(20, 12, d.title.empty() ? std::string("Training curves") : d.title, kBlack, 2, true);
 

@@ -35,13 +35,13 @@ const std::map<std::string, Preset>& presets() {
 
 void ModelConfig::validate() const {
   VIT_CHECK(patch_size > 0 && img_size > 0, "image and patch size must be positive");
-  VIT_CHECK(img_size % patch_size == 0,
-            fmt::format("image size {} is not divisible by the patch size {}", img_size,
-                        patch_size));
+  VIT_CHECK(
+      img_size % patch_size == 0,
+      fmt::format("image size {} is not divisible by the patch size {}", img_size, patch_size));
   VIT_CHECK(in_chans > 0, "input channels must be positive");
-  VIT_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0,
-            fmt::format("embed dim {} is not divisible by the number of heads {}", embed_dim,
-                        num_heads));
+  VIT_CHECK(
+      embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0,
+      fmt::format("embed dim {} is not divisible by the number of heads {}", embed_dim, num_heads));
   VIT_CHECK(depth > 0, "depth must be positive");
   VIT_CHECK(mlp_ratio > 0 && hidden_dim() > 0, "mlp ratio must be positive");
   VIT_CHECK(num_classes > 0, "number of classes must be positive");
@@ -57,7 +57,7 @@ double ModelConfig::forward_flops_per_image() const {
   double block = N * (2 * C * 3 * C + 2 * C * C);  // qkv, proj
   block += n_ffn * (2 * C * M + 2 * M * C);        // fc1, fc2
   block += 2 * (2 * N * N * C);                    // QK^T and PV
-  if (ffn == Ffn::Local) block += np * 2 * 9 * M;                           // depthwise conv
+  if (ffn == Ffn::Local) block += np * 2 * 9 * M;  // depthwise conv
   f += depth * block;
   f += 2 * C * num_classes;  // head
   return f;
@@ -91,8 +91,12 @@ std::vector<std::string> model_preset_names() {
   return names;
 }
 
-const char* to_string(Classifier c) { return c == Classifier::Token ? "token" : "avg"; }
-const char* to_string(Ffn f) { return f == Ffn::Mlp ? "mlp" : "local"; }
+const char* to_string(Classifier c) {
+  return c == Classifier::Token ? "token" : "avg";
+}
+const char* to_string(Ffn f) {
+  return f == Ffn::Mlp ? "mlp" : "local";
+}
 
 Classifier classifier_from_string(const std::string& s) {
   if (s == "token") return Classifier::Token;

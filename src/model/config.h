@@ -30,8 +30,8 @@ struct ModelConfig {
   int num_patches() const { return grid() * grid(); }
   // The avg classifier has no class token (Meta's pooled classifier; timm class_token=False).
   int num_prefix() const { return classifier == Classifier::Token ? 1 : 0; }
-  int num_tokens() const { return num_patches() + num_prefix(); }  // N
-  int head_dim() const { return embed_dim / num_heads; }           // D
+  int num_tokens() const { return num_patches() + num_prefix(); }             // N
+  int head_dim() const { return embed_dim / num_heads; }                      // D
   int hidden_dim() const { return static_cast<int>(embed_dim * mlp_ratio); }  // M
   bool has_mlp_bias() const { return ffn == Ffn::Mlp; }
 

@@ -88,10 +88,18 @@ void init_params(T* params, const ParamTable& table, const ModelConfig& cfg, uin
     for (Index j = 0; j < n; ++j) {
       double v = 0;
       switch (s.init) {
-        case Init::Zeros: v = 0; break;
-        case Init::Ones: v = 1; break;
-        case Init::LayerScale: v = cfg.layer_scale_init; break;
-        case Init::Normal1e6: v = 1e-6 * rng.normal(); break;
+        case Init::Zeros:
+          v = 0;
+          break;
+        case Init::Ones:
+          v = 1;
+          break;
+        case Init::LayerScale:
+          v = cfg.layer_scale_init;
+          break;
+        case Init::Normal1e6:
+          v = 1e-6 * rng.normal();
+          break;
         case Init::TruncNormal02:  // truncation at +-2 (absolute), as timm's trunc_normal_
           do v = 0.02 * rng.normal();
           while (std::fabs(v) > 2.0);

@@ -16,10 +16,10 @@ namespace vit {
 enum class Init {
   Zeros,
   Ones,
-  TruncNormal02,   // timm trunc_normal_(std=.02): Linear weights, pos_embed, head
-  Normal1e6,       // cls_token: normal(std=1e-6)
-  ConvDefault,     // PyTorch Conv2d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (weight and bias)
-  LayerScale,      // constant layer_scale_init
+  TruncNormal02,  // timm trunc_normal_(std=.02): Linear weights, pos_embed, head
+  Normal1e6,      // cls_token: normal(std=1e-6)
+  ConvDefault,    // PyTorch Conv2d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (weight and bias)
+  LayerScale,     // constant layer_scale_init
 };
 
 struct ParamSpec {

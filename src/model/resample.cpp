@@ -75,8 +75,8 @@ std::vector<Taps> antialias_taps(Index in, Index out, Interp mode) {
     double total = 0;
     for (Index j = xmin; j < xmax; ++j) {
       const double x = (double(j) - center + 0.5) * invscale;
-      const double w = mode == Interp::Bilinear ? std::max(0.0, 1.0 - std::fabs(x))
-                                                : cubic_filter(x, -0.5);
+      const double w =
+          mode == Interp::Bilinear ? std::max(0.0, 1.0 - std::fabs(x)) : cubic_filter(x, -0.5);
       t.w.push_back(w);
       total += w;
     }
@@ -118,8 +118,7 @@ void resample_grid(const float* src, Index hi, Index wi, float* dst, Index ho, I
 void resample_pos_embed(const float* src, Index g_old, float* dst, Index g_new, Index prefix,
                         Index C, Interp mode, bool antialias) {
   std::copy(src, src + prefix * C, dst);
-  resample_grid(src + prefix * C, g_old, g_old, dst + prefix * C, g_new, g_new, C, mode,
-                antialias);
+  resample_grid(src + prefix * C, g_old, g_old, dst + prefix * C, g_new, g_new, C, mode, antialias);
 }
 
 }  // namespace vit

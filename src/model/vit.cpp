@@ -30,22 +30,22 @@ struct BlockActs {
 
 template <typename T>
 struct Vit<T>::Acts {
-  std::vector<T> patches;                  // (B, Np, Cin*P*P)
-  std::vector<T> patch_out;                // (B, Np, C)
-  std::vector<std::vector<T>> res;         // L+1 x (B, N, C): block inputs, then final output
-  std::vector<BlockActs<T>> blocks;        // L
-  std::vector<T> pooled, pooled_norm;      // (B, C)
-  std::vector<T> pool_mean, pool_rstd;     // (B)
-  std::vector<T> logits, probs, losses;    // (B, K), (B, K), (B)
+  std::vector<T> patches;                // (B, Np, Cin*P*P)
+  std::vector<T> patch_out;              // (B, Np, C)
+  std::vector<std::vector<T>> res;       // L+1 x (B, N, C): block inputs, then final output
+  std::vector<BlockActs<T>> blocks;      // L
+  std::vector<T> pooled, pooled_norm;    // (B, C)
+  std::vector<T> pool_mean, pool_rstd;   // (B)
+  std::vector<T> logits, probs, losses;  // (B, K), (B, K), (B)
   bool drop_path_active = false;
   // Gradient scratch, shared by all layers.
-  std::vector<T> dres;                     // (B, N, C) gradient of the residual stream
-  std::vector<T> dbranch, datty, dln;      // (B, N, C)
-  std::vector<T> dqkv;                     // (B, N, 3C)
-  std::vector<T> dhid_a, dhid_b;           // (B, N, M)
-  std::vector<T> dpatch_out;               // (B, Np, C)
-  std::vector<T> dlogits;                  // (B, K)
-  std::vector<T> dpooled, dpooled_norm;    // (B, C)
+  std::vector<T> dres;                   // (B, N, C) gradient of the residual stream
+  std::vector<T> dbranch, datty, dln;    // (B, N, C)
+  std::vector<T> dqkv;                   // (B, N, 3C)
+  std::vector<T> dhid_a, dhid_b;         // (B, N, M)
+  std::vector<T> dpatch_out;             // (B, Np, C)
+  std::vector<T> dlogits;                // (B, K)
+  std::vector<T> dpooled, dpooled_norm;  // (B, C)
 };
 
 template <typename T>
@@ -144,8 +144,8 @@ T Vit<T>::forward(const T* images, const T* targets, Index B, bool train, uint64
   // Patch embedding (a stride-P conv as a GEMM), class token, position embedding.
   {
     ProfileScope prof("im2patches");
-    im2patches(a.patches.data(), images, B, Index(c.in_chans), Index(c.img_size),
-               Index(c.img_size), P);
+    im2patches(a.patches.data(), images, B, Index(c.in_chans), Index(c.img_size), Index(c.img_size),
+               P);
   }
   {
     ProfileScope prof("matmul_forward");
@@ -198,8 +198,8 @@ T Vit<T>::forward(const T* images, const T* targets, Index B, bool train, uint64
     // FFN branch.
     {
       ProfileScope prof("layernorm_forward");
-      layernorm_forward(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.r1.data(),
-                        bw.norm2_w, bw.norm2_b, BN, C, T(1e-6));
+      layernorm_forward(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.r1.data(), bw.norm2_w,
+                        bw.norm2_b, BN, C, T(1e-6));
     }
     {
       ProfileScope prof("matmul_forward");
@@ -247,8 +247,8 @@ T Vit<T>::forward(const T* images, const T* targets, Index B, bool train, uint64
   }
   {
     ProfileScope prof("layernorm_forward");
-    layernorm_forward(a.pooled_norm.data(), a.pool_mean.data(), a.pool_rstd.data(),
-                      a.pooled.data(), w.norm_w, w.norm_b, B, C, T(1e-6));
+    layernorm_forward(a.pooled_norm.data(), a.pool_mean.data(), a.pool_rstd.data(), a.pooled.data(),
+                      w.norm_w, w.norm_b, B, C, T(1e-6));
   }
   {
     ProfileScope prof("matmul_forward");
@@ -309,8 +309,7 @@ void Vit<T>::backward(T loss_scale) {
     // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
     {
       ProfileScope prof("residual_backward");
-      residual_backward(a.dbranch.data(), bg.ls2, a.dres.data(), b.fc2.data(), bw.ls2, s2, B, N,
-                        C);
+      residual_backward(a.dbranch.data(), bg.ls2, a.dres.data(), b.fc2.data(), bw.ls2, s2, B, N, C);
     }
     const T* hidden = local ? b.act2.data() : b.act1.data();
     {
@@ -325,8 +324,8 @@ void Vit<T>::backward(T loss_scale) {
       }
       {
         ProfileScope prof("dwconv3x3_backward");
-        dwconv3x3_backward(a.dhid_a.data(), bg.dw_w, a.dhid_b.data(), b.act1.data(), bw.dw_w, B,
-                           N, pre, g, g, M);
+        dwconv3x3_backward(a.dhid_a.data(), bg.dw_w, a.dhid_b.data(), b.act1.data(), bw.dw_w, B, N,
+                           pre, g, g, M);
       }
       {
         ProfileScope prof("hswish_backward");
@@ -340,8 +339,8 @@ void Vit<T>::backward(T loss_scale) {
     }
     {
       ProfileScope prof("matmul_backward");
-      matmul_backward(a.dln.data(), bg.fc1_w, bg.fc1_b, a.dhid_b.data(), b.ln2.data(), bw.fc1_w,
-                      BN, C, M);
+      matmul_backward(a.dln.data(), bg.fc1_w, bg.fc1_b, a.dhid_b.data(), b.ln2.data(), bw.fc1_w, BN,
+                      C, M);
     }
     {
       ProfileScope prof("layernorm_backward");

@@ -28,7 +28,8 @@ io::SafeTensors weights_tensors(const ModelConfig& cfg, const ParamTable& table,
 
 int64_t meta_int(const Metadata& m, const std::string& key, const std::string& path) {
   auto it = m.find(key);
-  if (it == m.end()) throw Error(fmt::format("'{}' is not a vitrain training state (no '{}')", path, key));
+  if (it == m.end())
+    throw Error(fmt::format("'{}' is not a vitrain training state (no '{}')", path, key));
   try {
     size_t used = 0;
     const int64_t v = std::stoll(it->second, &used);
@@ -41,7 +42,8 @@ int64_t meta_int(const Metadata& m, const std::string& key, const std::string& p
 
 double meta_double(const Metadata& m, const std::string& key, const std::string& path) {
   auto it = m.find(key);
-  if (it == m.end()) throw Error(fmt::format("'{}' is not a vitrain training state (no '{}')", path, key));
+  if (it == m.end())
+    throw Error(fmt::format("'{}' is not a vitrain training state (no '{}')", path, key));
   try {
     return std::stod(it->second);
   } catch (const std::exception&) {
@@ -53,9 +55,10 @@ WeightsFile weights_from(const io::SafeTensors& st, const std::string& path,
                          const std::set<std::string>& allowed_extra) {
   auto it = st.metadata.find(kConfigKey);
   if (it == st.metadata.end())
-    throw Error(fmt::format("'{}' has no vitrain model description (metadata '{}'); for a plain "
-                            "timm weights file use --initial-checkpoint",
-                            path, kConfigKey));
+    throw Error(
+        fmt::format("'{}' has no vitrain model description (metadata '{}'); for a plain "
+                    "timm weights file use --initial-checkpoint",
+                    path, kConfigKey));
   WeightsFile w;
   w.cfg = model_config_from_json(it->second);
   w.metadata = st.metadata;

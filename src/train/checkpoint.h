@@ -35,15 +35,15 @@ WeightsFile load_weights(const std::string& path);
 struct TrainState {
   WeightsFile weights;
   std::vector<float> exp_avg, exp_avg_sq;  // (table.total)
-  int64_t step = 0;            // optimizer updates done
-  int64_t epoch = 0;           // epoch to continue in
-  int64_t update_in_epoch = 0; // updates of that epoch already done
-  double best_metric = -1;     // best eval top-1 so far
+  int64_t step = 0;                        // optimizer updates done
+  int64_t epoch = 0;                       // epoch to continue in
+  int64_t update_in_epoch = 0;             // updates of that epoch already done
+  double best_metric = -1;                 // best eval top-1 so far
   int64_t best_epoch = -1;
-  int64_t bad_epochs = 0;      // epochs without improvement (early stopping)
-  double elapsed_s = 0;        // training wall time so far
-  double compute_consumed = 0; // EfficientTrain++: final-size-equivalent images trained so far
-  std::string args_yaml;       // the run's effective arguments
+  int64_t bad_epochs = 0;       // epochs without improvement (early stopping)
+  double elapsed_s = 0;         // training wall time so far
+  double compute_consumed = 0;  // EfficientTrain++: final-size-equivalent images trained so far
+  std::string args_yaml;        // the run's effective arguments
 };
 
 void save_train_state(const std::string& path, const ModelConfig& cfg, const ParamTable& table,

@@ -16,10 +16,11 @@ void load_initial_checkpoint(const std::string& path, const ModelConfig& cfg,
   const io::SafeTensors st = io::read_safetensors(path);
   const bool file_has_cls = st.find("cls_token") != nullptr;
   if (file_has_cls != (cfg.num_prefix() == 1))
-    throw Error(fmt::format("--initial-checkpoint '{}': the file's classifier ({}) differs from "
-                            "the model's ({}); pass --gp {}",
-                            path, file_has_cls ? "class token" : "no class token",
-                            to_string(cfg.classifier), file_has_cls ? "token" : "avg"));
+    throw Error(
+        fmt::format("--initial-checkpoint '{}': the file's classifier ({}) differs from "
+                    "the model's ({}); pass --gp {}",
+                    path, file_has_cls ? "class token" : "no class token",
+                    to_string(cfg.classifier), file_has_cls ? "token" : "avg"));
   const bool head_differs = [&] {
     const io::Tensor* h = st.find("head.weight");
     return h && !h->shape.empty() && h->shape[0] != cfg.num_classes;
@@ -55,15 +56,17 @@ void load_initial_checkpoint(const std::string& path, const ModelConfig& cfg,
         continue;
       }
     }
-    throw Error(fmt::format("--initial-checkpoint '{}': parameter '{}' has shape [{}] but the "
-                            "model needs [{}]",
-                            path, s.name, fmt::join(t->shape, ", "), fmt::join(s.shape, ", ")));
+    throw Error(
+        fmt::format("--initial-checkpoint '{}': parameter '{}' has shape [{}] but the "
+                    "model needs [{}]",
+                    path, s.name, fmt::join(t->shape, ", "), fmt::join(s.shape, ", ")));
   }
   for (const auto& t : st.tensors)
     if (!used.count(t.name) && t.name.rfind("optimizer.", 0) != 0)
-      throw Error(fmt::format("--initial-checkpoint '{}' has tensor '{}' that model {} does not "
-                              "have",
-                              path, t.name, cfg.name));
+      throw Error(
+          fmt::format("--initial-checkpoint '{}' has tensor '{}' that model {} does not "
+                      "have",
+                      path, t.name, cfg.name));
   if (head_differs && log)
     fmt::print(log, "Re-initialised the head for {} classes\n", cfg.num_classes);
 }

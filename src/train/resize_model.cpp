@@ -23,8 +23,8 @@ void map_buffer(const ModelConfig& from_cfg, const ParamTable& from, const float
       continue;
     }
     VIT_CHECK(s.numel() == d.numel(),
-              fmt::format("resize_model: '{}' has {} elements at size {} but {} at size {}",
-                          d.name, s.numel(), from_cfg.img_size, d.numel(), to_cfg.img_size));
+              fmt::format("resize_model: '{}' has {} elements at size {} but {} at size {}", d.name,
+                          s.numel(), from_cfg.img_size, d.numel(), to_cfg.img_size));
     std::memcpy(dst + d.offset, src + s.offset, sizeof(float) * size_t(d.numel()));
   }
 }

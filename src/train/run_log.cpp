@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cinttypes>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -34,9 +34,10 @@ std::string make_run_dir(const std::string& output, const std::string& experimen
     std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
     name = fmt::format("{}-{}-{}", stamp, safe, img_size);
   } else if (name == "." || name == ".." || name.find('/') != std::string::npos) {
-    throw Error(fmt::format("--experiment '{}': give a folder name, not a path (the folder is "
-                            "created under --output)",
-                            name));
+    throw Error(
+        fmt::format("--experiment '{}': give a folder name, not a path (the folder is "
+                    "created under --output)",
+                    name));
   }
   std::error_code ec;
   fs::create_directories(output.empty() ? "." : output, ec);
@@ -79,8 +80,8 @@ void SummaryCsv::rewrite() {
       "fraction\n";
   for (const auto& r : rows_)
     s += fmt::format("{},{:.6f},{:.6f},{:.4f},{:.4f},{:.6e},{},{:.2f},{:.2f},{:.2f},{:.4f}\n",
-                     r.epoch, r.train_loss, r.eval_loss, r.eval_top1, r.eval_top5, r.lr,
-                     r.img_size, r.seconds, r.img_per_s, r.budget_s, r.fraction);
+                     r.epoch, r.train_loss, r.eval_loss, r.eval_top1, r.eval_top5, r.lr, r.img_size,
+                     r.seconds, r.img_per_s, r.budget_s, r.fraction);
   io::write_file_atomic(path_, s);
 }
 
@@ -136,7 +137,9 @@ std::string format_eval_line(int64_t epoch, double loss, double top1, double top
                      top1, top5);
 }
 
-bool stdout_is_tty() { return isatty(STDOUT_FILENO) == 1; }
+bool stdout_is_tty() {
+  return isatty(STDOUT_FILENO) == 1;
+}
 
 void load_plot_from_jsonl(const std::string& path, PlotData& plot, int64_t max_step) {
   std::ifstream in(path);

@@ -27,8 +27,9 @@ struct SummaryRow {
 };
 
 // summary.csv: header `epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,
-// img_per_s,budget_s,fraction`, one row per evaluated epoch. Opening an existing file (a resumed run) keeps the
-// rows of epochs before `first_epoch` and drops later ones, so rows are never duplicated.
+// img_per_s,budget_s,fraction`, one row per evaluated epoch. Opening an existing file (a resumed
+// run) keeps the rows of epochs before `first_epoch` and drops later ones, so rows are never
+// duplicated.
 class SummaryCsv {
  public:
   SummaryCsv(std::string path, int64_t first_epoch);
@@ -59,7 +60,7 @@ class JsonlLog {
 // default) leaves that part out of the line.
 struct TrainLine {
   int64_t epoch, update, updates_per_epoch;
-  double loss, loss_avg;              // this window's / the epoch's running mean
+  double loss, loss_avg;                 // this window's / the epoch's running mean
   double seconds_per_update, img_per_s;  // over the last window
   double lr, eta_s;
   double seconds_per_update_avg = -1, img_per_s_avg = -1;  // over the epoch so far

@@ -46,7 +46,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<bool> g_stop_requested{false};
-extern "C" void on_stop_signal(int) { g_stop_requested = true; }
+extern "C" void on_stop_signal(int) {
+  g_stop_requested = true;
+}
 
 // The model a run trains: the preset, adapted to the data and the flags.
 ModelConfig model_for_run(const TrainArgs& a, const data::DataSplits& d) {
@@ -66,8 +68,7 @@ ModelConfig model_for_run(const TrainArgs& a, const data::DataSplits& d) {
 
 std::string state_path_of(const std::string& resume) {
   const std::string p = fs::is_directory(resume) ? resume + "/state.safetensors" : resume;
-  if (!fs::is_regular_file(p))
-    throw Error(fmt::format("--resume: no training state at '{}'", p));
+  if (!fs::is_regular_file(p)) throw Error(fmt::format("--resume: no training state at '{}'", p));
   return p;
 }
 
@@ -80,7 +81,8 @@ std::string format_duration(double s) {
 
 int run_train(const TrainArgs& args) {
   if (args.device == "cuda")
-    throw Error("this build has no CUDA backend (CUDA was not found at build time); use --device cpu");
+    throw Error(
+        "this build has no CUDA backend (CUDA was not found at build time); use --device cpu");
   if (args.workers > 0) omp_set_num_threads(args.workers);
 
   const data::DataSplits data = data::load_data_dir(
@@ -103,13 +105,13 @@ int run_train(const TrainArgs& args) {
   const bool et = args.curriculum == "efficienttrain";
   const bool size_cur = args.curriculum == "size";
   const int eval_size = args.eval_size > 0 ? args.eval_size : F;
-  VIT_CHECK(eval_size % P == 0, fmt::format("--eval-size {} must be a multiple of the patch size {}",
-                                            eval_size, P));
+  VIT_CHECK(eval_size % P == 0,
+            fmt::format("--eval-size {} must be a multiple of the patch size {}", eval_size, P));
   const int size_step = args.size_step > 0 ? args.size_step : P;
   const int init_size = args.init_size > 0 ? args.init_size : size_step;
   if (size_cur) {
-    VIT_CHECK(init_size <= F, fmt::format("--init-size {} is larger than the final size {}",
-                                          init_size, F));
+    VIT_CHECK(init_size <= F,
+              fmt::format("--init-size {} is larger than the final size {}", init_size, F));
     (void)size_curriculum(0, init_size, size_step, args.size_every, F, P);  // validates
   }
   EtSchedule et_sched;
@@ -208,8 +210,7 @@ int run_train(const TrainArgs& args) {
                et ? fmt::format(" (lowfreq {}, sizes {}, warm-up {:.3g})", args.lowfreq,
                                 fmt::join(et_sched.sizes, "/"), args.et_warmup)
                   : std::string(),
-               F,
-               eval_size, budget ? fmt::format("{:.0f}s", budget->total_s) : "none", R);
+               F, eval_size, budget ? fmt::format("{:.0f}s", budget->total_s) : "none", R);
   if (resumed)
     fmt::print("Resumed at epoch {} update {} (step {}), training size {}\n", st.epoch,
                st.update_in_epoch, st.step, cfg.img_size);
@@ -359,17 +360,11 @@ int run_train(const TrainArgs& args) {
     eval_est = std::max(eval_est, dt);
     summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size, elapsed(),
                     ips, budget_s, frac});
-    nlohmann::json j = {{"type", "eval"},
-                        {"epoch", epoch},
-                        {"step", opt.step_},
-                        {"eval_loss", ev.loss},
-                        {"eval_top1", ev.top1},
-                        {"eval_top5", ev.top5},
-                        {"img_size", cfg.img_size},
-                        {"eval_size", eval_size},
-                        {"budget_s", budget_s},
-                        {"fraction", frac},
-                        {"elapsed_s", elapsed()}};
+    nlohmann::json j = {
+        {"type", "eval"},           {"epoch", epoch},         {"step", opt.step_},
+        {"eval_loss", ev.loss},     {"eval_top1", ev.top1},   {"eval_top5", ev.top5},
+        {"img_size", cfg.img_size}, {"eval_size", eval_size}, {"budget_s", budget_s},
+        {"fraction", frac},         {"elapsed_s", elapsed()}};
     if (data.streamed()) j["skipped_images"] = unreadable();  // unreadable files so far
     jlog.write(j);
     plot.eval_loss.push_back({elapsed(), ev.loss});
@@ -395,11 +390,12 @@ int run_train(const TrainArgs& args) {
         break;
       }
       if (budget) {
-        const double ev_guess =
-            eval_est >= 0 ? 1.25 * eval_est
-                          // forward only is about a third of a training step per image
-                          : step_est * double(n_val) / double(cap * accum) / 3.0 *
-                                std::pow(double(eval_size) / cfg.img_size, 2) + 0.5;
+        const double ev_guess = eval_est >= 0
+                                    ? 1.25 * eval_est
+                                    // forward only is about a third of a training step per image
+                                    : step_est * double(n_val) / double(cap * accum) / 3.0 *
+                                              std::pow(double(eval_size) / cfg.img_size, 2) +
+                                          0.5;
         if (budget->should_stop(elapsed(), 1.5 * step_est, ev_guess)) {
           finished = true;
           break;
@@ -464,9 +460,10 @@ int run_train(const TrainArgs& args) {
       }
       loss /= double(accum);
       if (!std::isfinite(loss))
-        throw Error(fmt::format("loss is {} at epoch {} update {}: training diverged (try a "
-                                "lower --lr or --clip-grad)",
-                                loss, epoch, u));
+        throw Error(
+            fmt::format("loss is {} at epoch {} update {}: training diverged (try a "
+                        "lower --lr or --clip-grad)",
+                        loss, epoch, u));
       const double gnorm = opt.step(model->params.data(), model->grads.data(), lr);
       compute.add(int64_t(step_samples), S);
       samples += step_samples;
@@ -492,8 +489,7 @@ int run_train(const TrainArgs& args) {
               double(upe - u - 1) + double(upe) * (args.epochs - epoch - 1);
           eta = remaining_updates * dt / std::max<int64_t>(window, 1);
         }
-        TrainLine line{epoch,   u + 1,           upe, loss, loss_sum / loss_count,
-                       dt / window, ips, lr,   eta};
+        TrainLine line{epoch, u + 1, upe, loss, loss_sum / loss_count, dt / window, ips, lr, eta};
         if (data.streamed()) {  // time spent waiting for batches, per update
           line.data_s = data_window / window;
           line.data_s_avg = data_epoch / loss_count;
@@ -536,9 +532,10 @@ int run_train(const TrainArgs& args) {
       if (g_stop_requested || stop_test) {
         if (tty) fmt::print("\n");
         save_state(epoch, u + 1);
-        fmt::print("Stopped at epoch {} update {}; state saved. Continue with: vitrain train "
-                   "--resume {}\n",
-                   epoch, u + 1, run_dir);
+        fmt::print(
+            "Stopped at epoch {} update {}; state saved. Continue with: vitrain train "
+            "--resume {}\n",
+            epoch, u + 1, run_dir);
         return stop_test ? 0 : 130;
       }
     }
@@ -552,7 +549,8 @@ int run_train(const TrainArgs& args) {
     const double ips = double(samples) / std::max(train_seconds, 1e-9);
     const double frac_now = fraction(epoch, u);
     auto lr_now = [&] {
-      if (et) return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
+      if (et)
+        return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
       if (budget) return sched.at(frac_now * double(args.epochs) * double(upe));
       return sched.at(double(opt.step_));
     };
@@ -566,8 +564,8 @@ int run_train(const TrainArgs& args) {
         fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n",
                    elapsed(), budget->total_s, 100.0 * elapsed() / budget->total_s, opt.step_);
       else
-        fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n",
-                   compute.consumed, opt.step_);
+        fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n", compute.consumed,
+                   opt.step_);
       break;
     }
     const bool do_eval =

@@ -49,10 +49,10 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
   }
 }
 
-#define INSTANTIATE(T)                                                   \
-  template void gelu_forward<T>(T*, const T*, Index);                    \
-  template void gelu_backward<T>(T*, const T*, const T*, Index);         \
-  template void hswish_forward<T>(T*, const T*, Index);                  \
+#define INSTANTIATE(T)                                           \
+  template void gelu_forward<T>(T*, const T*, Index);            \
+  template void gelu_backward<T>(T*, const T*, const T*, Index); \
+  template void hswish_forward<T>(T*, const T*, Index);          \
   template void hswish_backward<T>(T*, const T*, const T*, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

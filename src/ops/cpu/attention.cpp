@@ -63,10 +63,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, Inde
         T* dq = dqkv + b * N * C3 + h * D;
         T* dk = dq + C;
         T* dv = dq + 2 * C;
-        const T* p = att + (b * H + h) * N * N;  // (N, N)
-        const T* dO = dout + b * N * C + h * D;  // (N, D), row stride C
-        gemm(true, false, N, D, N, T(1), p, N, dO, C, T(0), dv, C3);          // dV = P^T dO
-        gemm(false, true, N, N, D, T(1), dO, C, v, C3, T(0), ds.data(), N);   // dP = dO V^T
+        const T* p = att + (b * H + h) * N * N;                              // (N, N)
+        const T* dO = dout + b * N * C + h * D;                              // (N, D), row stride C
+        gemm(true, false, N, D, N, T(1), p, N, dO, C, T(0), dv, C3);         // dV = P^T dO
+        gemm(false, true, N, N, D, T(1), dO, C, v, C3, T(0), ds.data(), N);  // dP = dO V^T
         for (Index i = 0; i < N; ++i) {  // softmax backward, times the score scale
           const T* pr = p + i * N;
           T* dr = ds.data() + i * N;
@@ -81,10 +81,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, Inde
   }
 }
 
-#define INSTANTIATE(T)                                                                  \
-  template void attention_forward<T>(T*, T*, const T*, Index, Index, Index, Index);     \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, Index, Index, Index, \
-                                      Index);
+#define INSTANTIATE(T)                                                              \
+  template void attention_forward<T>(T*, T*, const T*, Index, Index, Index, Index); \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, Index, Index, Index, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 
 }  // namespace vit::cpu

@@ -8,9 +8,8 @@
 
 namespace vit::cpu {
 
-inline void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha,
-                 const float* A, Index lda, const float* B, Index ldb, float beta, float* C,
-                 Index ldc) {
+inline void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const float* A,
+                 Index lda, const float* B, Index ldb, float beta, float* C, Index ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

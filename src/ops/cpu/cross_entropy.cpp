@@ -39,8 +39,8 @@ void cross_entropy_backward(T* dlogits, const T* probs, const T* targets, T dlos
 // Note: d/dz of -sum_k t_k log softmax(z)_k is softmax(z) * sum_k t_k - t; targets are
 // probability vectors (sum 1), which every caller guarantees.
 
-#define INSTANTIATE(T)                                                                  \
-  template void cross_entropy_forward<T>(T*, T*, const T*, const T*, Index, Index);     \
+#define INSTANTIATE(T)                                                              \
+  template void cross_entropy_forward<T>(T*, T*, const T*, const T*, Index, Index); \
   template void cross_entropy_backward<T>(T*, const T*, const T*, T, Index, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

@@ -53,8 +53,8 @@ void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, 
 }
 
 template <typename T>
-void dwconv3x3_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                        Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
+void dwconv3x3_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, Index B,
+                        Index N, Index prefix, Index gh, Index gw, Index C) {
   const std::vector<T> w = taps_channels_last(weight, C);  // (9, C)
   const int nthreads = omp_get_max_threads();
   std::vector<T> partial(size_t(nthreads) * 9 * C, T(0));  // (threads, 9, C) dweight partials
@@ -104,11 +104,11 @@ void dwconv3x3_backward(T* dinp, T* dweight, const T* dout, const T* inp, const 
         for (int k = 0; k < 9; ++k) dweight[c * 9 + k] += partial[(size_t(t) * 9 + k) * C + c];
 }
 
-#define INSTANTIATE(T)                                                                         \
-  template void dwconv3x3_forward<T>(T*, const T*, const T*, Index, Index, Index, Index, Index, \
-                                     Index);                                                   \
-  template void dwconv3x3_backward<T>(T*, T*, const T*, const T*, const T*, Index, Index,      \
-                                      Index, Index, Index, Index);
+#define INSTANTIATE(T)                                                                           \
+  template void dwconv3x3_forward<T>(T*, const T*, const T*, Index, Index, Index, Index, Index,  \
+                                     Index);                                                     \
+  template void dwconv3x3_backward<T>(T*, T*, const T*, const T*, const T*, Index, Index, Index, \
+                                      Index, Index, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 
 }  // namespace vit::cpu

@@ -24,8 +24,8 @@ void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index 
 }
 
 template <typename T>
-void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B,
-                          Index N, Index prefix, Index C) {
+void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
+                          Index prefix, Index C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (Index b = 0; b < B; ++b) {
     for (Index n = 0; n < N; ++n) {
@@ -62,10 +62,10 @@ void embed_tokens_backward(T* dpatch_out, T* dcls, T* dpos, const T* dx, Index B
   }
 }
 
-#define INSTANTIATE(T)                                                                     \
-  template void im2patches<T>(T*, const T*, Index, Index, Index, Index, Index);            \
-  template void embed_tokens_forward<T>(T*, const T*, const T*, const T*, Index, Index,    \
-                                        Index, Index);                                     \
+#define INSTANTIATE(T)                                                                         \
+  template void im2patches<T>(T*, const T*, Index, Index, Index, Index, Index);                \
+  template void embed_tokens_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index, \
+                                        Index);                                                \
   template void embed_tokens_backward<T>(T*, T*, T*, const T*, Index, Index, Index, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

@@ -3,9 +3,9 @@
 // instantiations of the ops use libm, so finite-difference checks run against exact functions.
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <bit>
 
 namespace vit::cpu {
 
@@ -47,9 +47,17 @@ namespace vit::cpu {
   return x < 0.0f ? erfc - 1.0f : 1.0f - erfc;
 }
 
-inline float exp_any(float x) { return exp_fast(x); }
-inline double exp_any(double x) { return std::exp(x); }
-inline float erf_any(float x) { return erf_fast(x); }
-inline double erf_any(double x) { return std::erf(x); }
+inline float exp_any(float x) {
+  return exp_fast(x);
+}
+inline double exp_any(double x) {
+  return std::exp(x);
+}
+inline float erf_any(float x) {
+  return erf_fast(x);
+}
+inline double erf_any(double x) {
+  return std::erf(x);
+}
 
 }  // namespace vit::cpu

@@ -35,8 +35,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, Index R, Index C) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, Index R, Index C) {
   const int nthreads = omp_get_max_threads();
   // Per-thread partial sums for dweight/dbias, reduced in thread order (deterministic).
   std::vector<T> partial(size_t(nthreads) * 2 * C, T(0));  // (threads, 2, C)
@@ -44,7 +44,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   {
     const int t = omp_get_thread_num();
     T* dw_t = partial.data() + size_t(t) * 2 * C;  // (C)
-    T* db_t = dw_t + C;                           // (C)
+    T* db_t = dw_t + C;                            // (C)
 #pragma omp for schedule(static)
     for (Index r = 0; r < R; ++r) {
       const T* x = inp + r * C;
@@ -81,10 +81,9 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
-#define INSTANTIATE(T)                                                                     \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, Index, Index, \
-                                     T);                                                   \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,   \
+#define INSTANTIATE(T)                                                                           \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, Index, Index, T); \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
                                       const T*, Index, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

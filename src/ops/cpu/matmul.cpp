@@ -1,8 +1,8 @@
 // Linear layers as GEMMs through OpenBLAS.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <omp.h>
 
 #include "ops/cpu/blas.h"
 #include "ops/cpu/ops.h"
@@ -45,8 +45,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   }
 }
 
-#define INSTANTIATE(T)                                                                          \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index);      \
+#define INSTANTIATE(T)                                                                    \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index); \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, Index, Index, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

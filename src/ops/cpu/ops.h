@@ -30,8 +30,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
                        Index R, Index C, T eps);
 // dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, Index R, Index C);
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, Index R, Index C);
 
 // Multi-head self-attention core. qkv (B, N, 3*H*D) holds [q heads | k heads | v heads] per
 // token (timm's qkv Linear layout); att (B, H, N, N) receives the softmax probabilities;
@@ -65,8 +65,8 @@ void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, 
                        Index gh, Index gw, Index C);
 // dinp (B, N, C) overwrite (prefix rows zeroed); dweight (C, 1, 3, 3) accumulates.
 template <typename T>
-void dwconv3x3_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                        Index B, Index N, Index prefix, Index gh, Index gw, Index C);
+void dwconv3x3_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, Index B,
+                        Index N, Index prefix, Index gh, Index gw, Index C);
 
 // Patch extraction for the patch-embedding GEMM: img (B, Cin, Himg, Wimg) NCHW ->
 // patches (B, gh*gw, Cin*P*P), each patch vector ordered (c, ph, pw) to match the Conv2d
@@ -78,8 +78,8 @@ void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index 
 // x[b, prefix + p] = patch_out[b, p] + pos[prefix + p]. patch_out (B, N - prefix, C),
 // cls (C) or nullptr when prefix == 0, pos (N, C).
 template <typename T>
-void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B,
-                          Index N, Index prefix, Index C);
+void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
+                          Index prefix, Index C);
 // dpatch_out (B, N - prefix, C) overwrite; dcls (C) and dpos (N, C) accumulate.
 template <typename T>
 void embed_tokens_backward(T* dpatch_out, T* dcls, T* dpos, const T* dx, Index B, Index N,

@@ -36,8 +36,8 @@ void pool_backward(T* dx, const T* dout, Index B, Index N, Index prefix, Index C
   }
 }
 
-#define INSTANTIATE(T)                                                                \
-  template void pool_forward<T>(T*, const T*, Index, Index, Index, Index, bool);      \
+#define INSTANTIATE(T)                                                           \
+  template void pool_forward<T>(T*, const T*, Index, Index, Index, Index, bool); \
   template void pool_backward<T>(T*, const T*, Index, Index, Index, Index, bool);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

@@ -54,11 +54,11 @@ void residual_backward(T* dbranch, T* dgamma, const T* dout, const T* branch, co
       for (Index c = 0; c < C; ++c) dgamma[c] += partial[size_t(t) * C + c];
 }
 
-#define INSTANTIATE(T)                                                                        \
-  template void residual_forward<T>(T*, const T*, const T*, const T*, const T*, Index, Index, \
-                                    Index);                                                   \
-  template void residual_backward<T>(T*, T*, const T*, const T*, const T*, const T*, Index,   \
-                                     Index, Index);
+#define INSTANTIATE(T)                                                                             \
+  template void residual_forward<T>(T*, const T*, const T*, const T*, const T*, Index, Index,      \
+                                    Index);                                                        \
+  template void residual_backward<T>(T*, T*, const T*, const T*, const T*, const T*, Index, Index, \
+                                     Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 
 }  // namespace vit::cpu
