@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "temp_dir.h"
 
 namespace vit::testing {
 
@@ -102,20 +103,11 @@ inline std::vector<nlohmann::json> read_log(const fs::path& run_dir, const std::
 // set in data_ (512 train / 128 eval images).
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("vitrain_cli_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    data_ = (dir_ / "data").string();
-    write_toy_idx(data_, 512, 128);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { write_toy_idx(data_, 512, 128); }
 
-  fs::path dir_;
-  std::string data_;
+  TempDir tmp_;
+  fs::path dir_ = tmp_.path;
+  std::string data_ = (dir_ / "data").string();
 };
 
 }  // namespace vit::testing

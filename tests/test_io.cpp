@@ -1,7 +1,6 @@
 // File formats: safetensors round trip, byte layout and every validation rule; atomic writes;
 // IDX parsing (plain and gzip) and its bounds; .npy output read back by NumPy.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "io/idx.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using vit::Index;
@@ -26,15 +26,6 @@ namespace {
 
 class IoTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("vitrain_io_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   void write_raw(const std::string& name, const std::string& bytes) const {
     std::ofstream(path(name), std::ios::binary) << bytes;
@@ -49,7 +40,8 @@ class IoTest : public ::testing::Test {
     std::sort(names.begin(), names.end());
     return names;
   }
-  fs::path dir_;
+  vit::testing::TempDir tmp_;
+  fs::path dir_ = tmp_.path;
 };
 
 // Runs f and returns the vit::Error message (fails the test if nothing or something else is

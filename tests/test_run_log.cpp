@@ -1,7 +1,6 @@
 // Run folder naming and collisions, summary.csv (header, rows, resume truncation), log.jsonl
 // (one parseable object per line, survives a cut-short line), and the console line formats.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "temp_dir.h"
 #include "train/run_log.h"
 
 namespace fs = std::filesystem;
@@ -21,15 +21,8 @@ namespace {
 
 class RunLog : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("vitrain_run_log_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  vit::testing::TempDir tmp_;
+  fs::path dir_ = tmp_.path;
 };
 
 std::vector<std::string> lines_of(const fs::path& p) {

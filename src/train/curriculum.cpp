@@ -62,8 +62,7 @@ EtSchedule scaled_table(const std::vector<int>& table224, int final_size, int pa
 }  // namespace
 
 EtSchedule et_schedule_deit(int final_size, int patch) {
-  check_final(final_size, patch);
-  return scaled_table(*named_et_table("deit"), final_size, patch);
+  return et_schedule("deit", final_size, patch);
 }
 
 EtSchedule et_schedule(const std::string& table, int final_size, int patch) {
