@@ -3,21 +3,24 @@
 # (recipes/fmnist.yaml) under one wall-clock budget, without curriculum, with the image-size
 # curriculum and with EfficientTrain++ (the size table searched for this 28-px model, and the
 # paper's DeiT table for reference).
-# Usage: bash bench/seed_methods.sh [BUDGET] [OUTPUT_DIR] [REPEATS]   (defaults: 4m,
-# output/seed_methods, 1). Run it on an otherwise idle machine: the budget is wall-clock time.
+# Usage: bash bench/seed_methods.sh [BUDGET] [OUTPUT_DIR] [REPEATS] [EXTRA_FLAGS]   (defaults: 4m,
+# output/seed_methods, 1, none). EXTRA_FLAGS go to every method, e.g. "--aa rand-m9-mstd0.5-inc1"
+# (RandAugment, whose magnitude EfficientTrain++ schedules). METHODS="none size" picks methods.
+# Run it on an otherwise idle machine: the budget is wall-clock time.
 # Repeats are interleaved (none, size, ..., none, size, ...) so slow drift hits every method.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-4m}
 out=${2:-output/seed_methods}
 repeats=${3:-1}
+extra_flags=${4:-}
 mkdir -p "$out"
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(git rev-parse --short HEAD) $(lscpu | sed -n 's/^Model name: *//p') $(nproc) cores, budget $budget"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(git rev-parse --short HEAD) $(lscpu | sed -n 's/^Model name: *//p') $(nproc) cores, budget $budget, extra flags '$extra_flags'"
 # Under a budget --epochs only shapes the schedules: warm-up over 0.2/6 of the budget, and the size
 # curriculum takes 16, 20 and 24 px for a sixth of the budget each and 28 px for the last half
 # (a quarter each for 16/20/24/28 left too little time at the final size: docs/benchmarks.md).
 # EfficientTrain++ follows its table on the fraction of the budget spent, warm-up 20%.
-methods=(none size efficienttrain efficienttrain_deit)
+read -r -a methods <<<"${METHODS:-none size efficienttrain efficienttrain_deit}"
 declare -A extra=(
   [none]=""
   [size]="--curriculum size --init-size 16 --size-step 4 --size-every 1"
@@ -27,7 +30,7 @@ declare -A extra=(
 for r in $(seq 1 "$repeats"); do
   for m in "${methods[@]}"; do
     # shellcheck disable=SC2086
-    ./build/vitrain train -c recipes/fmnist.yaml --budget "$budget" --epochs 6 ${extra[$m]} \
+    ./build/vitrain train -c recipes/fmnist.yaml --budget "$budget" --epochs 6 ${extra[$m]} $extra_flags \
       --output "$out" --experiment "$m-$r" >"$out/$m-$r.log" 2>&1
   done
 done
