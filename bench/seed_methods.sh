@@ -22,7 +22,7 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(git rev-parse --short HEAD) $(lscpu | sed 
 # EfficientTrain++ follows its table on the fraction of the budget spent, warm-up 20%: 40% or half
 # of the budget at 28 px (the tables searched for this model), or the paper's DeiT table.
 read -r -a methods <<<"${METHODS:-none size efficienttrain efficienttrain_half efficienttrain_deit}"
-declare -A extra=(
+declare -A method_flags=(
   [none]=""
   [size]="--curriculum size --init-size 16 --size-step 4 --size-every 1"
   [efficienttrain]="--curriculum efficienttrain --lowfreq fft --et-table 16,16,20,20,24,24,28,28,28,28"
@@ -32,7 +32,7 @@ declare -A extra=(
 for r in $(seq 1 "$repeats"); do
   for m in "${methods[@]}"; do
     # shellcheck disable=SC2086
-    ./build/vitrain train -c recipes/fmnist.yaml --budget "$budget" --epochs 6 ${extra[$m]} $extra_flags \
+    ./build/vitrain train -c recipes/fmnist.yaml --budget "$budget" --epochs 6 ${method_flags[$m]} $extra_flags \
       --output "$out" --experiment "$m-$r" >"$out/$m-$r.log" 2>&1
   done
 done
