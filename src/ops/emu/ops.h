@@ -1,0 +1,99 @@
+// CPU bf16 emulation ops: the layer ops of the CUDA bf16 backend (src/ops/cuda/ops.h with
+// T = __nv_bfloat16), on the host. Activations and weights are stored as vit::bf16 and rounded
+// exactly where the CUDA kernels round; everything in between is the fp32 CPU reference
+// (vit::cpu::<op><float>) on the widened inputs. Two uses:
+//  * CI, which has no GPU, runs the mixed-precision model logic (what is stored in bf16, what
+//    stays fp32, where gradients accumulate) through EmuBackend (src/backend/host.h);
+//  * on a GPU machine, the CUDA bf16 model is compared to this emulation step by step with
+//    tight tolerances: both round the same values at the same points, so they differ only by
+//    fp32 summation order and the odd value that rounds the other way.
+//
+// Same names, argument order and accumulate/overwrite rules as vit::cuda (and vit::cpu); host
+// pointers. fp32 regardless of storage, as on the GPU: parameter gradients (they accumulate),
+// LayerNorm mean/rstd, cross-entropy losses/probabilities/targets, drop-path sample scales.
+//
+// Rounding points (each bf16 output is rounded ONCE from its fp32 value unless noted):
+//  * matmul_forward: GEMM result + bias in fp32, then one rounding.
+//  * layernorm_backward, pool_backward: dinp / dx ACCUMULATE as round(bf16 old + fp32 delta).
+//  * attention_forward: the probabilities att are rounded and the P @ V GEMM reads the rounded
+//    values; scores stay fp32. attention_backward: dS is rounded and the dQ / dK GEMMs read
+//    it; dP stays fp32.
+//  * im2patches, embed_tokens_backward's dpatch_out, token pooling: copies (exact).
+#pragma once
+#include "core/bf16.h"
+#include "core/common.h"
+
+namespace vit::emu {
+
+// Elementwise conversion: dst (n) = src (n), fp32 -> bf16 rounds to nearest even.
+void convert(bf16* dst, const float* src, Index n);
+void convert(float* dst, const bf16* src, Index n);
+
+// out (M, Nout) = inp (M, K) @ weight (Nout, K)^T + bias (Nout) [bias may be nullptr].
+void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, Index M,
+                    Index K, Index Nout);
+// dinp (M, K) = dout @ weight (overwrite); dweight (Nout, K) += dout^T @ inp; dbias (Nout) +=
+// column sums of dout.
+void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                     const bf16* weight, Index M, Index K, Index Nout);
+
+// LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32.
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                       const bf16* bias, Index R, Index C, float eps);
+// dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const bf16* weight, const float* mean, const float* rstd, Index R, Index C);
+
+// qkv (B, N, 3*H*D) -> att (B, H, N, N) softmax probabilities, out (B, N, H*D). Scale D^-0.5.
+void attention_forward(bf16* out, bf16* att, const bf16* qkv, Index B, Index N, Index H, Index D);
+// dqkv (B, N, 3*H*D) overwrite.
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, Index B,
+                        Index N, Index H, Index D);
+
+// Exact (erf) GELU and h-swish, elementwise over n values.
+void gelu_forward(bf16* out, const bf16* inp, Index n);
+void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
+void hswish_forward(bf16* out, const bf16* inp, Index n);
+void hswish_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
+
+// Depthwise 3x3 conv on the token grid; the first `prefix` rows of each sample bypass it (their
+// output and input-gradient rows are 0). inp/out (B, N, C), weight (C, 1, 3, 3).
+void dwconv3x3_forward(bf16* out, const bf16* inp, const bf16* weight, Index B, Index N,
+                       Index prefix, Index gh, Index gw, Index C);
+// dinp (B, N, C) overwrite (prefix rows zeroed); dweight (C, 1, 3, 3) accumulates.
+void dwconv3x3_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                        const bf16* weight, Index B, Index N, Index prefix, Index gh, Index gw,
+                        Index C);
+
+// img (B, Cin, Himg, Wimg) NCHW -> patches (B, gh*gw, Cin*P*P), each ordered (c, ph, pw).
+void im2patches(bf16* patches, const bf16* img, Index B, Index Cin, Index Himg, Index Wimg,
+                Index P);
+
+// x (B, N, C): x[b, n < prefix] = cls + pos[n], x[b, prefix + p] = patch_out[b, p] + pos.
+void embed_tokens_forward(bf16* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,
+                          Index N, Index prefix, Index C);
+// dpatch_out (B, N - prefix, C) overwrite; dcls (C) and dpos (N, C) accumulate.
+void embed_tokens_backward(bf16* dpatch_out, float* dcls, float* dpos, const bf16* dx, Index B,
+                           Index N, Index prefix, Index C);
+
+// out (B, S, C) = x + sample_scale[b] * gamma[c] * branch; gamma (C), sample_scale (B) may be
+// nullptr (meaning 1). out may alias x.
+void residual_forward(bf16* out, const bf16* x, const bf16* branch, const bf16* gamma,
+                      const float* sample_scale, Index B, Index S, Index C);
+// dbranch (B, S, C) overwrite = sample_scale * gamma * dout; dgamma (C) accumulates.
+void residual_backward(bf16* dbranch, float* dgamma, const bf16* dout, const bf16* branch,
+                       const bf16* gamma, const float* sample_scale, Index B, Index S, Index C);
+
+// out (B, C): the class token (avg == false) or the mean of x[b, prefix:N].
+void pool_forward(bf16* out, const bf16* x, Index B, Index N, Index prefix, Index C, bool avg);
+// dx (B, N, C) ACCUMULATES.
+void pool_backward(bf16* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg);
+
+// losses (B) = -sum_k t_k log softmax(logits)_k, probs (B, K) saved; all fp32 but the logits.
+void cross_entropy_forward(float* losses, float* probs, const bf16* logits, const float* targets,
+                           Index B, Index K);
+// dlogits (B, K) overwrite = (probs - targets) * dloss.
+void cross_entropy_backward(bf16* dlogits, const float* probs, const float* targets, float dloss,
+                            Index B, Index K);
+
+}  // namespace vit::emu
