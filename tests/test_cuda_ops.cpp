@@ -10,7 +10,9 @@
 // that an op overwrites start as garbage (0x7f bytes: ~3.4e38), so a skipped element shows;
 // every output is checked for NaN/Inf. Shapes include N = 197 and 50, C = 100 (not a multiple
 // of 8), odd B, a prefix-free grid; hostile values: LayerNorm rows with mean 1e3 and std 1e-2,
-// logits near +-80. Without a CUDA device every test skips ("no CUDA device: ...").
+// logits near +-80. ViT-S/16 batch-256 shapes (sampled against the CPU) must not need the
+// fallback GEMM. Without a CUDA device every test skips ("no CUDA device: ..."), or fails with
+// VIT_REQUIRE_GPU=1 (gpu_test_util.h).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "gpu_test_util.h"
 #include "ops/cpu/ops.h"
 #include "ops/cuda/ops.h"
 #include "train/optimizer.h"
@@ -174,17 +177,65 @@ void expect_close(const std::string& what, const Vec& got, const Vec& ref, Tol t
                      << " ref " << ref[worst] << " (" << worst_ratio << " x the limit)";
 }
 
+// Population standard deviation of each row of x (R, C), in fp64.
+Vec row_std(const Vec& x, Index R, Index C) {
+  Vec sd(R);
+  for (Index r = 0; r < R; ++r) {
+    double m = 0, q = 0;
+    for (Index c = 0; c < C; ++c) m += x[r * C + c];
+    m /= double(C);
+    for (Index c = 0; c < C; ++c) q += (x[r * C + c] - m) * (x[r * C + c] - m);
+    sd[r] = float(std::sqrt(q / double(C)));
+  }
+  return sd;
+}
+
+// Distance from |a| to the next fp32 value up.
+double ulp(float a) {
+  const float m = std::fabs(a);
+  return double(std::nextafter(m, INFINITY)) - double(m);
+}
+
+// The LayerNorm mean (R), judged per row against that row's own spread. The GPU sums x - x[0]
+// in fp32 and adds x[0] back; the CPU sums in fp64 and rounds once. So they differ by (a) the
+// fp32 rounding of the mean, half an ulp on each side (allowed: 1 ulp of the larger), and (b)
+// the fp32 summation error of the shifted values, whose partial sums reach C |x[0] - mean|
+// ~ 4 C std: ~1e-6 std in practice, 1.3e-5 std if every rounding went the same way (allowed:
+// 2e-5 std). A tolerance against max|mean| over all rows scales with the wrong thing: a row
+// whose x[0] sits far from its mean (error ~ its std) can fail it next to near-zero-mean rows,
+// while a row with mean 1e3 and std 1e-2 could be off by its whole spread. Real bugs (a missed
+// element, a wrong count or shift) move the mean by >= std / C: 60x the limit for C <= 768,
+// 1.6x it on the fp32 hostile rows (mean 1e3, std 1e-2, C = 100).
+void expect_mean_close(const Vec& got, const Vec& ref, const Vec& x, Index R, Index C) {
+  ASSERT_EQ(got.size(), size_t(R));
+  const Vec sd = row_std(x, R, C);
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (Index r = 0; r < R; ++r) {
+    const double err = std::fabs(double(got[r]) - double(ref[r]));
+    const double lim = ulp(std::max(std::fabs(got[r]), std::fabs(ref[r]))) + 2e-5 * sd[r] + 1e-30;
+    const double ratio = std::isfinite(err) ? err / lim : INFINITY;  // NaN/Inf: infinitely off
+    bad += ratio > 1;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = size_t(r);
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "mean: " << bad << " of " << R
+                     << " rows beyond 1 ulp + 2e-5 std; worst row " << worst << " gpu "
+                     << got[worst] << " ref " << ref[worst] << " std " << sd[worst] << " ("
+                     << worst_ratio << " x the limit)";
+}
+
 // ---------------------------------------------------------------------------------------------
-// Fixtures: skip without a device
+// Fixtures: skip without a device (fail with VIT_REQUIRE_GPU=1)
 
 class CudaTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-  }
+  void SetUp() override { VIT_GPU_TEST_PRECONDITION(); }
   void TearDown() override {
-    if (!IsSkipped()) gpu::synchronize();  // surfaces asynchronous kernel errors
+    // Surfaces asynchronous kernel errors (not when SetUp found no device to ask).
+    if (!IsSkipped() && vit::test::gpu_status().usable) gpu::synchronize();
   }
 };
 
@@ -276,7 +327,7 @@ TYPED_TEST(CudaOps, LayerNorm) {
       {64, 100, 1e-2, 1e3},  // hostile: mean 1e3, std 1e-2 (degenerate after bf16 rounding)
   };
   const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});
-  const Tol t_stat = pick<T>({1e-5, 1e-6}, {1e-5, 1e-6});  // fp32 statistics in both modes
+  const Tol t_stat = pick<T>({1e-5, 1e-6}, {1e-5, 1e-6});  // fp32 rstd in both modes
   const Tol t_dx = pick<T>({2e-4, 2e-5}, {1e-2, 4e-3});
   const Tol t_dw = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});
   uint64_t seed = 200;
@@ -303,7 +354,7 @@ TYPED_TEST(CudaOps, LayerNorm) {
                             d_mean.get(), d_rstd.get(), c.R, c.C);
     gpu::synchronize();
     expect_close("out", d_out.download(), out, t_out);
-    expect_close("mean", d_mean.download(), mean, t_stat);
+    expect_mean_close(d_mean.download(), mean, x, c.R, c.C);
     expect_close("rstd", d_rstd.download(), rstd, t_stat);
     expect_close("dinp (accumulated)", d_dx.download(), dx, t_dx);
     expect_close("dweight", d_dw.download(), dw, t_dw);
@@ -552,6 +603,156 @@ TYPED_TEST(CudaOps, CrossEntropy) {
     expect_close("probs", d_probs.download(), probs, t_loss);
     expect_close("dlogits", d_dlogits.download(), dlogits, t_dl);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ViT-S/16 at batch 256: every GEMM of a training step must find a cuBLASLt algorithm (the SIMT
+// fallback is correct but would dominate the step). The buffers are large (up to 77M values),
+// so inputs come from a fast hash instead of rnd(), and the CPU reference covers a sample:
+// whole output rows for out and dinp, whole weight rows for dweight and dbias (each computed
+// independently of the others), whole samples for attention (which never mixes samples).
+
+// Uniform(-scale, scale) values rounded to E: splitmix64 of (seed, index).
+template <typename E>
+Vec fast_rnd(Index n, uint64_t seed, double scale = 1.0) {
+  Vec v(n);
+  for (Index i = 0; i < n; ++i) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + uint64_t(i) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const double u = double(z >> 11) * 0x1.0p-53;  // [0, 1)
+    v[i] = to_float(from_float<E>(float(scale * (2.0 * u - 1.0))));
+  }
+  return v;
+}
+
+// `count` evenly spaced indices of [0, n), the first and the last included.
+std::vector<Index> spread(Index n, Index count) {
+  count = std::min(count, n);
+  std::vector<Index> idx(count);
+  for (Index i = 0; i < count; ++i) idx[i] = count == 1 ? 0 : i * (n - 1) / (count - 1);
+  return idx;
+}
+
+// Rows `rows` of x (R, C) -> (rows.size(), C).
+Vec gather_rows(const Vec& x, Index C, const std::vector<Index>& rows) {
+  Vec out;
+  out.reserve(rows.size() * C);
+  for (Index r : rows) out.insert(out.end(), x.begin() + r * C, x.begin() + (r + 1) * C);
+  return out;
+}
+
+// Columns `cols` of x (R, C) -> (R, cols.size()).
+Vec gather_cols(const Vec& x, Index R, Index C, const std::vector<Index>& cols) {
+  const Index F = Index(cols.size());
+  Vec out(R * F);
+  for (Index r = 0; r < R; ++r)
+    for (Index f = 0; f < F; ++f) out[r * F + f] = x[r * C + cols[f]];
+  return out;
+}
+
+constexpr float* kNoGrad = nullptr;  // a skipped CPU gradient (typed: the op is a template)
+
+struct BigMatmul {
+  const char* name;
+  Index M, K, Nout;
+  bool dinp;  // false: the patch embedding has no input gradient
+};
+
+// One linear layer forward and backward on the GPU, checked on 48 rows of out/dinp and 24 rows
+// of dweight/dbias (each of those needs all M rows of the input: 24 (M, K) dot products).
+template <typename T>
+void check_matmul_sampled(const BigMatmul& c, uint64_t seed) {
+  SCOPED_TRACE(std::string(c.name) + ": M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
+               " Nout=" + std::to_string(c.Nout));
+  const Vec inp = fast_rnd<T>(c.M * c.K, seed + 1), w = fast_rnd<T>(c.Nout * c.K, seed + 2, 0.1);
+  const Vec b = fast_rnd<T>(c.Nout, seed + 3), dout = fast_rnd<T>(c.M * c.Nout, seed + 4);
+  const Vec dw0 = fast_rnd<float>(c.Nout * c.K, seed + 5), db0 = fast_rnd<float>(c.Nout, seed + 6);
+  DevBuf<T> d_inp(inp, "inp"), d_w(w, "weight"), d_b(b, "bias"), d_dout(dout, "dout");
+  DevBuf<T> d_out(c.M * c.Nout, "out"), d_dinp(c.dinp ? c.M * c.K : 1, "dinp");
+  DevBuf<float> d_dw(dw0, "dweight"), d_db(db0, "dbias");
+  gpu::matmul_forward(d_out.get(), d_inp.get(), d_w.get(), d_b.get(), c.M, c.K, c.Nout);
+  gpu::matmul_backward(c.dinp ? d_dinp.get() : nullptr, d_dw.get(), d_db.get(), d_dout.get(),
+                       d_inp.get(), d_w.get(), c.M, c.K, c.Nout);
+  gpu::synchronize();
+
+  const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});
+  const Tol t_dw = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});
+  const std::vector<Index> rows = spread(c.M, 48);  // (S) rows of out and dinp
+  const Index S = Index(rows.size());
+  const Vec inp_s = gather_rows(inp, c.K, rows), dout_s = gather_rows(dout, c.Nout, rows);
+  Vec out_s(S * c.Nout), dinp_s(S * c.K);
+  cpu::matmul_forward(out_s.data(), inp_s.data(), w.data(), b.data(), S, c.K, c.Nout);
+  expect_close("out (sampled rows)", gather_rows(d_out.download(), c.Nout, rows), out_s, t_out);
+  if (c.dinp) {
+    cpu::matmul_backward(dinp_s.data(), kNoGrad, kNoGrad, dout_s.data(), inp_s.data(), w.data(), S,
+                         c.K, c.Nout);
+    expect_close("dinp (sampled rows)", gather_rows(d_dinp.download(), c.K, rows), dinp_s, t_out);
+  }
+
+  const std::vector<Index> feats = spread(c.Nout, 24);  // (F) output features
+  const Index F = Index(feats.size());
+  const Vec dout_f = gather_cols(dout, c.M, c.Nout, feats), w_f = gather_rows(w, c.K, feats);
+  Vec dw_f = gather_rows(dw0, c.K, feats), db_f = gather_rows(db0, 1, feats);
+  cpu::matmul_backward(kNoGrad, dw_f.data(), db_f.data(), dout_f.data(), inp.data(), w_f.data(),
+                       c.M, c.K, F);
+  expect_close("dweight (sampled rows)", gather_rows(d_dw.download(), c.K, feats), dw_f, t_dw);
+  expect_close("dbias (sampled)", gather_rows(d_db.download(), 1, feats), db_f, t_dw);
+}
+
+// Attention forward and backward on the GPU, checked on 3 of the B samples.
+template <typename T>
+void check_attention_sampled(Index B, Index N, Index H, Index D, uint64_t seed) {
+  SCOPED_TRACE("attention: B=" + std::to_string(B) + " N=" + std::to_string(N) +
+               " H=" + std::to_string(H) + " D=" + std::to_string(D));
+  const Index C = H * D;
+  const Vec qkv = fast_rnd<T>(B * N * 3 * C, seed + 1, 1.7);  // std ~1, as rnd() in Attention
+  const Vec dout = fast_rnd<T>(B * N * C, seed + 2, 1.7);
+  DevBuf<T> d_qkv(qkv, "qkv"), d_dout(dout, "dout");
+  DevBuf<T> d_out(B * N * C, "out"), d_att(B * H * N * N, "att"), d_dqkv(qkv.size(), "dqkv");
+  gpu::attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, N, H, D);
+  gpu::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, N, H, D);
+  gpu::synchronize();
+
+  const std::vector<Index> samples = spread(B, 3);  // (S) samples
+  const Index S = Index(samples.size());
+  const Vec qkv_s = gather_rows(qkv, N * 3 * C, samples);  // (S, N, 3C)
+  const Vec dout_s = gather_rows(dout, N * C, samples);    // (S, N, C)
+  Vec out_s(S * N * C), att_s(S * H * N * N), dqkv_s(qkv_s.size());
+  cpu::attention_forward(out_s.data(), att_s.data(), qkv_s.data(), S, N, H, D);
+  const Vec g_att_s = gather_rows(d_att.download(), H * N * N, samples);  // (S, H, N, N)
+  expect_close("att (sampled)", g_att_s, att_s, pick<T>({1e-4, 1e-6}, {1e-2, 4e-3}));
+  expect_close("out (sampled)", gather_rows(d_out.download(), N * C, samples), out_s,
+               pick<T>({1e-4, 1e-5}, {2e-2, 8e-3}));
+  // As in the Attention test, the reference backward reads the GPU's probabilities.
+  cpu::attention_backward(dqkv_s.data(), dout_s.data(), qkv_s.data(), g_att_s.data(), S, N, H, D);
+  expect_close("dqkv (sampled)", gather_rows(d_dqkv.download(), N * 3 * C, samples), dqkv_s,
+               pick<T>({2e-4, 2e-5}, {3e-2, 1.5e-2}));
+}
+
+TYPED_TEST(CudaOps, VitSmallBatch256NoGemmFallback) {
+  using T = TypeParam;
+  const Index B = 256, N = 197, C = 384, H = 6, D = 64, hidden = 1536;
+  const std::vector<BigMatmul> layers = {
+      {"qkv", B * N, C, 3 * C, true},
+      {"proj", B * N, C, C, true},
+      {"fc1", B * N, C, hidden, true},
+      {"fc2", B * N, hidden, C, true},
+      {"patch embedding", B * 196, 768, C, false},
+      {"head", B, C, 1000, true},
+  };
+  uint64_t seed = 1600;
+  for (const BigMatmul& layer : layers) {
+    gpu::reset_gemm_fallback_count();
+    check_matmul_sampled<T>(layer, seed += 10);
+    EXPECT_EQ(gpu::gemm_fallback_count(), 0)
+        << layer.name << ": GEMMs went to the SIMT fallback (stderr names their shapes)";
+  }
+  gpu::reset_gemm_fallback_count();
+  check_attention_sampled<T>(B, N, H, D, seed += 10);
+  EXPECT_EQ(gpu::gemm_fallback_count(), 0)
+      << "attention: GEMMs went to the SIMT fallback (stderr names their shapes)";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,17 @@
-// cuBLASLt GEMM: one handle and one workspace for the process, a row-major front end.
+// cuBLASLt GEMM: one handle and one workspace for the process, a row-major front end, and a
+// cache of the descriptors, layouts and heuristic choice per distinct GEMM (a ViT step makes
+// hundreds of calls over a few dozen shapes; building them costs tens of microseconds a call).
 #include <cublasLt.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "ops/cuda/blas.cuh"
@@ -22,23 +30,93 @@ namespace {
 
 // 32 MiB: what NVIDIA recommends for Hopper kernels (split-K and stream-K need it).
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// The bias epilogue reads the vector with wide loads: a less aligned bias is copied first.
+constexpr uint32_t kBiasAlign = 16;
+
+// Owners of cuBLASLt's opaque objects, so a call that throws between create and destroy (or a
+// failed cache insert) cannot leak them.
+struct DescDeleter {
+  void operator()(cublasLtMatmulDesc_t p) const noexcept { cublasLtMatmulDescDestroy(p); }
+};
+struct LayoutDeleter {
+  void operator()(cublasLtMatrixLayout_t p) const noexcept { cublasLtMatrixLayoutDestroy(p); }
+};
+struct PrefDeleter {
+  void operator()(cublasLtMatmulPreference_t p) const noexcept {
+    cublasLtMatmulPreferenceDestroy(p);
+  }
+};
+using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DescDeleter>;
+using LayoutPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
+using PrefPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PrefDeleter>;
+
+template <typename V>
+void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const V& v) {
+  VIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v)));
+}
+template <typename V>
+void set_attr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, const V& v) {
+  VIT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, a, &v, sizeof(v)));
+}
+template <typename V>
+void set_attr(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const V& v) {
+  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof(v)));
+}
+
+// Everything that shapes the descriptors, layouts, preferences or the heuristic's choice, in
+// the caller's row-major naming. Strides are 0 when batch == 1 (they are then ignored).
+struct GemmKey {
+  int tab, tc;  // cudaDataType_t of A/B and of C/D
+  bool trans_a, trans_b;
+  Index M, N, K, lda, ldb, ldc;
+  Index batch, stride_a, stride_b, stride_c;
+  uint32_t al_a, al_b, al_c;  // pointer (and batch stride) alignment in bytes, <= 256
+  uint32_t al_bias;           // 0: no bias epilogue
+  uint32_t beta_bits;         // beta == 0 lets cuBLASLt skip reading C
+
+  auto tie() const {
+    return std::tie(tab, tc, trans_a, trans_b, M, N, K, lda, ldb, ldc, batch, stride_a, stride_b,
+                    stride_c, al_a, al_b, al_c, al_bias, beta_bits);
+  }
+  bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+// One distinct GEMM, ready to run: has_algo == false sends it to the fallback kernel.
+struct GemmPlan {
+  DescPtr desc;
+  LayoutPtr la, lb, lc;  // cuBLASLt's A (our B), B (our A), and C = D
+  cublasLtMatmulHeuristicResult_t heur{};
+  bool has_algo = false;
+};
 
 struct Lt {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
+  void* workspace = nullptr;  // (kWorkspaceBytes), shared by every GEMM on stream()
+  std::mutex mu;              // guards plans and each plan's bias pointer until its matmul
+  std::map<GemmKey, GemmPlan> plans;
+
+  Lt() = default;
+  Lt(const Lt&) = delete;
+  Lt& operator=(const Lt&) = delete;
+  ~Lt() {  // runs only when creation fails half-way; the process-wide one is never destroyed
+    if (workspace) cudaFree(workspace);
+    if (handle) cublasLtDestroy(handle);
+  }
 };
 
 // Created on first use and kept for the process (the driver frees it at exit; destroying it
 // from a static destructor could run after the CUDA runtime has shut down).
 Lt& lt() {
   static Lt* s = [] {
-    auto* p = new Lt;
+    auto p = std::make_unique<Lt>();
     VIT_CUBLAS_CHECK(cublasLtCreate(&p->handle));
     VIT_CUDA_CHECK(cudaMalloc(&p->workspace, kWorkspaceBytes));
-    return p;
+    return p.release();
   }();
   return *s;
 }
+
+std::atomic<Index> g_fallbacks{0};
 
 template <typename T>
 constexpr cudaDataType_t data_type() {
@@ -56,39 +134,116 @@ uint32_t alignment(const void* p, Index stride_bytes, Index batch) {
   return al;
 }
 
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  Layout(cudaDataType_t type, Index rows, Index cols, Index ld, Index batch, Index stride) {
-    VIT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, uint64_t(rows), uint64_t(cols), ld));
-    if (batch > 1) {
-      const int32_t count = int32_t(batch);
-      const int64_t offset = stride;
-      VIT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                        &count, sizeof(count)));
-      VIT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-          l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &offset, sizeof(offset)));
-    }
+// (rows, cols) column-major with leading dimension ld, strided-batched when batch > 1.
+LayoutPtr make_layout(cudaDataType_t type, Index rows, Index cols, Index ld, Index batch,
+                      Index stride) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  VIT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, type, uint64_t(rows), uint64_t(cols), ld));
+  LayoutPtr l(raw);
+  if (batch > 1) {
+    set_attr(l.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(batch));
+    set_attr(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, int64_t(stride));
   }
-  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
-  Layout(const Layout&) = delete;
-  Layout& operator=(const Layout&) = delete;
-};
+  return l;
+}
 
-template <typename TC>
-__global__ void add_bias_kernel(TC* c, const TC* bias, Index M, Index N, Index ldc, Index stride_c,
-                                Index batch) {
-  // c (batch, M, ldc) row-major; bias (N) broadcast over rows
-  const Index total = batch * M * N;
-  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total;
-       i += Index(gridDim.x) * blockDim.x) {
-    const Index n = i % N, m = (i / N) % M, b = i / (N * M);
-    TC* p = c + b * stride_c + m * ldc + n;
-    *p = from_f32<TC>(to_f32(*p) + to_f32(bias[n]));
+// fp32 compute and scale: never TF32, so the fp32 mode matches the CPU reference to ~1e-6.
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B and
+// its B our A, each with its own transpose flag (as cblas does for CblasRowMajor).
+DescPtr make_desc(const GemmKey& k, const void* bias) {
+  cublasLtMatmulDesc_t raw = nullptr;
+  VIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  DescPtr d(raw);
+  set_attr(d.get(), CUBLASLT_MATMUL_DESC_TRANSA, k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_attr(d.get(), CUBLASLT_MATMUL_DESC_TRANSB, k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  if (k.al_bias) {
+    // bias (N) runs along the rows of C^T; its type is C's (the default); the heuristic reads
+    // the pointer's alignment, hence al_bias in the key
+    set_attr(d.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_attr(d.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
+  return d;
+}
+
+PrefPtr make_pref(const GemmKey& k) {
+  cublasLtMatmulPreference_t raw = nullptr;
+  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw));
+  PrefPtr p(raw);
+  set_attr(p.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(kWorkspaceBytes));
+  // Split-K partial sums only in fp32 (the compute type): an in-place or output-type reduction
+  // would round bf16 outputs once per partial instead of once.
+  set_attr(p.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+           uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+  set_attr(p.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.al_b);  // cuBLASLt's A = our B
+  set_attr(p.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.al_a);
+  set_attr(p.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.al_c);
+  set_attr(p.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.al_c);
+  return p;
+}
+
+void report_no_algo(const GemmKey& k, cublasStatus_t st) {
+  std::fprintf(stderr,
+               "vitrain: cuBLASLt has no algorithm (%s) for GEMM M=%lld N=%lld K=%lld "
+               "lda=%lld ldb=%lld ldc=%lld batch=%lld align A/B/C/bias=%u/%u/%u/%u; using the "
+               "fallback kernel (reported once per shape)\n",
+               cublasLtGetStatusString(st), (long long)k.M, (long long)k.N, (long long)k.K,
+               (long long)k.lda, (long long)k.ldb, (long long)k.ldc, (long long)k.batch, k.al_a,
+               k.al_b, k.al_c, k.al_bias);
+}
+
+// Descriptors, layouts and the heuristic's first choice for `k`. "Not supported" (or nothing
+// found) is a plan too, without an algorithm; any other status is a bug and throws.
+GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const void* bias) {
+  GemmPlan plan;
+  const auto tab = cudaDataType_t(k.tab), tc = cudaDataType_t(k.tc);
+  // Column-major shapes as stored (before op): B is (N, K) or (K, N); A is (K, M) or (M, K).
+  plan.la =
+      make_layout(tab, k.trans_b ? k.K : k.N, k.trans_b ? k.N : k.K, k.ldb, k.batch, k.stride_b);
+  plan.lb =
+      make_layout(tab, k.trans_a ? k.M : k.K, k.trans_a ? k.K : k.M, k.lda, k.batch, k.stride_a);
+  plan.lc = make_layout(tc, k.N, k.M, k.ldc, k.batch, k.stride_c);
+  plan.desc = make_desc(k, bias);
+  const PrefPtr pref = make_pref(k);
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      ctx.handle, plan.desc.get(), plan.la.get(), plan.lb.get(), plan.lc.get(), plan.lc.get(),
+      pref.get(), 1, &plan.heur, &found);
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) VIT_CUBLAS_CHECK(st);
+  plan.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                  plan.heur.state == CUBLAS_STATUS_SUCCESS &&
+                  plan.heur.workspaceSize <= kWorkspaceBytes;
+  if (!plan.has_algo) report_no_algo(k, st == CUBLAS_STATUS_SUCCESS ? plan.heur.state : st);
+  return plan;
+}
+
+// The plan for `k`, built on first use (caller holds ctx.mu).
+GemmPlan& plan_for(Lt& ctx, const GemmKey& k, const void* bias) {
+  auto it = ctx.plans.find(k);
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(k, build_plan(ctx, k, bias)).first;
+  return it->second;
+}
+
+// Row-major operands must fit their leading dimensions; cuBLASLt would only say "invalid value".
+void check_lds(bool trans_a, bool trans_b, Index M, Index N, Index K, Index lda, Index ldb,
+               Index ldc) {
+  VIT_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
+            "cuda::gemm: a leading dimension is smaller than its row");
+}
+
+// bias (N) itself when 16-byte aligned, else a copy in an aligned scratch slot (enqueued on
+// stream(), so the GEMM that follows reads it in order).
+template <typename TC>
+const TC* epilogue_bias(const TC* bias, Index N) {
+  if (!bias || alignment(bias, 0, 1) >= kBiasAlign) return bias;
+  auto* copy = static_cast<TC*>(scratch(size_t(N) * sizeof(TC), kScratchGemmBias));
+  VIT_CUDA_CHECK(
+      cudaMemcpyAsync(copy, bias, size_t(N) * sizeof(TC), cudaMemcpyDeviceToDevice, stream()));
+  return copy;
 }
 
 // Plain SIMT GEMM, one thread per output element, fp32 accumulation: the fallback when
-// cuBLASLt offers no algorithm (odd alignments), and the cross-check VIT_GEMM_FALLBACK=1 forces.
+// cuBLASLt offers no algorithm, and the cross-check VIT_GEMM_FALLBACK=1 forces. Rounds to TC
+// once, after alpha, beta * C and the bias, as the cuBLASLt epilogue does.
 template <typename TAB, typename TC>
 __global__ void gemm_fallback_kernel(bool trans_a, bool trans_b, Index M, Index N, Index K,
                                      float alpha, const TAB* A, Index lda, Index stride_a,
@@ -111,6 +266,16 @@ __global__ void gemm_fallback_kernel(bool trans_a, bool trans_b, Index M, Index 
   }
 }
 
+template <typename TAB, typename TC>
+void gemm_fallback(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
+                   Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta,
+                   TC* C, Index ldc, Index stride_c, Index batch, const TC* bias) {
+  gemm_fallback_kernel<<<grid_stride_blocks(batch * M * N), kBlock, 0, stream()>>>(
+      trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+      batch, bias);
+  VIT_CUDA_LAUNCHED();
+}
+
 bool force_fallback() {
   static const bool on = [] {
     const char* e = std::getenv("VIT_GEMM_FALLBACK");
@@ -119,7 +284,21 @@ bool force_fallback() {
   return on;
 }
 
+uint32_t float_bits(float x) {
+  uint32_t u;
+  static_assert(sizeof(u) == sizeof(x));
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
 }  // namespace
+
+Index gemm_fallback_count() {
+  return g_fallbacks.load();
+}
+void reset_gemm_fallback_count() {
+  g_fallbacks.store(0);
+}
 
 template <typename TAB, typename TC>
 void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
@@ -127,89 +306,46 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
           Index ldc, Index stride_c, Index batch, const TC* bias) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
   VIT_CHECK(K > 0, "cuda::gemm: K must be positive");
+  check_lds(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (batch == 1) stride_a = stride_b = stride_c = 0;
   auto fallback = [&] {
-    gemm_fallback_kernel<<<grid_stride_blocks(batch * M * N), kBlock, 0, stream()>>>(
-        trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
-        stride_c, batch, bias);
-    VIT_CUDA_LAUNCHED();
+    gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                  ldc, stride_c, batch, bias);
   };
   if (force_fallback()) return fallback();
+  const TC* lt_bias = epilogue_bias(bias, N);
+  GemmKey key{};
+  key.tab = data_type<TAB>();
+  key.tc = data_type<TC>();
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldc = ldc;
+  key.batch = batch;
+  key.stride_a = stride_a;
+  key.stride_b = stride_b;
+  key.stride_c = stride_c;
+  key.al_a = alignment(A, stride_a * Index(sizeof(TAB)), batch);
+  key.al_b = alignment(B, stride_b * Index(sizeof(TAB)), batch);
+  key.al_c = alignment(C, stride_c * Index(sizeof(TC)), batch);
+  key.al_bias = lt_bias ? alignment(lt_bias, 0, 1) : 0u;
+  key.beta_bits = float_bits(beta);
   Lt& ctx = lt();
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and
-  // reuse each one's transpose flag (as cblas does for CblasRowMajor).
-  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // on B
-  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // on A
-  const cudaDataType_t tab = data_type<TAB>(), tc = data_type<TC>();
-  // Column-major shapes as stored (before op): B is (N, K) or (K, N); A is (K, M) or (M, K).
-  Layout la(tab, trans_b ? K : N, trans_b ? N : K, ldb, batch, stride_b);
-  Layout lb(tab, trans_a ? M : K, trans_a ? K : M, lda, batch, stride_a);
-  Layout lc(tc, N, M, ldc, batch, stride_c);
-
-  cublasLtMatmulDesc_t desc = nullptr;
-  // fp32 compute: never TF32, so the fp32 mode matches the CPU reference to ~1e-6.
-  VIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  VIT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  VIT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  // The bias epilogue wants a 16-byte aligned vector; otherwise a separate kernel adds it.
-  const bool epilogue_bias = bias && alignment(bias, 0, 1) >= 16;
-  if (epilogue_bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;  // bias (rows of C^T) = (N)
-    VIT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    VIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                    sizeof(bias)));
-  }
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kWorkspaceBytes;
-  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = alignment(B, stride_b * Index(sizeof(TAB)), batch);
-  const uint32_t al_b = alignment(A, stride_a * Index(sizeof(TAB)), batch);
-  const uint32_t al_c = alignment(C, stride_c * Index(sizeof(TC)), batch);
-  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  VIT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-
-  // TODO(perf): cache the heuristic's choice per shape; it costs tens of microseconds a call.
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  const cublasStatus_t hst = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l,
-                                                            lc.l, pref, 1, &heur, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (hst != CUBLAS_STATUS_SUCCESS || found == 0) {
-    // Correct but slow; said once per process so a model shape that hits it gets noticed.
-    cublasLtMatmulDescDestroy(desc);
-    static bool told = false;
-    if (!told)
-      std::fprintf(stderr,
-                   "vitrain: cuBLASLt has no algorithm (%s) for GEMM M=%lld N=%lld K=%lld "
-                   "lda=%lld ldb=%lld ldc=%lld batch=%lld align A/B/C=%u/%u/%u; using the "
-                   "fallback kernel (reported once)\n",
-                   cublasLtGetStatusString(hst), (long long)M, (long long)N, (long long)K,
-                   (long long)lda, (long long)ldb, (long long)ldc, (long long)batch, al_b, al_a,
-                   al_c);
-    told = true;
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  GemmPlan& plan = plan_for(ctx, key, lt_bias);
+  if (!plan.has_algo) {
+    ++g_fallbacks;
     return fallback();
   }
-  const cublasStatus_t st =
-      cublasLtMatmul(ctx.handle, desc, &alpha, B, la.l, A, lb.l, &beta, C, lc.l, C, lc.l,
-                     &heur.algo, ctx.workspace, kWorkspaceBytes, stream());
-  cublasLtMatmulDescDestroy(desc);
-  VIT_CUBLAS_CHECK(st);
-  if (bias && !epilogue_bias) {
-    add_bias_kernel<<<grid_stride_blocks(batch * M * N), kBlock, 0, stream()>>>(C, bias, M, N, ldc,
-                                                                                stride_c, batch);
-    VIT_CUDA_LAUNCHED();
-  }
+  // The one per-call attribute: the bias address (same alignment as when the plan was built).
+  if (lt_bias) set_attr(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, lt_bias);
+  VIT_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, B, plan.la.get(), A,
+                                  plan.lb.get(), &beta, C, plan.lc.get(), C, plan.lc.get(),
+                                  &plan.heur.algo, ctx.workspace, kWorkspaceBytes, stream()));
 }
 
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,

@@ -80,20 +80,10 @@ inline unsigned blocks_for(Index n, int block = kBlock) {
 unsigned grid_stride_blocks(Index n, int block = kBlock);
 int num_sms();
 
-// Device scratch memory owned by the backend, grown on demand and never shrunk. `slot` keeps
-// buffers that are live at the same time apart (an op uses slots 0, 1, 2 ...). Valid until the
-// next call with the same slot; ops on one stream may reuse it freely.
+// Scratch buffer `slot` (see ScratchSlot in ops.h) of at least `bytes`, for ops on stream().
+// The buffer stays allocated at least until release_scratch() (also after the slot grows), but
+// its contents belong to the next op that asks for the same slot.
 void* scratch(size_t bytes, int slot);
-
-// Scratch slots, one per buffer that can be live at the same time as another.
-enum ScratchSlot : int {
-  kScratchAttScores = 0,  // attention: fp32 scores / dP of one head
-  kScratchAttDs = 1,      // attention backward: dS of one head
-  kScratchNorm = 4,       // global grad norm partials
-  kScratchDwconv = 5,     // dwconv dweight partials
-  kScratchLayernorm = 6,  // layernorm dweight/dbias partials
-  kScratchColsum = 7,     // column-sum partials
-};
 
 // out (C) += column sums of f(r, c) over r < R, in fp32. Deterministic: fixed row chunks per
 // block, partials summed in chunk order (no atomics), so reruns give the same bits.

@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "core/common.h"
@@ -27,7 +28,7 @@ namespace vit::cuda {
 using bf16 = __nv_bfloat16;
 
 // ---------------------------------------------------------------------------------------------
-// Runtime (runtime.cu)
+// Runtime (runtime.cu; the GEMM fallback counter in blas.cu)
 
 // Number of usable CUDA devices; 0 when there is none or no driver (never throws). `why`, when
 // given, receives the CUDA error text or "0 devices".
@@ -37,6 +38,34 @@ cudaStream_t stream();
 void set_stream(cudaStream_t s);
 // Waits for everything enqueued on stream(), and throws vit::Error on an asynchronous error.
 void synchronize();
+
+// Device scratch memory owned by the backend: one buffer per slot (a slot per buffer that can be
+// live at the same time as another), grown on demand by the ops and never shrunk.
+enum ScratchSlot : int {
+  kScratchAttScores = 0,  // attention: fp32 scores / dP of one head
+  kScratchAttDs = 1,      // attention backward: dS of one head
+  kScratchGemmBias = 2,   // GEMM: a 16-byte aligned copy of a bias for the cuBLASLt epilogue
+  kScratchNorm = 4,       // global grad norm partials
+  kScratchDwconv = 5,     // dwconv dweight partials
+  kScratchLayernorm = 6,  // layernorm dweight/dbias partials
+  kScratchColsum = 7,     // column-sum partials
+  kScratchSlots = 8,
+};
+// Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
+// (and before capturing a CUDA graph, which must not see a slot move).
+void reserve_scratch(int slot, size_t bytes);
+// A slot that grows gets a new buffer; the old one goes on a retired list instead of being
+// freed, because ops enqueued earlier may still read it (and cudaFree would synchronise the
+// device mid-run). This waits for the device, then frees the retired buffers; the current slot
+// buffers stay (a captured graph may hold their addresses). Without it, the driver frees them
+// at process exit.
+void release_scratch();
+
+// GEMMs that went to the plain SIMT fallback kernel because cuBLASLt offered no algorithm for
+// their shape and alignment (blas.cu; process-wide, counted per call; runs forced with
+// VIT_GEMM_FALLBACK=1 are not counted). A model shape should never need it.
+Index gemm_fallback_count();
+void reset_gemm_fallback_count();
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <vector>
 
 #include "ops/cuda/common.cuh"
 
@@ -54,25 +55,68 @@ unsigned grid_stride_blocks(Index n, int block) {
   return std::min(blocks_for(n, block), unsigned(num_sms()) * 8u);
 }
 
+namespace {
+
+struct ScratchBuf {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// Never destroyed: the driver frees device memory at exit, and a static destructor could run
+// after the CUDA runtime has shut down.
+struct ScratchArena {
+  std::array<ScratchBuf, kScratchSlots> slots;
+  std::vector<void*> retired;  // outgrown buffers, freed by release_scratch()
+  std::mutex mu;
+};
+
+ScratchArena& arena() {
+  static auto* a = new ScratchArena;
+  return *a;
+}
+
+// Grows slot `b` to at least `bytes` (caller holds the arena lock). The new buffer is allocated
+// before the old one is retired, so a failed cudaMalloc leaves the slot as it was.
+void grow_locked(ScratchArena& a, ScratchBuf& b, size_t bytes) {
+  if (bytes <= b.bytes) return;
+  const size_t grown = std::max(bytes, b.bytes + b.bytes / 4);  // amortise slow growth
+  a.retired.reserve(a.retired.size() + 1);  // so the push_back below cannot throw
+  void* p = nullptr;
+  VIT_CUDA_CHECK(cudaMalloc(&p, grown));
+  // Ops enqueued earlier may still read the old buffer: keep it until release_scratch().
+  if (b.ptr) a.retired.push_back(b.ptr);
+  b.ptr = p;
+  b.bytes = grown;
+}
+
+ScratchBuf& slot_buf(ScratchArena& a, int slot) {
+  VIT_CHECK(slot >= 0 && slot < kScratchSlots, "cuda::scratch: bad slot");
+  return a.slots[size_t(slot)];
+}
+
+}  // namespace
+
 void* scratch(size_t bytes, int slot) {
-  struct Buf {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  static std::array<Buf, 8> bufs;  // freed by the driver at process exit
-  static std::mutex mu;
-  VIT_CHECK(slot >= 0 && slot < int(bufs.size()), "cuda::scratch: bad slot");
-  std::lock_guard<std::mutex> lock(mu);
-  Buf& b = bufs[slot];
-  if (bytes > b.bytes) {
-    // cudaFree waits for the device, so kernels still reading the old buffer finish first.
-    if (b.ptr) VIT_CUDA_CHECK(cudaFree(b.ptr));
-    b.ptr = nullptr;
-    const size_t grown = std::max(bytes, b.bytes + b.bytes / 4);  // amortise slow growth
-    VIT_CUDA_CHECK(cudaMalloc(&b.ptr, grown));
-    b.bytes = grown;
-  }
+  ScratchArena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  ScratchBuf& b = slot_buf(a, slot);
+  grow_locked(a, b, bytes);
   return b.ptr;
+}
+
+void reserve_scratch(int slot, size_t bytes) {
+  scratch(bytes, slot);
+}
+
+void release_scratch() {
+  ScratchArena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (a.retired.empty()) return;
+  std::vector<void*> dead;
+  dead.swap(a.retired);  // never freed twice, even if a call below throws
+  // Any stream may still have work reading them queued.
+  VIT_CUDA_CHECK(cudaDeviceSynchronize());
+  for (void* p : dead) VIT_CUDA_CHECK(cudaFree(p));
 }
 
 // ---------------------------------------------------------------------------------------------
