@@ -34,7 +34,7 @@ TEST(TrainArgs, Defaults) {
   EXPECT_EQ(a.data_dir, "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(a.batch_size, 64);
   EXPECT_EQ(a.opt, "adamw");
-  EXPECT_EQ(a.device, "cpu");
+  EXPECT_EQ(a.device, "auto");
 }
 
 // recipes/fmnist.yaml promises to spell out the flag defaults: the effective configs must agree.

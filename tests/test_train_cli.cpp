@@ -191,4 +191,43 @@ TEST_F(TrainCli, BadInputsGiveOneClearError) {
   }
 }
 
+// --device cuda: on a machine without a usable GPU, one clear error line and exit code 1; where
+// a GPU is usable the same command trains on it.
+TEST_F(TrainCli, DeviceCudaTrainsOrGivesOneClearError) {
+  const RunResult r = run_vitrain(train_flags("cuda", "--epochs 1 --device cuda"), dir_.string());
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.out.find("Device: cuda"), std::string::npos) << r.out;
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("error: --device cuda: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // auto falls back to the CPU there.
+  const RunResult a = run_vitrain(train_flags("auto", "--epochs 1 --device auto"), dir_.string());
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("Device: cpu"), std::string::npos) << a.out;
+}
+
+// The CPU bf16 emulation through the whole trainer: it learns the toy task, and resume is
+// bitwise (the bf16 weight copy is rebuilt from the fp32 master weights in the state file).
+TEST_F(TrainCli, Bf16EmulationLearnsAndResumesBitwise) {
+  const std::string emu = "--device emu --epochs 2";
+  const RunResult s = run_vitrain(train_flags("emu", emu), dir_.string());
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("Device: cpu bf16 emulation"), std::string::npos) << s.out;
+  const vit::WeightsFile w =
+      vit::load_weights((dir_ / "out" / "emu" / "model_best.safetensors").string());
+  EXPECT_GT(std::stod(w.metadata.at("eval_top1")), 50.0);
+  ASSERT_EQ(run_vitrain(train_flags("emu_split", emu + " --stop-after-updates 21"), dir_.string())
+                .exit_code,
+            0);
+  const RunResult b =
+      run_vitrain("train --resume " + (dir_ / "out" / "emu_split").string(), dir_.string());
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto ref = losses("emu"), got = losses("emu_split");
+  ASSERT_EQ(ref.size(), 32u);
+  ASSERT_EQ(got.size(), ref.size());
+  for (const auto& [step, loss] : ref) EXPECT_EQ(got.at(step), loss) << "step " << step;
+}
+
 }  // namespace

@@ -15,8 +15,8 @@
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "model/vit.h"
 #include "train/checkpoint.h"
+#include "train/engine.h"
 #include "train/evaluate.h"
 
 namespace vit {
@@ -70,7 +70,7 @@ int run_eval(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint: top-1, top-5 and loss on a data set", "eval"};
   std::string checkpoint, data_dir = "/usr/share/datasets/fashion-mnist", logits_path,
                           split = "val";
-  std::string class_map;
+  std::string class_map, device = "auto", precision = "bf16";
   int batch = 256, workers = 0;
   double crop_pct = 0.0;
   app.add_option("--checkpoint", checkpoint, "weights file (last/model_best.safetensors)")
@@ -87,9 +87,15 @@ int run_eval(int argc, char** argv) {
                  "resize to size/crop_pct + centre crop (0 = plain resize; ImageFolder and "
                  "packed data: 0.875)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--device", device, "auto, cpu, cuda or emu (CPU bf16 emulation)");
+  app.add_option("--precision", precision, "cuda: bf16 or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   if (!parse_cli(app, argc, argv)) return 0;
   if (workers > 0) omp_set_num_threads(workers);
 
+  EngineOptions eo;
+  eo.device = resolve_device(device);
+  eo.precision = precision;
   const WeightsFile w = load_weights(checkpoint);
   // ImageFolder class indices must be the training run's: its label_names pin the order.
   std::vector<std::string> classes;
@@ -105,8 +111,10 @@ int run_eval(int argc, char** argv) {
   VIT_CHECK(ds.num_classes() <= w.cfg.num_classes,
             fmt::format("the data has {} classes, the checkpoint's head only {}", ds.num_classes(),
                         w.cfg.num_classes));
-  Vit<float> model(w.cfg, batch);
-  model.params = w.params;
+  eo.cfg = w.cfg;
+  eo.max_batch = batch;
+  std::unique_ptr<Engine> model = make_engine(eo);
+  model->write_params(w.params);
   data::BatchConfig bc;
   bc.img_size = w.cfg.img_size;
   bc.mean = floats_from_meta(w.metadata, "mean", ds.channels(), 0.0f);
@@ -114,9 +122,9 @@ int run_eval(int argc, char** argv) {
   bc.eval_crop_pct = d.streamed() && crop_pct <= 0 ? 0.875 : crop_pct;
   std::vector<float> logits;
   const EvalResult r =
-      evaluate(model, ds, bc, batch, logits_path.empty() ? nullptr : &logits, workers);
-  fmt::print("Eval {} on {} ({} images): top-1 {:.2f}%  top-5 {:.2f}%  loss {:.4f}\n", checkpoint,
-             data_dir, r.n, r.top1, r.top5, r.loss);
+      evaluate(*model, ds, bc, batch, logits_path.empty() ? nullptr : &logits, workers);
+  fmt::print("Eval {} on {} ({} images) with {}: top-1 {:.2f}%  top-5 {:.2f}%  loss {:.4f}\n",
+             checkpoint, data_dir, r.n, model->description(), r.top1, r.top5, r.loss);
   if (d.streamed()) fmt::print("Skipped {} unreadable images\n", ds.unreadable_count());
   if (!logits_path.empty()) {
     io::write_npy_f32(logits_path, logits.data(), {r.n, Index(w.cfg.num_classes)});

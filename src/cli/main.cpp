@@ -19,6 +19,9 @@
 #include "cli/train_args.h"
 #include "core/common.h"
 #include "train/trainer.h"
+#ifdef VIT_HAS_CUDA
+#include "train/engine_cuda.h"
+#endif
 
 namespace {
 constexpr const char* kUsage =
@@ -75,6 +78,9 @@ int main(int argc, char** argv) {
   }
 #endif
   const std::string cmd = argc > 1 ? argv[1] : "";
+#ifdef VIT_HAS_CUDA
+  vit::register_cuda_backend();  // --device cuda/auto can find the GPU
+#endif
   try {
     if (cmd == "train") return run_train_command(argc - 1, argv + 1);
     if (cmd == "eval") return vit::run_eval(argc - 1, argv + 1);

@@ -90,7 +90,12 @@ std::vector<Option> options(TrainArgs& a) {
        &a.patience},
       {"-j,--workers", "workers",
        "threads for compute and for decoding streamed images (0 = all cores)", &a.workers},
-      {"--device", "device", "cpu or cuda", &a.device},
+      {"--device", "device",
+       "auto (the GPU when one is usable, else the CPU), cpu, cuda, or emu (the CPU bf16 "
+       "emulation of the GPU's numerics, for testing)",
+       &a.device},
+      {"--precision", "precision", "cuda: bf16 (mixed precision, fp32 master weights) or fp32",
+       &a.precision},
       {"--stop-after-updates", "stop_after_updates",
        "save the state and stop after this many updates (testing)", &a.stop_after_updates},
       {"--curriculum", "curriculum", "seed method: none, size (Borealis) or efficienttrain (ET++)",
@@ -208,8 +213,10 @@ void validate(const TrainArgs& a) {
   VIT_CHECK(a.log_interval > 0 && a.eval_interval > 0,
             "--log-interval and --eval-interval must be positive");
   VIT_CHECK(a.patience >= 0 && a.workers >= 0, "--patience and --workers must be >= 0");
-  VIT_CHECK(a.device == "cpu" || a.device == "cuda",
-            fmt::format("--device {}: use cpu or cuda", a.device));
+  VIT_CHECK(a.device == "auto" || a.device == "cpu" || a.device == "cuda" || a.device == "emu",
+            fmt::format("--device {}: use auto, cpu, cuda or emu", a.device));
+  VIT_CHECK(a.precision == "bf16" || a.precision == "fp32",
+            fmt::format("--precision {}: use bf16 or fp32", a.precision));
   VIT_CHECK(a.gp.empty() || a.gp == "token" || a.gp == "avg",
             fmt::format("--gp {}: use token or avg", a.gp));
   VIT_CHECK(a.ffn.empty() || a.ffn == "mlp" || a.ffn == "local",

@@ -65,15 +65,20 @@ ParamTable build_param_table(const ModelConfig& cfg) {
   add("head.weight", {K, C}, Init::TruncNormal02);
   add("head.bias", {K}, Init::Zeros);
 
-  // Decayed tensors first, then the rest: AdamW takes one boundary instead of a mask.
+  // Decayed tensors first, then the rest: AdamW takes one boundary instead of a mask. Every
+  // tensor starts kParamAlign-element aligned (the padding stays 0 in params, grads and moments).
+  auto align = [](Index x) { return (x + kParamAlign - 1) / kParamAlign * kParamAlign; };
   Index off = 0;
-  for (int pass = 0; pass < 2; ++pass)
+  for (int pass = 0; pass < 2; ++pass) {
     for (auto& s : t.specs)
       if (s.decay == (pass == 0)) {
-        s.offset = off;
-        off += s.numel();
-        if (pass == 0) t.num_decay = off;
+        s.offset = align(off);
+        off = s.offset + s.numel();
+        t.num_params += s.numel();
       }
+    off = align(off);
+    if (pass == 0) t.num_decay = off;
+  }
   t.total = off;
   return t;
 }
@@ -115,48 +120,7 @@ void init_params(T* params, const ParamTable& table, const ModelConfig& cfg, uin
   }
 }
 
-template <typename T>
-ModelView<T> bind_view(const ParamTable& table, const ModelConfig& cfg, T* base) {
-  auto get = [&](const std::string& name) -> T* {
-    const ParamSpec* s = table.find(name);
-    return s ? base + s->offset : nullptr;
-  };
-  ModelView<T> v{};
-  v.patch_w = get("patch_embed.proj.weight");
-  v.patch_b = get("patch_embed.proj.bias");
-  v.cls = get("cls_token");
-  v.pos = get("pos_embed");
-  for (int l = 0; l < cfg.depth; ++l) {
-    const std::string b = fmt::format("blocks.{}.", l);
-    BlockView<T> bv{};
-    bv.norm1_w = get(b + "norm1.weight");
-    bv.norm1_b = get(b + "norm1.bias");
-    bv.qkv_w = get(b + "attn.qkv.weight");
-    bv.qkv_b = get(b + "attn.qkv.bias");
-    bv.proj_w = get(b + "attn.proj.weight");
-    bv.proj_b = get(b + "attn.proj.bias");
-    bv.norm2_w = get(b + "norm2.weight");
-    bv.norm2_b = get(b + "norm2.bias");
-    bv.fc1_w = get(b + "mlp.fc1.weight");
-    bv.fc1_b = get(b + "mlp.fc1.bias");
-    bv.dw_w = get(b + "mlp.dwconv.weight");
-    bv.fc2_w = get(b + "mlp.fc2.weight");
-    bv.fc2_b = get(b + "mlp.fc2.bias");
-    bv.ls1 = get(b + "ls1.gamma");
-    bv.ls2 = get(b + "ls2.gamma");
-    v.blocks.push_back(bv);
-  }
-  const std::string norm = cfg.classifier == Classifier::Token ? "norm" : "fc_norm";
-  v.norm_w = get(norm + ".weight");
-  v.norm_b = get(norm + ".bias");
-  v.head_w = get("head.weight");
-  v.head_b = get("head.bias");
-  return v;
-}
-
 template void init_params<float>(float*, const ParamTable&, const ModelConfig&, uint64_t);
 template void init_params<double>(double*, const ParamTable&, const ModelConfig&, uint64_t);
-template ModelView<float> bind_view<float>(const ParamTable&, const ModelConfig&, float*);
-template ModelView<double> bind_view<double>(const ParamTable&, const ModelConfig&, double*);
 
 }  // namespace vit

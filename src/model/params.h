@@ -2,8 +2,10 @@
 // and weight-decay flag. It assigns offsets into ONE contiguous buffer, laid out as all
 // weight-decayed tensors first and then all non-decayed ones, so the fused AdamW needs a single
 // boundary index instead of a per-element mask. Params, grads and both AdamW moments use the
-// same layout.
+// same layout. Checkpoints store tensors by name, so the padding never reaches a weights file.
 #pragma once
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,10 +34,15 @@ struct ParamSpec {
   Index numel() const;
 };
 
+// Every tensor's offset is a multiple of this many elements, so GEMM operands inside the buffer
+// (fp32 or its bf16 copy) are 128-byte aligned for cuBLASLt and vector loads.
+constexpr Index kParamAlign = 64;
+
 struct ParamTable {
   std::vector<ParamSpec> specs;  // in timm state_dict order
-  Index total = 0;               // elements in the buffer
-  Index num_decay = 0;           // elements [0, num_decay) are weight-decayed
+  Index total = 0;               // elements in the buffer, alignment padding included
+  Index num_decay = 0;           // elements [0, num_decay) are weight-decayed (or padding)
+  Index num_params = 0;          // learnable values: the sum of the tensors' sizes
 
   const ParamSpec* find(const std::string& name) const;  // nullptr if absent
   const ParamSpec& at(const std::string& name) const;    // throws vit::Error if absent
@@ -70,7 +77,44 @@ struct ModelView {
   T *head_w, *head_b;  // (K, C), (K)
 };
 
+// Defined here so every storage type (fp32, fp64, host or device bf16) can bind a view.
 template <typename T>
-ModelView<T> bind_view(const ParamTable& table, const ModelConfig& cfg, T* base);
+ModelView<T> bind_view(const ParamTable& table, const ModelConfig& cfg, T* base) {
+  auto get = [&](const std::string& name) -> T* {
+    const ParamSpec* s = table.find(name);
+    return s ? base + s->offset : nullptr;
+  };
+  ModelView<T> v{};
+  v.patch_w = get("patch_embed.proj.weight");
+  v.patch_b = get("patch_embed.proj.bias");
+  v.cls = get("cls_token");
+  v.pos = get("pos_embed");
+  for (int l = 0; l < cfg.depth; ++l) {
+    const std::string b = fmt::format("blocks.{}.", l);
+    BlockView<T> bv{};
+    bv.norm1_w = get(b + "norm1.weight");
+    bv.norm1_b = get(b + "norm1.bias");
+    bv.qkv_w = get(b + "attn.qkv.weight");
+    bv.qkv_b = get(b + "attn.qkv.bias");
+    bv.proj_w = get(b + "attn.proj.weight");
+    bv.proj_b = get(b + "attn.proj.bias");
+    bv.norm2_w = get(b + "norm2.weight");
+    bv.norm2_b = get(b + "norm2.bias");
+    bv.fc1_w = get(b + "mlp.fc1.weight");
+    bv.fc1_b = get(b + "mlp.fc1.bias");
+    bv.dw_w = get(b + "mlp.dwconv.weight");
+    bv.fc2_w = get(b + "mlp.fc2.weight");
+    bv.fc2_b = get(b + "mlp.fc2.bias");
+    bv.ls1 = get(b + "ls1.gamma");
+    bv.ls2 = get(b + "ls2.gamma");
+    v.blocks.push_back(bv);
+  }
+  const std::string norm = cfg.classifier == Classifier::Token ? "norm" : "fc_norm";
+  v.norm_w = get(norm + ".weight");
+  v.norm_b = get(norm + ".bias");
+  v.head_w = get("head.weight");
+  v.head_b = get("head.bias");
+  return v;
+}
 
 }  // namespace vit

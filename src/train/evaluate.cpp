@@ -6,14 +6,15 @@
 
 namespace vit {
 
-EvalResult evaluate(Vit<float>& model, const data::Source& d, const data::BatchConfig& cfg,
-                    Index batch, std::vector<float>* logits, int workers) {
+EvalResult evaluate(Engine& model, const data::Source& d, const data::BatchConfig& cfg, Index batch,
+                    std::vector<float>* logits, int workers) {
   const ModelConfig& mc = model.config();
   const Index K = mc.num_classes, S = cfg.img_size, n = d.size(), Kd = d.num_classes();
   batch = std::min(batch, model.max_batch());
   std::vector<float> images(batch * d.channels() * S * S);  // (B, C, S, S)
   std::vector<float> targets(batch * std::max(K, Kd));      // (B, K)
   std::vector<int32_t> labels(batch);
+  std::vector<float> z(batch * K), losses(batch);  // (B, K), (B)
   if (logits) logits->assign(n * K, 0.0f);
   data::BatchConfig eval_cfg = cfg;
   eval_cfg.smoothing = 0;  // eval loss is the plain cross-entropy, as timm reports it
@@ -26,10 +27,12 @@ EvalResult evaluate(Vit<float>& model, const data::Source& d, const data::BatchC
     const Index B = loader.batch_samples(k), start = k * batch;
     loader.load(0, k, eval_cfg, images.data(), targets.data(), labels.data());
     data::widen_targets(targets.data(), B, Kd, K);
-    loss_sum += double(model.forward(images.data(), targets.data(), B, false, 0)) * B;
-    const float* z = model.logits();
+    model.infer(images.data(), targets.data(), B, z.data(), losses.data());
+    double batch_loss = 0;
+    for (Index b = 0; b < B; ++b) batch_loss += losses[b];
+    loss_sum += batch_loss;
     for (Index b = 0; b < B; ++b) {
-      const float* row = z + b * K;
+      const float* row = z.data() + b * K;
       const int label = labels[b];
       // Rank of the true class: number of classes with a strictly larger logit.
       Index rank = 0;

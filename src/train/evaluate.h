@@ -5,7 +5,7 @@
 
 #include "data/batch.h"
 #include "data/source.h"
-#include "model/vit.h"
+#include "train/engine.h"
 
 namespace vit {
 
@@ -17,7 +17,7 @@ struct EvalResult {
 // `logits` (n, K), if not null, receives every sample's logits. Streamed sources are decoded by
 // `workers` loader threads (0 = all cores); an unreadable sample counts as its replacement
 // (data/source_batch.h), with the replacement's label.
-EvalResult evaluate(Vit<float>& model, const data::Source& d, const data::BatchConfig& cfg,
+EvalResult evaluate(Engine& model, const data::Source& d, const data::BatchConfig& cfg,
                     Index batch, std::vector<float>* logits = nullptr, int workers = 0);
 
 }  // namespace vit

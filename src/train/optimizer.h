@@ -1,21 +1,13 @@
-// AdamW over the one contiguous parameter buffer (fused: one pass updates params and both
-// moments), with decoupled weight decay on elements [0, num_decay) only, exactly as
-// torch.optim.AdamW (single-tensor path) computes it, plus global grad-norm clipping.
+// AdamW over the one contiguous parameter buffer on the host: the moments and the step count
+// around the fused update of src/ops/cpu/adamw.h.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/common.h"
+#include "ops/cpu/adamw.h"
 
 namespace vit {
-
-struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.05;
-  double clip_grad = 0.0;  // max global L2 norm; 0 = no clipping
-};
 
 template <typename T>
 class AdamW {
@@ -31,9 +23,5 @@ class AdamW {
   AdamWConfig cfg;
   Index num_decay;
 };
-
-// sqrt(sum g^2) with fp64 accumulation, parallel.
-template <typename T>
-double global_grad_norm(const T* grads, Index n);
 
 }  // namespace vit

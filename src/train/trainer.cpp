@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "cli/batch_config.h"
+#include "core/gpu_stats.h"
 #include "core/profile.h"
 #include "core/rng.h"
 #include "data/augment.h"
@@ -27,13 +28,12 @@
 #include "data/source.h"
 #include "io/atomic_file.h"
 #include "io/plot.h"
-#include "model/vit.h"
 #include "train/budget.h"
 #include "train/checkpoint.h"
 #include "train/curriculum.h"
+#include "train/engine.h"
 #include "train/evaluate.h"
 #include "train/initial_checkpoint.h"
-#include "train/optimizer.h"
 #include "train/replay.h"
 #include "train/resize_model.h"
 #include "train/run_log.h"
@@ -80,9 +80,7 @@ std::string format_duration(double s) {
 }  // namespace
 
 int run_train(const TrainArgs& args) {
-  if (args.device == "cuda")
-    throw Error(
-        "this build has no CUDA backend (CUDA was not found at build time); use --device cpu");
+  const std::string device = resolve_device(args.device);  // before any work: a clear error
   if (args.workers > 0) omp_set_num_threads(args.workers);
 
   const data::DataSplits data = data::load_data_dir(
@@ -148,21 +146,25 @@ int run_train(const TrainArgs& args) {
     run_dir = make_run_dir(args.output, args.experiment, final_cfg.name, final_cfg.img_size);
   }
 
-  auto model = std::make_unique<Vit<float>>(cfg, cap);
-  AdamW<float> opt(model->table().total, model->table().num_decay,
-                   AdamWConfig{0.9, 0.999, 1e-8, args.weight_decay, args.clip_grad});
+  EngineOptions engine_opt;
+  engine_opt.device = device;
+  engine_opt.precision = args.precision;
+  engine_opt.cfg = cfg;
+  engine_opt.max_batch = cap;
+  engine_opt.max_img_size = std::max(F, cfg.img_size);  // curricula never exceed the final size
+  engine_opt.adamw = AdamWConfig{0.9, 0.999, 1e-8, args.weight_decay, args.clip_grad};
+  std::unique_ptr<Engine> engine = make_engine(engine_opt);
   TrainState st;
   if (resumed) {
     st = std::move(*resumed);
-    model->params = st.weights.params;
-    opt.m = st.exp_avg;
-    opt.v = st.exp_avg_sq;
-    opt.step_ = st.step;
+    engine->write_params(st.weights.params);
+    engine->write_moments(st.exp_avg, st.exp_avg_sq, st.step);
   } else {
-    init_params(model->params.data(), model->table(), cfg, args.seed);
+    std::vector<float> p(size_t(engine->table().total), 0.0f);
+    init_params(p.data(), engine->table(), cfg, args.seed);
     if (!args.initial_checkpoint.empty())
-      load_initial_checkpoint(args.initial_checkpoint, cfg, model->table(), model->params.data(),
-                              stdout);
+      load_initial_checkpoint(args.initial_checkpoint, cfg, engine->table(), p.data(), stdout);
+    engine->write_params(p);
   }
   st.args_yaml = to_yaml(args);
   io::write_file_atomic(run_dir + "/args.yaml", st.args_yaml);
@@ -202,8 +204,9 @@ int run_train(const TrainArgs& args) {
   fmt::print(
       "Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
       "classes), {} updates/epoch, batch {} x {}, lr {:.3g}, run {}\n",
-      final_cfg.name, model->table().total, flops_per_img / 1e6, args.data_dir, n_train, n_val,
-      cfg.num_classes, upe, B, accum, args.lr, run_dir);
+      final_cfg.name, engine->table().num_params, flops_per_img / 1e6, args.data_dir, n_train,
+      n_val, cfg.num_classes, upe, B, accum, args.lr, run_dir);
+  fmt::print("Device: {}\n", engine->description());
   if (args.curriculum != "none" || budget || R > 1)
     fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
                args.curriculum,
@@ -220,6 +223,11 @@ int run_train(const TrainArgs& args) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   const bool tty = stdout_is_tty();
+  // On the host reading the loss is free: check every update. On the GPU only at log points.
+  const bool read_every_step = !engine->on_gpu();
+  // GPU utilisation, memory, power and clock in the log (NVML, when the driver has it).
+  std::unique_ptr<GpuMonitor> gpu_monitor;
+  if (engine->on_gpu()) gpu_monitor = std::make_unique<GpuMonitor>();
 
   const Index C = cfg.in_chans, K = cfg.num_classes, Kd = data.train->num_classes();
   // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
@@ -240,7 +248,7 @@ int run_train(const TrainArgs& args) {
   auto make_replay = [&] {
     if (R <= 1) return;
     replay = std::make_unique<ReplayBuffer>(R, int(std::min<Index>(32, B)), 4,
-                                            mix_seed(args.seed, uint64_t(opt.step_), 77));
+                                            mix_seed(args.seed, uint64_t(engine->num_steps()), 77));
     fresh_images.assign(B * C * cfg.img_size * cfg.img_size, 0.0f);
     fresh_targets.assign(B * K, 0.0f);
   };
@@ -269,13 +277,12 @@ int run_train(const TrainArgs& args) {
   // Moves the model and its AdamW moments to another training size (pos_embed resampled).
   auto set_train_size = [&](int size, int64_t epoch, int64_t update, double frac) {
     if (size == cfg.img_size) return;
-    ResizedBuffers r = resize_model(cfg, model->table(), model->params, opt.m, opt.v, size);
-    model.reset();
-    model = std::make_unique<Vit<float>>(r.cfg, cap);
-    std::copy(r.params.begin(), r.params.end(), model->params.begin());
-    opt.m = std::move(r.m);
-    opt.v = std::move(r.v);
-    opt.num_decay = model->table().num_decay;
+    std::vector<float> m, v;
+    engine->read_moments(m, v);
+    ResizedBuffers r = resize_model(cfg, engine->table(), engine->read_params(), m, v, size);
+    engine->set_img_size(size);  // same buffers, new table
+    engine->write_params(r.params);
+    engine->write_moments(r.m, r.v, engine->num_steps());
     fmt::print("{}Size: {} -> {} px at epoch {} update {} (progress {:.3f}{})\n", tty ? "\n" : "",
                cfg.img_size, size, epoch, update, frac,
                et ? fmt::format(", stage {}, magnitude {}", et_stage(frac), et_magnitude(frac))
@@ -284,7 +291,7 @@ int run_train(const TrainArgs& args) {
     jlog.write({{"type", "size"},
                 {"epoch", epoch},
                 {"update", update},
-                {"step", opt.step_},
+                {"step", engine->num_steps()},
                 {"from", cfg.img_size},
                 {"img_size", size},
                 {"fraction", frac},
@@ -295,37 +302,46 @@ int run_train(const TrainArgs& args) {
     make_replay();
   };
   // The evaluation model (at --eval-size), weights mapped from the training model.
-  std::unique_ptr<Vit<float>> eval_model;
+  std::unique_ptr<Engine> eval_engine;
   ModelConfig eval_cfg = final_cfg;
   eval_cfg.img_size = eval_size;
   auto run_eval = [&]() -> EvalResult {
     if (cfg.img_size == eval_size)
-      return evaluate(*model, *data.val, eval_bc, B, nullptr, args.workers);
-    if (!eval_model) eval_model = std::make_unique<Vit<float>>(eval_cfg, B);
-    map_buffer(cfg, model->table(), model->params.data(), eval_cfg, eval_model->table(),
-               eval_model->params.data(), false);
-    return evaluate(*eval_model, *data.val, eval_bc, B, nullptr, args.workers);
+      return evaluate(*engine, *data.val, eval_bc, B, nullptr, args.workers);
+    if (!eval_engine) {
+      EngineOptions o = engine_opt;
+      o.cfg = eval_cfg;
+      o.max_batch = B;
+      o.max_img_size = eval_size;
+      eval_engine = make_engine(o);
+    }
+    std::vector<float> p(size_t(eval_engine->table().total));
+    map_buffer(cfg, engine->table(), engine->read_params().data(), eval_cfg, eval_engine->table(),
+               p.data(), false);
+    eval_engine->write_params(p);
+    return evaluate(*eval_engine, *data.val, eval_bc, B, nullptr, args.workers);
   };
   // Weight files are always at the final training size (so eval/export work).
   const ParamTable final_table = build_param_table(final_cfg);
   auto save_final_weights = [&](const std::string& path, const Metadata& meta) {
+    const std::vector<float> params = engine->read_params();
     if (cfg.img_size == F) {
-      save_weights(path, final_cfg, final_table, model->params.data(), meta);
+      save_weights(path, final_cfg, final_table, params.data(), meta);
       return;
     }
     std::vector<float> p(size_t(final_table.total));
-    map_buffer(cfg, model->table(), model->params.data(), final_cfg, final_table, p.data(), false);
+    map_buffer(cfg, engine->table(), params.data(), final_cfg, final_table, p.data(), false);
     save_weights(path, final_cfg, final_table, p.data(), meta);
   };
   auto save_state = [&](int64_t epoch, int64_t update_in_epoch) {
-    st.step = opt.step_;
+    st.step = engine->num_steps();
     st.epoch = epoch;
     st.update_in_epoch = update_in_epoch;
     st.elapsed_s = elapsed();
     st.compute_consumed = compute.consumed;
-    st.exp_avg = opt.m;
-    st.exp_avg_sq = opt.v;
-    save_train_state(run_dir + "/state.safetensors", cfg, model->table(), model->params.data(), st);
+    engine->read_moments(st.exp_avg, st.exp_avg_sq);
+    save_train_state(run_dir + "/state.safetensors", cfg, engine->table(),
+                     engine->read_params().data(), st);
   };
 
   // Running estimates for the budget's stop rule.
@@ -361,7 +377,7 @@ int run_train(const TrainArgs& args) {
     summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size, elapsed(),
                     ips, budget_s, frac});
     nlohmann::json j = {
-        {"type", "eval"},           {"epoch", epoch},         {"step", opt.step_},
+        {"type", "eval"},           {"epoch", epoch},         {"step", engine->num_steps()},
         {"eval_loss", ev.loss},     {"eval_top1", ev.top1},   {"eval_top5", ev.top5},
         {"img_size", cfg.img_size}, {"eval_size", eval_size}, {"budget_s", budget_s},
         {"fraction", frac},         {"elapsed_s", elapsed()}};
@@ -379,7 +395,24 @@ int run_train(const TrainArgs& args) {
        ++epoch) {
     const int64_t first_update = epoch == st.epoch ? st.update_in_epoch : 0;
     double loss_sum = 0, loss_avg_window = 0, data_window = 0, data_epoch = 0;
-    int64_t loss_count = 0, window = 0, samples = 0;
+    int64_t loss_count = 0, window = 0, window_losses = 0, samples = 0;
+    double loss = 0, gnorm = 0;  // of the last update read
+    // Reads the losses of the updates since the last read; stops on a non-finite loss.
+    auto take_stats = [&](int64_t ep, int64_t update) {
+      const TrainStats ts = engine->read_stats();
+      if (ts.updates == 0) return;
+      if (!std::isfinite(ts.loss_sum))
+        throw Error(
+            fmt::format("loss is {} at epoch {} update {}: training diverged (try a lower --lr or "
+                        "--clip-grad)",
+                        std::isfinite(ts.last_loss) ? ts.loss_sum : ts.last_loss, ep, update));
+      loss_sum += ts.loss_sum;
+      loss_count += ts.updates;
+      loss_avg_window += ts.loss_sum;
+      window_losses += ts.updates;
+      loss = ts.last_loss;
+      gnorm = ts.grad_norm;
+    };
     auto t_window = std::chrono::steady_clock::now();
     const double t_epoch0 = elapsed();
     int64_t u = first_update;
@@ -411,13 +444,12 @@ int run_train(const TrainArgs& args) {
       else if (budget)
         lr = sched.at(frac * double(args.epochs) * double(upe));
       else
-        lr = sched.at(double(opt.step_));
+        lr = sched.at(double(engine->num_steps()));
       if (et) {
         train_bc.magnitude_override = et_magnitude(frac);
         et_bc.magnitude_override = et_magnitude(frac);
       }
-      model->zero_grad();
-      double loss = 0;
+      engine->zero_grad();
       Index step_samples = 0;
       for (Index a = 0; a < accum; ++a) {
         const Index mb = u * accum + a;  // micro-batch index in the epoch
@@ -453,30 +485,23 @@ int run_train(const TrainArgs& args) {
           replay->push(fresh, fresh_t, int(B), int(C * S * S), int(K));
           n = replay->assemble(images.data(), targets.data(), int(cap));
         }
-        loss += model->forward(images.data(), targets.data(), n, true,
-                               mix_seed(args.seed, uint64_t(opt.step_), uint64_t(a)));
-        model->backward(1.0f / float(n * accum));
+        engine->forward_backward(images.data(), targets.data(), n, 1.0f / float(n * accum),
+                                 mix_seed(args.seed, uint64_t(engine->num_steps()), uint64_t(a)));
         step_samples += n;
       }
-      loss /= double(accum);
-      if (!std::isfinite(loss))
-        throw Error(
-            fmt::format("loss is {} at epoch {} update {}: training diverged (try a "
-                        "lower --lr or --clip-grad)",
-                        loss, epoch, u));
-      const double gnorm = opt.step(model->params.data(), model->grads.data(), lr);
+      engine->step(lr);
       compute.add(int64_t(step_samples), S);
       samples += step_samples;
       ++updates_since_eval;
       const double dt_step =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
       step_est = step_est == 0 ? dt_step : std::max(dt_step, 0.9 * step_est + 0.1 * dt_step);
-      loss_sum += loss;
-      ++loss_count;
-      loss_avg_window += loss;
       ++window;
       const bool last = u + 1 == upe;
-      if ((u + 1) % args.log_interval == 0 || last) {
+      const bool log_now = (u + 1) % args.log_interval == 0 || last;
+      // The losses stay on the device between log points (no host sync per step on the GPU).
+      if (read_every_step || log_now) take_stats(epoch, u + 1);
+      if (log_now) {
         const double dt =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t_window).count();
         const double ips = double(window * step_samples) / std::max(dt, 1e-9);
@@ -494,7 +519,9 @@ int run_train(const TrainArgs& args) {
           line.data_s = data_window / window;
           line.data_s_avg = data_epoch / loss_count;
         }
-        const std::string text = format_train_line(line);
+        const GpuStats gpu = gpu_monitor ? gpu_monitor->read() : GpuStats{};
+        std::string text = format_train_line(line);
+        if (!gpu.empty()) text += "  " + format_gpu_stats(gpu);
         if (tty)
           fmt::print("\r{}\033[K", text);
         else
@@ -503,10 +530,10 @@ int run_train(const TrainArgs& args) {
         nlohmann::json j = {{"type", "train"},
                             {"epoch", epoch},
                             {"update", u + 1},
-                            {"step", opt.step_},
+                            {"step", engine->num_steps()},
                             {"loss", loss},
                             {"loss_avg", loss_sum / loss_count},
-                            {"loss_window", loss_avg_window / window},
+                            {"loss_window", loss_avg_window / window_losses},
                             {"lr", lr},
                             {"grad_norm", gnorm},
                             {"img_per_s", ips},
@@ -515,20 +542,25 @@ int run_train(const TrainArgs& args) {
                             {"img_size", S},
                             {"fraction", f_now}};
         if (budget) j["budget_s"] = budget->total_s;
+        add_gpu_stats(j, gpu);
+        if (engine->on_gpu())
+          j["device_mem_peak_gib"] = engine->device_memory_bytes() / 1073741824.0;
         if (et) {
           j["stage"] = et_stage(frac);
           j["magnitude"] = et_magnitude(frac);
           j["progress"] = compute.progress();
         }
         jlog.write(j);
-        plot.train_loss.push_back({elapsed(), loss_avg_window / window});
+        plot.train_loss.push_back({elapsed(), loss_avg_window / window_losses});
         plot.lr.push_back({elapsed(), lr});
         loss_avg_window = 0;
+        window_losses = 0;
         data_window = 0;
         window = 0;
         t_window = std::chrono::steady_clock::now();
       }
-      const bool stop_test = args.stop_after_updates > 0 && opt.step_ >= args.stop_after_updates;
+      const bool stop_test =
+          args.stop_after_updates > 0 && engine->num_steps() >= args.stop_after_updates;
       if (g_stop_requested || stop_test) {
         if (tty) fmt::print("\n");
         save_state(epoch, u + 1);
@@ -540,6 +572,7 @@ int run_train(const TrainArgs& args) {
       }
     }
     if (tty) fmt::print("\n");
+    take_stats(epoch, u);  // updates not yet read (a budget stop between log points)
     const double train_seconds = elapsed() - t_epoch0;
     if (Profile::enabled()) {  // VIT_PROFILE=1: where this epoch's time went
       Profile::print(stdout);
@@ -552,7 +585,7 @@ int run_train(const TrainArgs& args) {
       if (et)
         return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
       if (budget) return sched.at(frac_now * double(args.epochs) * double(upe));
-      return sched.at(double(opt.step_));
+      return sched.at(double(engine->num_steps()));
     };
 
     if (finished) {  // the compute or time budget is spent: final evaluation at the final size
@@ -562,10 +595,11 @@ int run_train(const TrainArgs& args) {
       write_training_plot(run_dir + "/plot.png", plot);
       if (budget)
         fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n",
-                   elapsed(), budget->total_s, 100.0 * elapsed() / budget->total_s, opt.step_);
+                   elapsed(), budget->total_s, 100.0 * elapsed() / budget->total_s,
+                   engine->num_steps());
       else
         fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n", compute.consumed,
-                   opt.step_);
+                   engine->num_steps());
       break;
     }
     const bool do_eval =
@@ -587,6 +621,9 @@ int run_train(const TrainArgs& args) {
                format_duration(elapsed()),
                data.streamed() ? fmt::format(", {} unreadable images skipped", unreadable())
                                : std::string());
+  if (engine->on_gpu())
+    fmt::print("Peak device memory: {:.2f} GiB (model, activations, optimizer)\n",
+               engine->device_memory_bytes() / 1073741824.0);
   fmt::print("Run folder: {}\n", run_dir);
   return 0;
 }

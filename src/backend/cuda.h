@@ -1,0 +1,92 @@
+// The CUDA backend policy (see src/backend/host.h for what a policy provides): CudaBackend<bf16>
+// is the product (bf16 activations and weight copy, fp32 master weights, gradients, statistics,
+// losses and AdamW moments); CudaBackend<float> is the fp32 debugging mode, checked tightly
+// against the CPU reference. Host code: compiled by the host compiler into the CUDA library.
+#pragma once
+#include <string>
+#include <type_traits>
+
+#include "backend/host.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/ops.h"
+
+namespace vit {
+
+template <typename T>
+struct CudaBackend {
+  using Store = T;
+  using Acc = float;
+  static constexpr bool kHost = false;
+  template <class U>
+  using Buffer = cuda::DeviceBuffer<U>;
+  static std::string name() {
+    return std::string(std::is_same_v<T, float> ? "cuda fp32" : "cuda bf16") + " (" +
+           cuda::device_name() + ")";
+  }
+  static double peak_bytes() { return double(cuda::device_peak_bytes()); }
+
+#define VIT_FORWARD_CUDA(name) VIT_FORWARD_OP(::vit::cuda, name)
+  VIT_LAYER_OPS(VIT_FORWARD_CUDA)
+#undef VIT_FORWARD_CUDA
+
+  template <class U>
+  static void zero(U* p, Index n) {
+    cuda::zero_bytes(p, size_t(n) * sizeof(U));
+  }
+  template <class U>
+  static void copy(U* dst, const U* src, Index n) {
+    cuda::copy_bytes(dst, src, size_t(n) * sizeof(U));
+  }
+  // Host <-> device of the same element type (parameters, moments, statistics, logits in fp32);
+  // these synchronise, so they belong at log, eval and checkpoint points.
+  template <class U>
+  static void upload(U* dst, const U* host, Index n) {
+    cuda::upload_bytes(dst, host, size_t(n) * sizeof(U));
+  }
+  template <class U>
+  static void download(U* host, const U* src, Index n) {
+    cuda::download_bytes(host, src, size_t(n) * sizeof(U));
+  }
+  // bf16 logits to the host: widened on the device into a scratch copy first.
+  static void download(float* host, const cuda::bf16* src, Index n) {
+    static Buffer<float> wide;  // grows to the largest (B, K) once, then stays
+    if (wide.size() < size_t(n)) wide = Buffer<float>{size_t(n)};
+    cuda::convert(wide.data(), src, n);
+    download(host, wide.data(), n);
+  }
+  static void convert(T* dst, const float* src, Index n) {
+    cuda::convert(dst, src, n);
+  }
+  // A training batch to the device through pinned buffer `slot` (see cuda::upload_input).
+  static void upload_input(float* images, const float* host_images, Index n_images, float* targets,
+                           const float* host_targets, Index n_targets, int slot) {
+    const cuda::InputCopy copies[2] = {
+        {images, host_images, size_t(n_images) * sizeof(float)},
+        {targets, host_targets, host_targets ? size_t(n_targets) * sizeof(float) : 0}};
+    cuda::upload_input(copies, 2, slot);
+  }
+  static void input_released(int slot) {
+    cuda::input_released(slot);
+  }
+  static void synchronize() {
+    cuda::synchronize();
+  }
+
+  static void loss_accumulate(double* acc, const float* losses, Index B) {
+    cuda::loss_accumulate(acc, losses, B);
+  }
+  static void loss_finish_update(double* acc, int micro_batches) {
+    cuda::loss_finish_update(acc, micro_batches);
+  }
+  // Grad norm on the device, then one fused AdamW kernel that also writes the bf16 copy; the
+  // clip scale is computed on the device from the norm (no host sync per step).
+  static void adamw_step(float* params, Store* lowp, float* m, float* v, const float* grads,
+                         double* norm, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
+                         Index step) {
+    cuda::global_grad_norm(norm, grads, n);
+    cuda::adamw_step<T>(params, std::is_same_v<T, float> ? nullptr : lowp, m, v, grads, norm, n,
+                        num_decay, cfg, lr, step);
+  }
+};
+
+}  // namespace vit

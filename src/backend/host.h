@@ -1,0 +1,134 @@
+// Backend policies for the model and the engine: which types a backend stores and accumulates
+// in, how its memory is allocated and copied, and which op namespace computes. The model's
+// forward/backward (src/model/vit.h) and the engine (src/train/engine.h) are written once over
+// such a policy. This file holds the host backends:
+//  * CpuBackend<float>: the reference; CpuBackend<double>: finite-difference checks.
+//  * EmuBackend: the CPU bf16 emulation. Activations and the weight copy are stored as bf16 and
+//    rounded exactly where the CUDA bf16 backend rounds (src/ops/emu); master weights,
+//    gradients, statistics, losses and AdamW moments stay fp32. CI runs the mixed-precision
+//    orchestration with it; the GPU test compares the CUDA bf16 model against it.
+// A policy provides: Store (activations, weight copy), Acc (master weights, gradients, stats,
+// losses, targets, moments), Buffer<U> (an owning array with data() and size()), the memory
+// functions below, the layer ops of src/ops/cpu/ops.h under the same names, and the training
+// helpers loss_accumulate / adamw_step.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/common.h"
+#include "ops/cpu/adamw.h"
+#include "ops/cpu/ops.h"
+#include "ops/emu/ops.h"
+
+namespace vit {
+
+// The layer ops every backend forwards to its op namespace.
+#define VIT_LAYER_OPS(X)                                                                           \
+  X(matmul_forward)                                                                                \
+  X(matmul_backward)                                                                               \
+  X(layernorm_forward)                                                                             \
+  X(layernorm_backward)                                                                            \
+  X(attention_forward)                                                                             \
+  X(attention_backward)                                                                            \
+  X(gelu_forward)                                                                                  \
+  X(gelu_backward) X(hswish_forward) X(hswish_backward) X(dwconv3x3_forward) X(dwconv3x3_backward) \
+      X(im2patches) X(embed_tokens_forward) X(embed_tokens_backward) X(residual_forward)           \
+          X(residual_backward) X(pool_forward) X(pool_backward) X(cross_entropy_forward)           \
+              X(cross_entropy_backward)
+
+#define VIT_FORWARD_OP(ns, name) \
+  template <class... A>          \
+  static void name(A... a) {     \
+    ns::name(a...);              \
+  }
+
+// Memory of the host backends: plain host arrays, copies are memcpy or elementwise conversion.
+struct HostMemory {
+  static constexpr bool kHost = true;
+  template <class U>
+  using Buffer = std::vector<U>;
+
+  template <class U>
+  static void zero(U* p, Index n) {
+    std::fill(p, p + n, U{});
+  }
+  // dst (n) = src (n), both in the backend's memory.
+  template <class U>
+  static void copy(U* dst, const U* src, Index n) {
+    if (n > 0) std::memcpy(dst, src, size_t(n) * sizeof(U));
+  }
+  // Host -> backend and backend -> host, converting element by element (exact or rounding).
+  template <class D, class S>
+  static void upload(D* dst, const S* host, Index n) {
+    if constexpr (std::is_same_v<D, S>)
+      copy(dst, host, n);
+    else
+      for (Index i = 0; i < n; ++i) dst[i] = D(host[i]);
+  }
+  template <class D, class S>
+  static void download(D* host, const S* src, Index n) {
+    upload(host, src, n);
+  }
+  static void synchronize() {}
+
+  // The engine's loss bookkeeping, acc = [pending update's loss, loss sum, last loss, ...]:
+  // acc[0] += mean of losses (B), in fp64.
+  template <class A>
+  static void loss_accumulate(double* acc, const A* losses, Index B) {
+    double sum = 0;
+    for (Index i = 0; i < B; ++i) sum += double(losses[i]);
+    acc[0] += sum / double(B);
+  }
+  // Closes an update of `micro_batches` micro-batches: its loss is their mean.
+  static void loss_finish_update(double* acc, int micro_batches) {
+    const double loss = acc[0] / micro_batches;
+    acc[1] += loss;
+    acc[2] = loss;
+    acc[0] = 0;
+  }
+};
+
+template <typename T>
+struct CpuBackend : HostMemory {
+  using Store = T;
+  using Acc = T;
+  static const char* name() { return sizeof(T) == 8 ? "cpu fp64" : "cpu"; }
+#define VIT_FORWARD_CPU(name) VIT_FORWARD_OP(::vit::cpu, name)
+  VIT_LAYER_OPS(VIT_FORWARD_CPU)
+#undef VIT_FORWARD_CPU
+  // One AdamW update; *norm receives the grad norm before clipping. `lowp` is unused (the
+  // forward reads the master weights themselves).
+  static void adamw_step(Acc* params, Store* /*lowp*/, Acc* m, Acc* v, const Acc* grads,
+                         double* norm, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
+                         Index step) {
+    *norm = global_grad_norm(grads, n);
+    cpu::adamw_update(params, m, v, grads, n, num_decay, cfg, lr, step, clip_scale(cfg, *norm));
+  }
+};
+
+struct EmuBackend : HostMemory {
+  using Store = bf16;
+  using Acc = float;
+  static const char* name() { return "cpu bf16 emulation"; }
+#define VIT_FORWARD_EMU(name) VIT_FORWARD_OP(::vit::emu, name)
+  VIT_LAYER_OPS(VIT_FORWARD_EMU)
+#undef VIT_FORWARD_EMU
+  // dst (n) = src (n) rounded to bf16: the weight copy from the master weights.
+  static void convert(Store* dst, const Acc* src, Index n) {
+    emu::convert(dst, src, n);
+  }
+  // The fp32 update, then the bf16 copy the forward reads: round to nearest even, as the
+  // CUDA kernel writes it.
+  static void adamw_step(Acc* params, Store* lowp, Acc* m, Acc* v, const Acc* grads, double* norm,
+                         Index n, Index num_decay, const AdamWConfig& cfg, double lr, Index step) {
+    CpuBackend<float>::adamw_step(params, nullptr, m, v, grads, norm, n, num_decay, cfg, lr, step);
+#pragma omp parallel for simd schedule(static)
+    for (Index i = 0; i < n; ++i) lowp[i] = bf16(params[i]);
+  }
+};
+
+}  // namespace vit

@@ -1,0 +1,512 @@
+// The bodies of VitModel<Backend> (src/model/vit.h), included by the files that instantiate it
+// for their backends (vit.cpp: the host backends; vit_cuda.cpp: the CUDA backend).
+#pragma once
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "core/profile.h"
+#include "core/rng.h"
+#include "model/vit.h"
+
+namespace vit {
+
+// Activations of one block, kept for the backward pass (pointers into the arena).
+template <class S, class A>
+struct BlockActs {
+  S* ln1 = nullptr;                            // (B, N, C)
+  A *ln1_mean = nullptr, *ln1_rstd = nullptr;  // (B*N)
+  S* qkv = nullptr;                            // (B, N, 3C)
+  S* att = nullptr;                            // (B, H, N, N) softmax probabilities
+  S* atty = nullptr;                           // (B, N, C) heads concatenated, before proj
+  S* proj = nullptr;                           // (B, N, C) attention branch output
+  S* r1 = nullptr;                             // (B, N, C) residual after the attention branch
+  S* ln2 = nullptr;                            // (B, N, C)
+  A *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (B*N)
+  S* fc1 = nullptr;                            // (B, N, M) before the activation
+  S* act1 = nullptr;                           // (B, N, M) GELU or h-swish of fc1
+  S *dw = nullptr, *act2 = nullptr;            // (B, N, M) local FFN only: conv out, h-swish
+  S* fc2 = nullptr;                            // (B, N, C) FFN branch output
+  A *scale1 = nullptr, *scale2 = nullptr;      // (B) stochastic-depth sample scales
+};
+
+template <class Backend>
+struct VitModel<Backend>::Acts {
+  using S = Store;
+  using A = Acc;
+  S* patches = nullptr;                          // (B, Np, Cin*P*P)
+  S* patch_out = nullptr;                        // (B, Np, C)
+  std::vector<S*> res;                           // L+1 x (B, N, C): block inputs, then output
+  std::vector<BlockActs<S, A>> blocks;           // L
+  S *pooled = nullptr, *pooled_norm = nullptr;   // (B, C)
+  A *pool_mean = nullptr, *pool_rstd = nullptr;  // (B)
+  S* logits = nullptr;                           // (B, K)
+  A *probs = nullptr, *losses = nullptr;         // (B, K), (B)
+  // Gradient scratch, shared by all layers.
+  S* dres = nullptr;                                       // (B, N, C) residual-stream gradient
+  S *dbranch = nullptr, *datty = nullptr, *dln = nullptr;  // (B, N, C)
+  S* dqkv = nullptr;                                       // (B, N, 3C)
+  S *dhid_a = nullptr, *dhid_b = nullptr;                  // (B, N, M)
+  S* dpatch_out = nullptr;                                 // (B, Np, C)
+  S* dlogits = nullptr;                                    // (B, K)
+  S *dpooled = nullptr, *dpooled_norm = nullptr;           // (B, C)
+};
+
+template <class Backend>
+VitModel<Backend>::VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size)
+    : cfg_(cfg),
+      table_(build_param_table(cfg)),
+      max_batch_(max_batch),
+      max_img_size_(max_img_size > 0 ? max_img_size : cfg.img_size) {
+  VIT_CHECK(max_batch > 0, "batch size must be positive");
+  VIT_CHECK(max_img_size_ >= cfg.img_size && max_img_size_ % cfg.patch_size == 0,
+            "model: the largest image size must be a multiple of the patch size and at least "
+            "the current size");
+  ModelConfig big = cfg;
+  big.img_size = max_img_size_;
+  capacity_ = std::max(table_.total, build_param_table(big).total);
+  params = Buffer<Acc>(size_t(capacity_));
+  grads = Buffer<Acc>(size_t(capacity_));
+  Backend::zero(params.data(), capacity_);
+  Backend::zero(grads.data(), capacity_);
+  if constexpr (!std::is_same_v<Store, Acc>) {
+    lowp_ = Buffer<Store>(size_t(capacity_));
+    Backend::zero(lowp_.data(), capacity_);
+  }
+  if constexpr (Backend::kHost) {
+    std::vector<Acc>& p = params;
+    init_params(p.data(), table_, cfg_, 0);
+  } else {
+    std::vector<float> host(size_t(table_.total));
+    init_params(host.data(), table_, cfg_, 0);
+    Backend::upload(params.data(), host.data(), table_.total);
+  }
+  sync_weights();
+  plan_arena();
+  rebind();
+}
+
+template <class Backend>
+VitModel<Backend>::~VitModel() = default;
+
+template <class Backend>
+void VitModel<Backend>::plan_arena() {
+  // Sized at the largest token count of the run; smaller sizes use a prefix of each slot.
+  ModelConfig big = cfg_;
+  big.img_size = max_img_size_;
+  const Index B = max_batch_, N = big.num_tokens(), C = big.embed_dim, M = big.hidden_dim();
+  const Index H = big.num_heads, K = big.num_classes, Np = big.num_patches();
+  const Index F = Index(big.in_chans) * big.patch_size * big.patch_size;
+  const bool local = big.ffn == Ffn::Local;
+  acts_ = std::make_unique<Acts>();
+  Acts& a = *acts_;
+  std::vector<std::pair<size_t, void**>> binds;
+  auto slot = [&](auto*& ptr, const std::string& name, Index count) {
+    using E = std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>;
+    binds.push_back({plan_.add(name, count, sizeof(E)), reinterpret_cast<void**>(&ptr)});
+  };
+  slot(a.patches, "patches", B * Np * F);
+  slot(a.patch_out, "patch_out", B * Np * C);
+  a.res.assign(cfg_.depth + 1, nullptr);
+  for (int l = 0; l <= cfg_.depth; ++l) slot(a.res[l], "res", B * N * C);
+  a.blocks.resize(cfg_.depth);
+  for (auto& b : a.blocks) {
+    slot(b.ln1, "ln1", B * N * C);
+    slot(b.ln1_mean, "ln1_mean", B * N);
+    slot(b.ln1_rstd, "ln1_rstd", B * N);
+    slot(b.qkv, "qkv", B * N * 3 * C);
+    slot(b.att, "att", B * H * N * N);
+    slot(b.atty, "atty", B * N * C);
+    slot(b.proj, "proj", B * N * C);
+    slot(b.r1, "r1", B * N * C);
+    slot(b.ln2, "ln2", B * N * C);
+    slot(b.ln2_mean, "ln2_mean", B * N);
+    slot(b.ln2_rstd, "ln2_rstd", B * N);
+    slot(b.fc1, "fc1", B * N * M);
+    slot(b.act1, "act1", B * N * M);
+    if (local) {
+      slot(b.dw, "dw", B * N * M);
+      slot(b.act2, "act2", B * N * M);
+    }
+    slot(b.fc2, "fc2", B * N * C);
+    slot(b.scale1, "scale1", B);
+    slot(b.scale2, "scale2", B);
+  }
+  slot(a.pooled, "pooled", B * C);
+  slot(a.pooled_norm, "pooled_norm", B * C);
+  slot(a.pool_mean, "pool_mean", B);
+  slot(a.pool_rstd, "pool_rstd", B);
+  slot(a.logits, "logits", B * K);
+  slot(a.probs, "probs", B * K);
+  slot(a.losses, "losses", B);
+  slot(a.dres, "dres", B * N * C);
+  slot(a.dbranch, "dbranch", B * N * C);
+  slot(a.datty, "datty", B * N * C);
+  slot(a.dln, "dln", B * N * C);
+  slot(a.dqkv, "dqkv", B * N * 3 * C);
+  slot(a.dhid_a, "dhid_a", B * N * M);
+  slot(a.dhid_b, "dhid_b", B * N * M);
+  slot(a.dpatch_out, "dpatch_out", B * Np * C);
+  slot(a.dlogits, "dlogits", B * K);
+  slot(a.dpooled, "dpooled", B * C);
+  slot(a.dpooled_norm, "dpooled_norm", B * C);
+  plan_.verify();
+  // One block; its start is aligned by hand (host vectors only promise 16 bytes).
+  arena_ = Buffer<std::byte>(plan_.total_bytes() + kArenaAlign);
+  const auto raw = reinterpret_cast<uintptr_t>(arena_.data());
+  std::byte* base = arena_.data() + (kArenaAlign - raw % kArenaAlign) % kArenaAlign;
+  for (auto& [offset, ptr] : binds) *ptr = base + offset;
+  drop_path_host_.assign(size_t(cfg_.depth) * 2 * B, Acc(0));
+}
+
+template <class Backend>
+void VitModel<Backend>::rebind() {
+  w_ = bind_view(table_, cfg_, weights());
+  g_ = bind_view(table_, cfg_, grads.data());
+}
+
+template <class Backend>
+void VitModel<Backend>::set_img_size(int size) {
+  VIT_CHECK(size > 0 && size <= max_img_size_ && size % cfg_.patch_size == 0,
+            "model: image size must be a multiple of the patch size, at most the run's largest");
+  cfg_.img_size = size;
+  table_ = build_param_table(cfg_);
+  rebind();
+}
+
+template <class Backend>
+typename VitModel<Backend>::Store* VitModel<Backend>::weights() {
+  if constexpr (std::is_same_v<Store, Acc>)
+    return params.data();
+  else
+    return lowp_.data();
+}
+
+template <class Backend>
+void VitModel<Backend>::sync_weights() {
+  if constexpr (!std::is_same_v<Store, Acc>)
+    Backend::convert(lowp_.data(), params.data(), capacity_);
+}
+
+template <class Backend>
+void VitModel<Backend>::zero_grad() {
+  Backend::zero(grads.data(), table_.total);
+}
+
+template <class Backend>
+const typename VitModel<Backend>::Store* VitModel<Backend>::logits() const {
+  return acts_->logits;
+}
+
+template <class Backend>
+const typename VitModel<Backend>::Acc* VitModel<Backend>::losses() const {
+  return acts_->losses;
+}
+
+template <class Backend>
+double VitModel<Backend>::mean_loss() const {
+  VIT_CHECK(has_targets_, "mean_loss() needs a forward() with targets");
+  std::vector<Acc> per_sample(static_cast<size_t>(batch_));  // (B)
+  Backend::download(per_sample.data(), acts_->losses, batch_);
+  double sum = 0;
+  for (Index i = 0; i < batch_; ++i) sum += double(per_sample[i]);
+  return sum / double(batch_);
+}
+
+template <class Backend>
+void VitModel<Backend>::draw_drop_path(Index B, uint64_t seed) {
+  // Stochastic depth: rate rises linearly over depth (timm's linspace(0, rate, L)); drawn on
+  // the host in a fixed order (layer, branch, sample) so every backend sees the same masks.
+  Rng rng(mix_seed(seed, 0xd209));
+  const int L = cfg_.depth;
+  for (int l = 0; l < L; ++l) {
+    const double rate = L > 1 ? cfg_.drop_path * l / (L - 1) : 0.0;
+    const double keep = 1.0 - rate;
+    Acc* s = drop_path_host_.data() + size_t(l) * 2 * B;  // (2, B)
+    for (Index i = 0; i < 2 * B; ++i) s[i] = rng.uniform() < keep ? Acc(1 / keep) : Acc(0);
+  }
+  for (int l = 0; l < L; ++l) {
+    const Acc* s = drop_path_host_.data() + size_t(l) * 2 * B;
+    Backend::upload(acts_->blocks[l].scale1, s, B);
+    Backend::upload(acts_->blocks[l].scale2, s + B, B);
+  }
+}
+
+template <class Backend>
+void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B, bool train,
+                                uint64_t seed) {
+  VIT_CHECK(B > 0 && B <= max_batch_, "batch larger than the model was allocated for");
+  const ModelConfig& c = cfg_;
+  const Index N = c.num_tokens(), C = c.embed_dim, K = c.num_classes, Np = c.num_patches();
+  const Index P = c.patch_size, pre = c.num_prefix(), F = Index(c.in_chans) * P * P;
+  Acts& a = *acts_;
+  batch_ = B;
+  images_ = images;
+  targets_ = targets;
+  has_targets_ = targets != nullptr;
+
+  // Patch embedding (a stride-P conv as a GEMM), class token, position embedding.
+  {
+    ProfileScope prof("im2patches");
+    Backend::im2patches(a.patches, images, B, Index(c.in_chans), Index(c.img_size),
+                        Index(c.img_size), P);
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    Backend::matmul_forward(a.patch_out, a.patches, w_.patch_w, w_.patch_b, B * Np, F, C);
+  }
+  {
+    ProfileScope prof("embed_tokens_forward");
+    Backend::embed_tokens_forward(a.res[0], a.patch_out, w_.cls, w_.pos, B, N, pre, C);
+  }
+
+  drop_path_active_ = train && c.drop_path > 0;
+  if (drop_path_active_) draw_drop_path(B, seed);
+  for (int l = 0; l < c.depth; ++l) {
+    const BlockActs<Store, Acc>& b = a.blocks[l];
+    forward_block(l, B, drop_path_active_ ? b.scale1 : nullptr,
+                  drop_path_active_ ? b.scale2 : nullptr);
+  }
+
+  // Classifier: pool (class token or patch mean), norm, head.
+  {
+    ProfileScope prof("pool_forward");
+    Backend::pool_forward(a.pooled, static_cast<const Store*>(a.res[c.depth]), B, N, pre, C,
+                          c.classifier == Classifier::Avg);
+  }
+  {
+    ProfileScope prof("layernorm_forward");
+    Backend::layernorm_forward(a.pooled_norm, a.pool_mean, a.pool_rstd,
+                               static_cast<const Store*>(a.pooled), w_.norm_w, w_.norm_b, B, C,
+                               Acc(1e-6));
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    Backend::matmul_forward(a.logits, static_cast<const Store*>(a.pooled_norm), w_.head_w,
+                            w_.head_b, B, C, K);
+  }
+  if (!targets) return;
+  ProfileScope prof("cross_entropy_forward");
+  Backend::cross_entropy_forward(a.losses, a.probs, static_cast<const Store*>(a.logits), targets, B,
+                                 K);
+}
+
+template <class Backend>
+void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* s2) {
+  const ModelConfig& c = cfg_;
+  const Index N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim(), H = c.num_heads;
+  const Index D = c.head_dim(), pre = c.num_prefix(), g = c.grid(), BN = B * N;
+  const bool local = c.ffn == Ffn::Local;
+  Acts& a = *acts_;
+  const BlockActs<Store, Acc>& b = a.blocks[l];
+  const BlockView<Store>& bw = w_.blocks[l];
+  const Store* x = a.res[l];  // (B, N, C)
+
+  // Attention branch.
+  {
+    ProfileScope prof("layernorm_forward");
+    Backend::layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, bw.norm1_w, bw.norm1_b, BN, C,
+                               Acc(1e-6));
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    Backend::matmul_forward(b.qkv, static_cast<const Store*>(b.ln1), bw.qkv_w, bw.qkv_b, BN, C,
+                            3 * C);
+  }
+  {
+    ProfileScope prof("attention_forward");
+    Backend::attention_forward(b.atty, b.att, static_cast<const Store*>(b.qkv), B, N, H, D);
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    Backend::matmul_forward(b.proj, static_cast<const Store*>(b.atty), bw.proj_w, bw.proj_b, BN, C,
+                            C);
+  }
+  {
+    ProfileScope prof("residual_forward");
+    Backend::residual_forward(b.r1, x, static_cast<const Store*>(b.proj), bw.ls1, s1, B, N, C);
+  }
+
+  // FFN branch.
+  {
+    ProfileScope prof("layernorm_forward");
+    Backend::layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, static_cast<const Store*>(b.r1),
+                               bw.norm2_w, bw.norm2_b, BN, C, Acc(1e-6));
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    Backend::matmul_forward(b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w, bw.fc1_b, BN, C, M);
+  }
+  const Store* hidden;
+  if (local) {
+    // Linear -> h-swish -> depthwise 3x3 on the grid -> h-swish -> Linear. The class-token
+    // row leaves the conv as 0 and fc2 has no bias, so the class token bypasses the FFN.
+    {
+      ProfileScope prof("hswish_forward");
+      Backend::hswish_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
+    }
+    {
+      ProfileScope prof("dwconv3x3_forward");
+      Backend::dwconv3x3_forward(b.dw, static_cast<const Store*>(b.act1), bw.dw_w, B, N, pre, g, g,
+                                 M);
+    }
+    {
+      ProfileScope prof("hswish_forward");
+      Backend::hswish_forward(b.act2, static_cast<const Store*>(b.dw), BN * M);
+    }
+    hidden = b.act2;
+  } else {
+    {
+      ProfileScope prof("gelu_forward");
+      Backend::gelu_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
+    }
+    hidden = b.act1;
+  }
+  {
+    ProfileScope prof("matmul_forward");
+    Backend::matmul_forward(b.fc2, hidden, bw.fc2_w, bw.fc2_b, BN, M, C);
+  }
+  {
+    ProfileScope prof("residual_forward");
+    Backend::residual_forward(a.res[l + 1], static_cast<const Store*>(b.r1),
+                              static_cast<const Store*>(b.fc2), bw.ls2, s2, B, N, C);
+  }
+}
+
+template <class Backend>
+void VitModel<Backend>::backward(Acc loss_scale) {
+  VIT_CHECK(has_targets_, "backward() needs a forward() with targets");
+  const ModelConfig& c = cfg_;
+  const Index B = batch_, N = c.num_tokens(), C = c.embed_dim, K = c.num_classes;
+  const Index Np = c.num_patches(), P = c.patch_size, pre = c.num_prefix();
+  const Index F = Index(c.in_chans) * P * P, BN = B * N;
+  Acts& a = *acts_;
+
+  // Head.
+  {
+    ProfileScope prof("cross_entropy_backward");
+    Backend::cross_entropy_backward(a.dlogits, static_cast<const Acc*>(a.probs), targets_,
+                                    loss_scale, B, K);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    Backend::matmul_backward(
+        a.dpooled_norm, g_.head_w, g_.head_b, static_cast<const Store*>(a.dlogits),
+        static_cast<const Store*>(a.pooled_norm), static_cast<const Store*>(w_.head_w), B, C, K);
+  }
+  Backend::zero(a.dpooled, B * C);
+  {
+    ProfileScope prof("layernorm_backward");
+    Backend::layernorm_backward(
+        a.dpooled, g_.norm_w, g_.norm_b, static_cast<const Store*>(a.dpooled_norm),
+        static_cast<const Store*>(a.pooled), static_cast<const Store*>(w_.norm_w),
+        static_cast<const Acc*>(a.pool_mean), static_cast<const Acc*>(a.pool_rstd), B, C);
+  }
+  Backend::zero(a.dres, BN * C);
+  {
+    ProfileScope prof("pool_backward");
+    Backend::pool_backward(a.dres, static_cast<const Store*>(a.dpooled), B, N, pre, C,
+                           c.classifier == Classifier::Avg);
+  }
+
+  for (int l = c.depth - 1; l >= 0; --l) {
+    const BlockActs<Store, Acc>& b = a.blocks[l];
+    backward_block(l, B, drop_path_active_ ? b.scale1 : nullptr,
+                   drop_path_active_ ? b.scale2 : nullptr);
+  }
+
+  // Embedding.
+  {
+    ProfileScope prof("embed_tokens_backward");
+    Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Store*>(a.dres),
+                                   B, N, pre, C);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    Backend::matmul_backward(static_cast<Store*>(nullptr), g_.patch_w, g_.patch_b,
+                             static_cast<const Store*>(a.dpatch_out),
+                             static_cast<const Store*>(a.patches),
+                             static_cast<const Store*>(w_.patch_w), B * Np, F, C);
+  }
+}
+
+template <class Backend>
+void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc* s2) {
+  const ModelConfig& c = cfg_;
+  const Index N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim(), H = c.num_heads;
+  const Index D = c.head_dim(), pre = c.num_prefix(), g = c.grid(), BN = B * N;
+  const bool local = c.ffn == Ffn::Local;
+  Acts& a = *acts_;
+  const BlockActs<Store, Acc>& b = a.blocks[l];
+  const BlockView<Store>& bw = w_.blocks[l];
+  const BlockView<Acc>& bg = g_.blocks[l];
+  using CS = const Store*;
+  using CA = const Acc*;
+
+  // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
+  {
+    ProfileScope prof("residual_backward");
+    Backend::residual_backward(a.dbranch, bg.ls2, CS(a.dres), CS(b.fc2), CS(bw.ls2), s2, B, N, C);
+  }
+  const Store* hidden = local ? b.act2 : b.act1;
+  {
+    ProfileScope prof("matmul_backward");
+    Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, CS(a.dbranch), hidden, CS(bw.fc2_w), BN,
+                             M, C);
+  }
+  if (local) {
+    {
+      ProfileScope prof("hswish_backward");
+      Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.dw), BN * M);
+    }
+    {
+      ProfileScope prof("dwconv3x3_backward");
+      Backend::dwconv3x3_backward(a.dhid_a, bg.dw_w, CS(a.dhid_b), CS(b.act1), CS(bw.dw_w), B, N,
+                                  pre, g, g, M);
+    }
+    {
+      ProfileScope prof("hswish_backward");
+      Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
+    }
+  } else {
+    ProfileScope prof("gelu_backward");
+    Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    Backend::matmul_backward(a.dln, bg.fc1_w, bg.fc1_b, CS(a.dhid_b), CS(b.ln2), CS(bw.fc1_w), BN,
+                             C, M);
+  }
+  {
+    ProfileScope prof("layernorm_backward");
+    Backend::layernorm_backward(a.dres, bg.norm2_w, bg.norm2_b, CS(a.dln), CS(b.r1), CS(bw.norm2_w),
+                                CA(b.ln2_mean), CA(b.ln2_rstd), BN, C);
+  }
+
+  // Attention branch; dres now holds d(r1) and, through the identity path, d(block input).
+  {
+    ProfileScope prof("residual_backward");
+    Backend::residual_backward(a.dbranch, bg.ls1, CS(a.dres), CS(b.proj), CS(bw.ls1), s1, B, N, C);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    Backend::matmul_backward(a.datty, bg.proj_w, bg.proj_b, CS(a.dbranch), CS(b.atty),
+                             CS(bw.proj_w), BN, C, C);
+  }
+  {
+    ProfileScope prof("attention_backward");
+    Backend::attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.att), B, N, H, D);
+  }
+  {
+    ProfileScope prof("matmul_backward");
+    Backend::matmul_backward(a.dln, bg.qkv_w, bg.qkv_b, CS(a.dqkv), CS(b.ln1), CS(bw.qkv_w), BN, C,
+                             3 * C);
+  }
+  {
+    ProfileScope prof("layernorm_backward");
+    Backend::layernorm_backward(a.dres, bg.norm1_w, bg.norm1_b, CS(a.dln), CS(a.res[l]),
+                                CS(bw.norm1_w), CA(b.ln1_mean), CA(b.ln1_rstd), BN, C);
+  }
+}
+
+}  // namespace vit

@@ -1,0 +1,74 @@
+// Device memory and transfers for the CUDA backend: counted allocations (the run's peak device
+// memory), RAII buffers, the double-buffered pinned input path, the engine's on-device loss
+// bookkeeping and the device's name. Plain C++ declarations: host code compiled by g++ (the
+// model and engine instantiations) includes this header; the bodies are in device.cu.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "core/common.h"
+
+namespace vit::cuda {
+
+void* device_alloc(size_t bytes);  // cudaMalloc; throws vit::Error naming the size on failure
+void device_free(void* p) noexcept;
+size_t device_bytes_in_use();
+size_t device_peak_bytes();  // high-water mark of device_alloc'd bytes in this process
+
+// Asynchronous on the op stream: dst (bytes) = 0; dst (bytes) = src (device).
+void zero_bytes(void* dst, size_t bytes);
+void copy_bytes(void* dst, const void* src, size_t bytes);
+// Host <-> device through plain (pageable) host memory; both wait for the op stream (use them
+// at log, eval and checkpoint points, not per step).
+void upload_bytes(void* dst, const void* host, size_t bytes);
+void download_bytes(void* host, const void* src, size_t bytes);
+
+// The input path: host memory -> pinned buffer `slot` (0 or 1) -> device on a side stream, so
+// the copy of the next batch overlaps the current step's compute. Before it writes the device
+// buffers, the side stream waits until the op stream has passed input_released(slot); the op
+// stream waits for the copy before anything reads them. Returns once the host memory may be
+// reused. The engine alternates the slots and their device buffers.
+struct InputCopy {
+  void* dst;         // device
+  const void* host;  // any host memory
+  size_t bytes;
+};
+void upload_input(const InputCopy* copies, int n, int slot);
+void input_released(int slot);
+
+// acc = [pending update's loss, loss sum, last loss, ...] (fp64, device):
+// acc[0] += mean of losses (B); then, per update, the pending loss / micro_batches is added
+// to acc[1] and stored in acc[2], and acc[0] restarts at 0. No host sync.
+void loss_accumulate(double* acc, const float* losses, Index B);
+void loss_finish_update(double* acc, int micro_batches);
+
+std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"
+
+// An owning device array of n elements of U (uninitialised).
+template <class U>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n)
+      : p_(n ? static_cast<U*>(device_alloc(n * sizeof(U))) : nullptr), n_(n) {}
+  ~DeviceBuffer() { device_free(p_); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  U* data() { return p_; }
+  const U* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  U* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace vit::cuda

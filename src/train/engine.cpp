@@ -1,0 +1,40 @@
+#include "train/engine.h"
+
+#include "train/engine_impl.h"
+
+namespace vit {
+
+namespace {
+CudaEngineHooks g_cuda;  // set by register_cuda_engine in binaries that link the CUDA backend
+}  // namespace
+
+void register_cuda_engine(const CudaEngineHooks& hooks) {
+  g_cuda = hooks;
+}
+
+bool cuda_engine_linked() {
+  return g_cuda.make != nullptr;
+}
+
+std::string resolve_device(const std::string& device) {
+  if (device == "cpu" || device == "emu") return device;
+  VIT_CHECK(device == "cuda" || device == "auto",
+            fmt::format("--device {}: use cpu, cuda or auto", device));
+  std::string why;
+  if (!cuda_engine_linked())
+    why = "this build has no CUDA backend (no CUDA toolkit was found at build time)";
+  else if (g_cuda.device_count(&why) > 0)
+    return "cuda";
+  if (device == "auto") return "cpu";
+  throw Error(fmt::format("--device cuda: no usable GPU: {}; use --device cpu", why));
+}
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& opt) {
+  if (opt.device == "cpu") return std::make_unique<ModelEngine<CpuBackend<float>>>(opt);
+  if (opt.device == "emu") return std::make_unique<ModelEngine<EmuBackend>>(opt);
+  VIT_CHECK(opt.device == "cuda", fmt::format("engine: unknown device '{}'", opt.device));
+  resolve_device("cuda");  // throws with the reason when there is no GPU
+  return g_cuda.make(opt);
+}
+
+}  // namespace vit

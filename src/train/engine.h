@@ -1,0 +1,86 @@
+// The engine: what the trainer, eval and bench talk to, whatever the device. It owns a model, its
+// AdamW moments and its input buffers in one backend's memory; the trainer hands it host batches
+// and reads results back only at log, eval and checkpoint points (on the GPU the losses and the
+// grad norm stay on the device between them).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/cpu/adamw.h"
+
+namespace vit {
+
+struct EngineOptions {
+  std::string device = "cpu";      // cpu | emu (CPU bf16 emulation) | cuda; see resolve_device
+  std::string precision = "bf16";  // cuda only: bf16 (fp32 master weights) or fp32
+  ModelConfig cfg;                 // the model at its current training size
+  Index max_batch = 1;             // samples per forward pass, at most
+  int max_img_size = 0;            // the largest image size of the run (0 = cfg.img_size)
+  AdamWConfig adamw;
+};
+
+// Losses and grad norm of the updates since the previous read_stats().
+struct TrainStats {
+  int64_t updates = 0;
+  double loss_sum = 0;   // sum over those updates of each update's mean loss
+  double last_loss = 0;  // the last update's mean loss
+  double grad_norm = 0;  // the last update's global grad norm (before clipping)
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string description() const = 0;  // e.g. "cpu fp32", "cuda bf16 (NVIDIA H100)"
+  virtual bool on_gpu() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParamTable& table() const = 0;
+  virtual Index max_batch() const = 0;
+  virtual int64_t num_steps() const = 0;  // AdamW updates done
+
+  // Training: zero_grad, then forward_backward per micro-batch, then step.
+  virtual void zero_grad() = 0;
+  // images (B, Cin, S, S) normalised, targets (B, K) soft targets, both on the host. Adds the
+  // gradient of loss_scale * sum of the B losses, and the micro-batch's mean loss to the
+  // update's loss.
+  virtual void forward_backward(const float* images, const float* targets, Index B,
+                                float loss_scale, uint64_t seed) = 0;
+  // One AdamW update with learning rate lr; the update's loss is the mean of its micro-batches'.
+  virtual void step(double lr) = 0;
+  virtual TrainStats read_stats() = 0;  // synchronises with the device
+
+  // Inference on host images (B, Cin, S, S): logits (B, K) and, when targets (B, K) are given,
+  // the per-sample losses (B), written to host arrays.
+  virtual void infer(const float* images, const float* targets, Index B, float* logits,
+                     float* losses) = 0;
+
+  // The fp32 master weights and AdamW moments in table() layout (table().total elements).
+  virtual std::vector<float> read_params() = 0;
+  virtual void write_params(const std::vector<float>& params) = 0;
+  virtual void read_moments(std::vector<float>& m, std::vector<float>& v) = 0;
+  virtual void write_moments(const std::vector<float>& m, const std::vector<float>& v,
+                             int64_t steps) = 0;
+  // Switches the image size (buffers stay); write the remapped params and moments next.
+  virtual void set_img_size(int size) = 0;
+  // Device memory held by this engine's buffers (0 on the host).
+  virtual double device_memory_bytes() const { return 0; }
+};
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& opt);
+
+// cpu | emu | cuda stay; auto becomes cuda when a GPU is usable, else cpu. cuda without a usable
+// GPU (or in a build without the CUDA backend) throws vit::Error with the reason.
+std::string resolve_device(const std::string& device);
+
+// The CUDA backend registers itself here (vitrain's main, the GPU tests), so the CPU-only
+// library never links CUDA.
+struct CudaEngineHooks {
+  int (*device_count)(std::string* why) = nullptr;
+  std::unique_ptr<Engine> (*make)(const EngineOptions&) = nullptr;
+};
+void register_cuda_engine(const CudaEngineHooks& hooks);
+bool cuda_engine_linked();
+
+}  // namespace vit

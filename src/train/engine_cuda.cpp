@@ -1,0 +1,30 @@
+// The CUDA instantiations of the model and the engine (fp32 and bf16 storage), and their
+// registration. Built only with the CUDA backend, by the host compiler.
+#include "train/engine_cuda.h"
+
+#include "backend/cuda.h"
+#include "model/vit_impl.h"
+#include "train/engine_impl.h"
+
+namespace vit {
+
+template class VitModel<CudaBackend<float>>;
+template class VitModel<CudaBackend<cuda::bf16>>;
+
+namespace {
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& opt) {
+  if (opt.precision == "fp32") return std::make_unique<ModelEngine<CudaBackend<float>>>(opt);
+  VIT_CHECK(opt.precision == "bf16",
+            fmt::format("--precision {}: use bf16 or fp32", opt.precision));
+  return std::make_unique<ModelEngine<CudaBackend<cuda::bf16>>>(opt);
+}
+}  // namespace
+
+void register_cuda_backend() {
+  CudaEngineHooks hooks;
+  hooks.device_count = [](std::string* why) { return cuda::device_count(why); };
+  hooks.make = &make_cuda_engine;
+  register_cuda_engine(hooks);
+}
+
+}  // namespace vit

@@ -1,0 +1,176 @@
+// ModelEngine<Backend>: the Engine over one backend policy. Included by engine.cpp (host
+// backends) and engine_cuda.cpp (CUDA).
+#pragma once
+#include <fmt/format.h>
+
+#include <type_traits>
+
+#include "model/vit.h"
+#include "train/engine.h"
+
+namespace vit {
+
+template <class Backend>
+class ModelEngine : public Engine {
+ public:
+  using Store = typename Backend::Store;
+  using Acc = typename Backend::Acc;
+  template <class U>
+  using Buffer = typename Backend::template Buffer<U>;
+
+  explicit ModelEngine(const EngineOptions& opt)
+      : model_(opt.cfg, opt.max_batch, opt.max_img_size),
+        adamw_(opt.adamw),
+        m_(size_t(capacity())),
+        v_(size_t(capacity())),
+        stats_(4) {
+    ModelConfig big = opt.cfg;
+    big.img_size = model_.max_img_size();
+    const Index B = opt.max_batch, S = big.img_size;
+    image_capacity_ = B * big.in_chans * S * S;
+    if constexpr (Backend::kHost) {
+      images_ = Buffer<Store>(size_t(image_capacity_));
+      targets_ = Buffer<Acc>(size_t(B * big.num_classes));
+    } else {
+      // Two fp32 input slots [images | targets], alternated so the next batch's copy overlaps
+      // the current step; bf16 models read a converted copy of the images.
+      for (auto& in : input_) in = Buffer<float>(size_t(image_capacity_ + B * big.num_classes));
+      if constexpr (!std::is_same_v<Store, float>) images_ = Buffer<Store>(size_t(image_capacity_));
+    }
+    Backend::zero(m_.data(), capacity());
+    Backend::zero(v_.data(), capacity());
+    Backend::zero(stats_.data(), 4);
+  }
+
+  std::string description() const override { return Backend::name(); }
+  bool on_gpu() const override { return !Backend::kHost; }
+  const ModelConfig& config() const override { return model_.config(); }
+  const ParamTable& table() const override { return model_.table(); }
+  Index max_batch() const override { return model_.max_batch(); }
+  int64_t num_steps() const override { return steps_; }
+  VitModel<Backend>& model() { return model_; }
+
+  void zero_grad() override { model_.zero_grad(); }
+
+  void forward_backward(const float* images, const float* targets, Index B, float loss_scale,
+                        uint64_t seed) override {
+    upload_batch(images, targets, B);
+    model_.forward(cur_images_, cur_targets_, B, true, seed);
+    Backend::loss_accumulate(stats_.data(), model_.losses(), B);
+    model_.backward(Acc(loss_scale));
+    release_batch();
+    ++micro_batches_;
+  }
+
+  void step(double lr) override {
+    VIT_CHECK(micro_batches_ > 0, "engine: step() without a forward_backward()");
+    ++steps_;
+    Backend::adamw_step(model_.params.data(), model_.weights(), m_.data(), v_.data(),
+                        model_.grads.data(), stats_.data() + 3, table().total, table().num_decay,
+                        adamw_, lr, steps_);
+    Backend::loss_finish_update(stats_.data(), micro_batches_);
+    micro_batches_ = 0;
+    ++updates_since_read_;
+  }
+
+  TrainStats read_stats() override {
+    double s[4];
+    Backend::download(s, stats_.data(), 4);  // [pending, sum, last, norm]
+    TrainStats t{updates_since_read_, s[1], s[2], s[3]};
+    Backend::zero(stats_.data() + 1, 1);
+    updates_since_read_ = 0;
+    return t;
+  }
+
+  void infer(const float* images, const float* targets, Index B, float* logits,
+             float* losses) override {
+    upload_batch(images, targets, B);
+    model_.forward(cur_images_, targets ? cur_targets_ : nullptr, B, false, 0);
+    release_batch();
+    Backend::download(logits, model_.logits(), B * config().num_classes);
+    if (targets && losses) Backend::download(losses, model_.losses(), B);
+  }
+
+  std::vector<float> read_params() override {
+    std::vector<float> p(size_t(table().total));
+    Backend::download(p.data(), model_.params.data(), table().total);
+    return p;
+  }
+  void write_params(const std::vector<float>& p) override {
+    check_size(p, "parameters");
+    Backend::upload(model_.params.data(), p.data(), table().total);
+    model_.sync_weights();
+  }
+  void read_moments(std::vector<float>& m, std::vector<float>& v) override {
+    m.resize(size_t(table().total));
+    v.resize(size_t(table().total));
+    Backend::download(m.data(), m_.data(), table().total);
+    Backend::download(v.data(), v_.data(), table().total);
+  }
+  void write_moments(const std::vector<float>& m, const std::vector<float>& v,
+                     int64_t steps) override {
+    check_size(m, "first moments");
+    check_size(v, "second moments");
+    Backend::upload(m_.data(), m.data(), table().total);
+    Backend::upload(v_.data(), v.data(), table().total);
+    steps_ = steps;
+  }
+  void set_img_size(int size) override { model_.set_img_size(size); }
+  double device_memory_bytes() const override {
+    if constexpr (Backend::kHost)
+      return 0;
+    else
+      return Backend::peak_bytes();
+  }
+
+ private:
+  Index capacity() const { return Index(model_.params.size()); }
+  void check_size(const std::vector<float>& x, const char* what) const {
+    VIT_CHECK(Index(x.size()) == table().total,
+              fmt::format("engine: {} have {} values, the model needs {}", what, x.size(),
+                          table().total));
+  }
+  void upload_batch(const float* images, const float* targets, Index B) {
+    const ModelConfig& c = config();
+    VIT_CHECK(B > 0 && B <= max_batch(), "engine: batch larger than the engine was made for");
+    const Index n_images = B * c.in_chans * c.img_size * c.img_size, n_targets = B * c.num_classes;
+    if constexpr (Backend::kHost) {
+      Backend::upload(images_.data(), images, n_images);
+      if (targets) Backend::upload(targets_.data(), targets, n_targets);
+      cur_images_ = images_.data();
+      cur_targets_ = targets_.data();
+    } else {
+      slot_ ^= 1;
+      float* in = input_[slot_].data();  // (B, Cin, S, S) then (B, K)
+      Backend::upload_input(in, images, n_images, in + image_capacity_, targets, n_targets, slot_);
+      cur_targets_ = in + image_capacity_;
+      if constexpr (std::is_same_v<Store, float>) {
+        cur_images_ = in;
+      } else {
+        Backend::convert(images_.data(), in, n_images);
+        cur_images_ = images_.data();
+      }
+    }
+  }
+  // The model is done with the current batch: its input slot may take the batch after next.
+  void release_batch() {
+    if constexpr (!Backend::kHost) Backend::input_released(slot_);
+  }
+
+  VitModel<Backend> model_;
+  AdamWConfig adamw_;
+  Buffer<Acc> m_, v_;                  // (capacity) AdamW moments, table layout
+  Index image_capacity_ = 0;           // elements of one batch of images at the largest size
+  Buffer<Store> images_;               // (B, Cin, S, S): the batch (host) or its bf16 copy (device)
+  Buffer<Acc> targets_;                // (B, K) host backends only
+  Buffer<float> input_[2];             // device: two slots of (B, Cin, S, S) + (B, K) fp32
+  int slot_ = 1;                       // device: the input slot of the current batch
+  const Store* cur_images_ = nullptr;  // the current batch, in the backend's memory
+  const Acc* cur_targets_ = nullptr;
+  Buffer<double> stats_;  // [pending update's loss, loss sum, last loss, grad norm]
+  int64_t steps_ = 0;
+  int micro_batches_ = 0;  // since the last step
+  int64_t updates_since_read_ = 0;
+};
+
+}  // namespace vit

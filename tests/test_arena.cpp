@@ -1,0 +1,72 @@
+// The activation arena plan and the parameter table's alignment: no overlaps, every slot and
+// every tensor aligned, the expected total.
+#include <gtest/gtest.h>
+
+#include "model/arena.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/vit.h"
+
+namespace {
+
+TEST(Arena, SlotsAreAlignedDisjointAndSized) {
+  vit::ArenaPlan plan;
+  const size_t a = plan.add("a", 3, 4);    // 12 bytes
+  const size_t b = plan.add("b", 100, 2);  // 200 bytes
+  const size_t z = plan.add("empty", 0, 4);
+  const size_t c = plan.add("c", 65, 4);  // 260 bytes: spills into a second 256-byte line
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, 256u);
+  EXPECT_EQ(z, 512u);
+  EXPECT_EQ(c, 512u);
+  EXPECT_EQ(plan.total_bytes(), 512u + 512u);
+  EXPECT_NO_THROW(plan.verify());
+  ASSERT_EQ(plan.slots().size(), 4u);
+  for (const auto& s : plan.slots()) EXPECT_EQ(s.offset % vit::kArenaAlign, 0u) << s.name;
+  EXPECT_THROW(plan.add("negative", -1, 4), vit::Error);
+}
+
+TEST(Arena, PaddedRowsKeepSixteenByteAlignment) {
+  EXPECT_EQ(vit::padded_row(197), 200);
+  EXPECT_EQ(vit::padded_row(200), 200);
+  EXPECT_EQ(vit::padded_row(1), 8);
+}
+
+// The model's plan for ViT-S/16 at batch 4 holds every buffer the old per-vector layout had.
+TEST(Arena, ModelArenaCoversEveryActivation) {
+  vit::ModelConfig c = vit::model_preset("vit_small_patch16_224");
+  c.depth = 2;  // the per-block part repeats; two blocks keep the test fast
+  const vit::Index B = 4, N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim();
+  const vit::Index H = c.num_heads, K = c.num_classes, Np = c.num_patches(), F = 3 * 16 * 16;
+  vit::Vit<float> model(c, B);
+  // Elements per block (see BlockActs) and outside the blocks, fp32 everywhere on the CPU.
+  const vit::Index per_block =
+      6 * B * N * C + 4 * B * N + B * N * 3 * C + B * H * N * N + 2 * B * N * M + 2 * B;
+  const vit::Index outside = B * Np * F + B * Np * C + (c.depth + 1) * B * N * C + 2 * B * C +
+                             2 * B + 2 * B * K + B + 4 * B * N * C + B * N * 3 * C + 2 * B * N * M +
+                             B * Np * C + B * K + 2 * B * C;
+  const size_t bytes = size_t(c.depth * per_block + outside) * sizeof(float);
+  EXPECT_GE(model.arena_bytes(), bytes);
+  // Alignment padding is at most one line per slot.
+  const size_t slots = size_t(c.depth) * 17 + 21 + size_t(c.depth) + 1;
+  EXPECT_LE(model.arena_bytes(), bytes + slots * vit::kArenaAlign);
+}
+
+TEST(ParamTable, EveryTensorStartsAligned) {
+  for (const char* name : {"vit_tiny_patch16_224", "vit_fmnist_local"}) {
+    const vit::ModelConfig c = vit::model_preset(name);
+    const vit::ParamTable t = vit::build_param_table(c);
+    vit::Index sum = 0;
+    for (const auto& s : t.specs) {
+      EXPECT_EQ(s.offset % vit::kParamAlign, 0) << name << " " << s.name;
+      EXPECT_LE(s.offset + s.numel(), t.total) << s.name;
+      EXPECT_EQ(s.decay, s.offset < t.num_decay) << s.name;
+      sum += s.numel();
+    }
+    EXPECT_EQ(sum, t.num_params);
+    EXPECT_EQ(t.num_decay % vit::kParamAlign, 0);
+    EXPECT_LT(t.total - t.num_params, vit::Index(t.specs.size()) * vit::kParamAlign) << name;
+  }
+}
+
+}  // namespace
