@@ -37,8 +37,9 @@ struct CudaBackend {
   static void copy(U* dst, const U* src, Index n) {
     cuda::copy_bytes(dst, src, size_t(n) * sizeof(U));
   }
-  // Host <-> device of the same element type (parameters, moments, statistics, logits in fp32);
-  // these synchronise, so they belong at log, eval and checkpoint points.
+  // Host <-> device of the same element type (parameters, moments, statistics, drop-path
+  // scales, logits). Uploads are asynchronous; downloads synchronise, so they belong at log,
+  // eval and checkpoint points.
   template <class U>
   static void upload(U* dst, const U* host, Index n) {
     cuda::upload_bytes(dst, host, size_t(n) * sizeof(U));

@@ -27,7 +27,7 @@ struct BlockActs {
   S* act1 = nullptr;                           // (B, N, M) GELU or h-swish of fc1
   S *dw = nullptr, *act2 = nullptr;            // (B, N, M) local FFN only: conv out, h-swish
   S* fc2 = nullptr;                            // (B, N, C) FFN branch output
-  A *scale1 = nullptr, *scale2 = nullptr;      // (B) stochastic-depth sample scales
+  A *scale1 = nullptr, *scale2 = nullptr;      // (B) stochastic-depth scales, in drop_scales
 };
 
 template <class Backend>
@@ -50,6 +50,7 @@ struct VitModel<Backend>::Acts {
   S* dpatch_out = nullptr;                                 // (B, Np, C)
   S* dlogits = nullptr;                                    // (B, K)
   S *dpooled = nullptr, *dpooled_norm = nullptr;           // (B, C)
+  A* drop_scales = nullptr;  // (L, 2, max B): per layer the attention then the FFN branch
 };
 
 template <class Backend>
@@ -129,8 +130,6 @@ void VitModel<Backend>::plan_arena() {
       slot(b.act2, "act2", B * N * M);
     }
     slot(b.fc2, "fc2", B * N * C);
-    slot(b.scale1, "scale1", B);
-    slot(b.scale2, "scale2", B);
   }
   slot(a.pooled, "pooled", B * C);
   slot(a.pooled_norm, "pooled_norm", B * C);
@@ -150,12 +149,18 @@ void VitModel<Backend>::plan_arena() {
   slot(a.dlogits, "dlogits", B * K);
   slot(a.dpooled, "dpooled", B * C);
   slot(a.dpooled_norm, "dpooled_norm", B * C);
+  // Stochastic-depth scales of all layers in one slot: one upload per forward.
+  slot(a.drop_scales, "drop_scales", Index(cfg_.depth) * 2 * B);
   plan_.verify();
   // One block; its start is aligned by hand (host vectors only promise 16 bytes).
   arena_ = Buffer<std::byte>(plan_.total_bytes() + kArenaAlign);
   const auto raw = reinterpret_cast<uintptr_t>(arena_.data());
   std::byte* base = arena_.data() + (kArenaAlign - raw % kArenaAlign) % kArenaAlign;
   for (auto& [offset, ptr] : binds) *ptr = base + offset;
+  for (int l = 0; l < cfg_.depth; ++l) {
+    a.blocks[l].scale1 = a.drop_scales + Index(l) * 2 * B;
+    a.blocks[l].scale2 = a.blocks[l].scale1 + B;
+  }
   drop_path_host_.assign(size_t(cfg_.depth) * 2 * B, Acc(0));
 }
 
@@ -216,20 +221,20 @@ double VitModel<Backend>::mean_loss() const {
 template <class Backend>
 void VitModel<Backend>::draw_drop_path(Index B, uint64_t seed) {
   // Stochastic depth: rate rises linearly over depth (timm's linspace(0, rate, L)); drawn on
-  // the host in a fixed order (layer, branch, sample) so every backend sees the same masks.
+  // the host in a fixed order (layer, branch, sample) so every backend sees the same masks,
+  // then uploaded at once in the slot's layout (rows of max_batch_).
   Rng rng(mix_seed(seed, 0xd209));
   const int L = cfg_.depth;
+  const Index Bmax = max_batch_;
   for (int l = 0; l < L; ++l) {
     const double rate = L > 1 ? cfg_.drop_path * l / (L - 1) : 0.0;
     const double keep = 1.0 - rate;
-    Acc* s = drop_path_host_.data() + size_t(l) * 2 * B;  // (2, B)
-    for (Index i = 0; i < 2 * B; ++i) s[i] = rng.uniform() < keep ? Acc(1 / keep) : Acc(0);
+    Acc* s = drop_path_host_.data() + size_t(l) * 2 * Bmax;  // (2, max B)
+    for (int branch = 0; branch < 2; ++branch)
+      for (Index i = 0; i < B; ++i)
+        s[branch * Bmax + i] = rng.uniform() < keep ? Acc(1 / keep) : Acc(0);
   }
-  for (int l = 0; l < L; ++l) {
-    const Acc* s = drop_path_host_.data() + size_t(l) * 2 * B;
-    Backend::upload(acts_->blocks[l].scale1, s, B);
-    Backend::upload(acts_->blocks[l].scale2, s + B, B);
-  }
+  Backend::upload(acts_->drop_scales, drop_path_host_.data(), Index(L) * 2 * Bmax);
 }
 
 template <class Backend>

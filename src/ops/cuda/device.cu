@@ -68,10 +68,37 @@ void zero_bytes(void* dst, size_t bytes) {
 void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes) VIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
+namespace {
+// Pinned staging for upload_bytes: two buffers used in turn, each with the event of its last
+// copy, so an upload never waits for the compute queued before it (only for the copy two
+// uploads back).
+struct Staging {
+  void* pinned = nullptr;
+  size_t bytes = 0;
+  cudaEvent_t copied = nullptr;
+};
+}  // namespace
+
 void upload_bytes(void* dst, const void* host, size_t bytes) {
   if (!bytes) return;
-  VIT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream()));
-  synchronize();  // the host memory may be freed right after
+  static Staging ring[2];
+  static int next = 0;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  Staging& s = ring[next];
+  next ^= 1;
+  if (!s.copied) VIT_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+  VIT_CUDA_CHECK(cudaEventSynchronize(s.copied));
+  if (bytes > s.bytes) {  // grows at the first uploads (parameters), then stays
+    if (s.pinned) VIT_CUDA_CHECK(cudaFreeHost(s.pinned));
+    s.pinned = nullptr;
+    s.bytes = 0;
+    VIT_CUDA_CHECK(cudaMallocHost(&s.pinned, bytes));
+    s.bytes = bytes;
+  }
+  std::memcpy(s.pinned, host, bytes);
+  VIT_CUDA_CHECK(cudaMemcpyAsync(dst, s.pinned, bytes, cudaMemcpyHostToDevice, stream()));
+  VIT_CUDA_CHECK(cudaEventRecord(s.copied, stream()));
 }
 void download_bytes(void* host, const void* src, size_t bytes) {
   if (!bytes) return;

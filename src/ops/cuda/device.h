@@ -19,8 +19,9 @@ size_t device_peak_bytes();  // high-water mark of device_alloc'd bytes in this 
 // Asynchronous on the op stream: dst (bytes) = 0; dst (bytes) = src (device).
 void zero_bytes(void* dst, size_t bytes);
 void copy_bytes(void* dst, const void* src, size_t bytes);
-// Host <-> device through plain (pageable) host memory; both wait for the op stream (use them
-// at log, eval and checkpoint points, not per step).
+// Host -> device on the op stream, staged through pinned memory: returns as soon as the host
+// memory may be reused, without waiting for the device. Device -> host waits for the op stream
+// (use it at log, eval and checkpoint points, not per step).
 void upload_bytes(void* dst, const void* host, size_t bytes);
 void download_bytes(void* host, const void* src, size_t bytes);
 
