@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/batch_config.h"
+#include "train/batch_config.h"
 #include "cli/train_args.h"
 #include "core/common.h"
 

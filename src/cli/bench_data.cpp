@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cli/batch_config.h"
+#include "train/batch_config.h"
 #include "cli/train_args.h"
 #include "core/common.h"
 #include "data/dataset.h"

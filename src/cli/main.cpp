@@ -55,7 +55,7 @@ int run_train_command(int argc, char** argv) {
     fmt::print("{}", h.what());
     return 0;
   }
-  return vit::run_train(args);
+  return vit::run_train(args, vit::to_yaml(args));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "cli/batch_config.h"
+#include "train/batch_config.h"
 #include "core/common.h"
 #include "train/budget.h"
 #include "train/curriculum.h"
@@ -59,7 +59,7 @@ std::vector<Option> options(TrainArgs& a) {
       {"--crop-pad", "crop_pad", "random-crop padding in pixels (0 = off)", &a.crop_pad},
       {"--hflip", "hflip",
        "horizontal flip probability (-1 = 0.5 for image folders, 0 for in-memory data)", &a.hflip},
-      // timm augmentation pipeline (validated in cli/batch_config.cpp).
+      // timm augmentation pipeline (validated in train/batch_config.cpp).
       {"--aa", "aa", "RandAugment, e.g. rand-m9-mstd0.5-inc1 (empty = off)", &a.aa},
       {"--reprob", "reprob", "random erasing probability (pixel mode)", &a.reprob},
       {"--aug-repeats", "aug_repeats",

@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "cli/batch_config.h"
 #include "core/gpu_stats.h"
 #include "core/profile.h"
 #include "core/rng.h"
@@ -28,6 +27,7 @@
 #include "data/source.h"
 #include "io/atomic_file.h"
 #include "io/plot.h"
+#include "train/batch_config.h"
 #include "train/budget.h"
 #include "train/checkpoint.h"
 #include "train/curriculum.h"
@@ -37,6 +37,8 @@
 #include "train/replay.h"
 #include "train/resize_model.h"
 #include "train/run_log.h"
+#include "train/run_outputs.h"
+#include "train/run_plan.h"
 #include "train/schedule.h"
 
 namespace vit {
@@ -48,22 +50,6 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_stop_signal(int) {
   g_stop_requested = true;
-}
-
-// The model a run trains: the preset, adapted to the data and the flags.
-ModelConfig model_for_run(const TrainArgs& a, const data::DataSplits& d) {
-  ModelConfig cfg = model_preset(a.model);
-  if (a.img_size > 0) cfg.img_size = a.img_size;
-  cfg.in_chans = int(d.train->channels());
-  cfg.num_classes = a.num_classes > 0 ? a.num_classes : d.train->num_classes();
-  VIT_CHECK(cfg.num_classes >= d.train->num_classes(),
-            fmt::format("--num-classes {} is smaller than the {} classes in the data",
-                        cfg.num_classes, d.train->num_classes()));
-  if (!a.gp.empty()) cfg.classifier = classifier_from_string(a.gp);
-  if (!a.ffn.empty()) cfg.ffn = ffn_from_string(a.ffn);
-  cfg.drop_path = a.drop_path;
-  cfg.validate();
-  return cfg;
 }
 
 std::string state_path_of(const std::string& resume) {
@@ -79,7 +65,7 @@ std::string format_duration(double s) {
 
 }  // namespace
 
-int run_train(const TrainArgs& args) {
+int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const std::string device = resolve_device(args.device);  // before any work: a clear error
   if (args.workers > 0) omp_set_num_threads(args.workers);
 
@@ -90,45 +76,15 @@ int run_train(const TrainArgs& args) {
             fmt::format("--class-map applies to ImageFolder and packed data, not to the {} data "
                         "in '{}'",
                         data.format, args.data_dir));
+  const RunPlan plan = plan_run(args, data);
   const Index n_train = data.train->size(), n_val = data.val->size();
-  const ModelConfig final_cfg = model_for_run(args, data);  // the final training size
-  const int F = final_cfg.img_size, P = final_cfg.patch_size;
-  const Index B = args.batch_size, accum = args.grad_accum_steps;
-  const Index upe = n_train / (B * accum);  // optimizer updates per epoch (drop last)
-  VIT_CHECK(upe > 0, fmt::format("batch size {} x {} accumulation steps exceeds the {} training "
-                                 "images",
-                                 B, accum, n_train));
-
-  // Seed methods (methods.md §1.4, §2.3): which one, its schedule, the budget, the replay.
-  const bool et = args.curriculum == "efficienttrain";
-  const bool size_cur = args.curriculum == "size";
-  const int eval_size = args.eval_size > 0 ? args.eval_size : F;
-  VIT_CHECK(eval_size % P == 0,
-            fmt::format("--eval-size {} must be a multiple of the patch size {}", eval_size, P));
-  const int size_step = args.size_step > 0 ? args.size_step : P;
-  const int init_size = args.init_size > 0 ? args.init_size : size_step;
-  if (size_cur) {
-    VIT_CHECK(init_size <= F,
-              fmt::format("--init-size {} is larger than the final size {}", init_size, F));
-    (void)size_curriculum(0, init_size, size_step, args.size_every, F, P);  // validates
-  }
-  EtSchedule et_sched;
-  if (et) {
-    et_sched = et_schedule(args.et_table, F, P);
-    if (args.lowfreq == "fft")
-      for (int b : et_sched.sizes)
-        VIT_CHECK(b % 2 == 0, fmt::format("--lowfreq fft needs even sizes; the efficienttrain "
-                                          "schedule has {} (use --lowfreq downsample)",
-                                          b));
-  }
-  std::optional<TimeBudget> budget;
-  if (!args.budget.empty()) {
-    const double total = parse_duration_seconds(args.budget);
-    budget = TimeBudget{total, std::min(0.05 * total, 60.0)};
-  }
-  const bool open_ended = et || budget.has_value();  // stops on compute or time, not epochs
-  const int R = args.replay;
-  const Index cap = B * R;  // samples per forward pass with replay
+  const ModelConfig& final_cfg = plan.final_cfg;
+  const int F = plan.final_size;
+  const Index B = plan.batch, accum = plan.accum, upe = plan.updates_per_epoch;
+  const bool et = plan.efficienttrain, open_ended = plan.open_ended();
+  const int eval_size = plan.eval_size, R = plan.replay;
+  const std::optional<TimeBudget>& budget = plan.budget;
+  const Index cap = plan.max_samples;  // samples per forward pass with replay
 
   std::optional<TrainState> resumed;
   std::string run_dir;
@@ -166,18 +122,17 @@ int run_train(const TrainArgs& args) {
       load_initial_checkpoint(args.initial_checkpoint, cfg, engine->table(), p.data(), stdout);
     engine->write_params(p);
   }
-  st.args_yaml = to_yaml(args);
-  io::write_file_atomic(run_dir + "/args.yaml", st.args_yaml);
-  {
-    std::string classes;
-    for (const auto& n : data.train->class_names()) classes += n + "\n";
-    io::write_file_atomic(run_dir + "/classes.txt", classes);
-  }
+  st.args_yaml = args_yaml;
+  // What eval/export need to reproduce the input pipeline and name the classes.
+  const Metadata data_meta = {{"mean", nlohmann::json(data.mean).dump()},
+                              {"std", nlohmann::json(data.std).dump()},
+                              {"label_names", nlohmann::json(data.train->class_names()).dump()}};
+  RunOutputs out(run_dir, final_cfg, data_meta, st.epoch, st.step,
+                 fmt::format("{} on {}", final_cfg.name, args.data_dir));
+  out.write_run_files(st.args_yaml, data.train->class_names());
   ComputeBudget compute(double(args.epochs), int64_t(n_train), F);
   compute.consumed = st.compute_consumed;
 
-  const LrSchedule sched{args.lr, args.min_lr, args.warmup_lr, args.warmup_epochs * upe,
-                         double(args.epochs) * upe};
   // In-memory data keeps the pad-crop/flip path unless a timm flag is given; streamed data
   // (photos of any size) defaults to timm's RandomResizedCrop + flip and resize + centre crop.
   data::BatchConfig train_bc =
@@ -189,17 +144,6 @@ int run_train(const TrainArgs& args) {
   const data::MixupConfig mix = mixup_config(args);
   const bool mixing = mix.mixup_alpha > 0 || mix.cutmix_alpha > 0;
 
-  SummaryCsv summary(run_dir + "/summary.csv", st.epoch);
-  JsonlLog jlog(run_dir + "/log.jsonl");
-  PlotData plot;
-  plot.title = fmt::format("{} on {}", final_cfg.name, args.data_dir);
-  // Rebuild the curves of the epochs before a resume from the log.
-  load_plot_from_jsonl(run_dir + "/log.jsonl", plot, st.step);
-
-  // What eval/export need to reproduce the input pipeline and name the classes.
-  const Metadata data_meta = {{"mean", nlohmann::json(data.mean).dump()},
-                              {"std", nlohmann::json(data.std).dump()},
-                              {"label_names", nlohmann::json(data.train->class_names()).dump()}};
   const double flops_per_img = 3.0 * final_cfg.forward_flops_per_image();
   fmt::print(
       "Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
@@ -211,7 +155,7 @@ int run_train(const TrainArgs& args) {
     fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
                args.curriculum,
                et ? fmt::format(" (lowfreq {}, sizes {}, warm-up {:.3g})", args.lowfreq,
-                                fmt::join(et_sched.sizes, "/"), args.et_warmup)
+                                fmt::join(plan.et.sizes, "/"), args.et_warmup)
                   : std::string(),
                F, eval_size, budget ? fmt::format("{:.0f}s", budget->total_s) : "none", R);
   if (resumed)
@@ -266,14 +210,6 @@ int run_train(const TrainArgs& args) {
     if (et) return compute.progress();
     return std::min(1.0, (double(epoch) + double(update) / double(upe)) / double(args.epochs));
   };
-  auto target_size = [&](int64_t epoch, double frac) {
-    if (et) return et_size(et_sched, frac);
-    if (size_cur) {
-      const int e = budget ? int(std::floor(frac * args.epochs)) : int(epoch);
-      return size_curriculum(e, init_size, size_step, args.size_every, F, P);
-    }
-    return F;
-  };
   // Moves the model and its AdamW moments to another training size (pos_embed resampled).
   auto set_train_size = [&](int size, int64_t epoch, int64_t update, double frac) {
     if (size == cfg.img_size) return;
@@ -288,14 +224,14 @@ int run_train(const TrainArgs& args) {
                et ? fmt::format(", stage {}, magnitude {}", et_stage(frac), et_magnitude(frac))
                   : std::string());
     std::fflush(stdout);
-    jlog.write({{"type", "size"},
-                {"epoch", epoch},
-                {"update", update},
-                {"step", engine->num_steps()},
-                {"from", cfg.img_size},
-                {"img_size", size},
-                {"fraction", frac},
-                {"elapsed_s", elapsed()}});
+    out.log.write({{"type", "size"},
+                   {"epoch", epoch},
+                   {"update", update},
+                   {"step", engine->num_steps()},
+                   {"from", cfg.img_size},
+                   {"img_size", size},
+                   {"fraction", frac},
+                   {"elapsed_s", elapsed()}});
     cfg = r.cfg;
     train_bc.img_size = size;
     images.assign(cap * C * size * size, 0.0f);
@@ -321,27 +257,12 @@ int run_train(const TrainArgs& args) {
     eval_engine->write_params(p);
     return evaluate(*eval_engine, *data.val, eval_bc, B, nullptr, args.workers);
   };
-  // Weight files are always at the final training size (so eval/export work).
-  const ParamTable final_table = build_param_table(final_cfg);
-  auto save_final_weights = [&](const std::string& path, const Metadata& meta) {
-    const std::vector<float> params = engine->read_params();
-    if (cfg.img_size == F) {
-      save_weights(path, final_cfg, final_table, params.data(), meta);
-      return;
-    }
-    std::vector<float> p(size_t(final_table.total));
-    map_buffer(cfg, engine->table(), params.data(), final_cfg, final_table, p.data(), false);
-    save_weights(path, final_cfg, final_table, p.data(), meta);
-  };
   auto save_state = [&](int64_t epoch, int64_t update_in_epoch) {
-    st.step = engine->num_steps();
     st.epoch = epoch;
     st.update_in_epoch = update_in_epoch;
     st.elapsed_s = elapsed();
     st.compute_consumed = compute.consumed;
-    engine->read_moments(st.exp_avg, st.exp_avg_sq);
-    save_train_state(run_dir + "/state.safetensors", cfg, engine->table(),
-                     engine->read_params().data(), st);
+    out.save_state(*engine, cfg, st);
   };
 
   // Running estimates for the budget's stop rule.
@@ -355,16 +276,15 @@ int run_train(const TrainArgs& args) {
     const EvalResult ev = run_eval();
     fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5));
     const double budget_s = budget ? budget->total_s : 0.0;
-    Metadata meta = data_meta;
-    meta["epoch"] = std::to_string(epoch);
-    meta["eval_top1"] = fmt::format("{:.4f}", ev.top1);
-    save_final_weights(run_dir + "/last.safetensors", meta);
+    const Metadata meta = {{"epoch", std::to_string(epoch)},
+                           {"eval_top1", fmt::format("{:.4f}", ev.top1)}};
+    out.save_weights("last.safetensors", *engine, cfg, meta);
     bool keep_going = true;
     if (ev.top1 > st.best_metric) {
       st.best_metric = ev.top1;
       st.best_epoch = epoch;
       st.bad_epochs = 0;
-      save_final_weights(run_dir + "/model_best.safetensors", meta);
+      out.save_weights("model_best.safetensors", *engine, cfg, meta);
     } else {
       ++st.bad_epochs;
     }
@@ -374,17 +294,17 @@ int run_train(const TrainArgs& args) {
     }
     const double dt = elapsed() - t0;
     eval_est = std::max(eval_est, dt);
-    summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size, elapsed(),
-                    ips, budget_s, frac});
+    out.summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size,
+                        elapsed(), ips, budget_s, frac});
     nlohmann::json j = {
         {"type", "eval"},           {"epoch", epoch},         {"step", engine->num_steps()},
         {"eval_loss", ev.loss},     {"eval_top1", ev.top1},   {"eval_top5", ev.top5},
         {"img_size", cfg.img_size}, {"eval_size", eval_size}, {"budget_s", budget_s},
         {"fraction", frac},         {"elapsed_s", elapsed()}};
     if (data.streamed()) j["skipped_images"] = unreadable();  // unreadable files so far
-    jlog.write(j);
-    plot.eval_loss.push_back({elapsed(), ev.loss});
-    plot.eval_top1.push_back({elapsed(), ev.top1});
+    out.log.write(j);
+    out.plot.eval_loss.push_back({elapsed(), ev.loss});
+    out.plot.eval_top1.push_back({elapsed(), ev.top1});
     updates_since_eval = 0;
     evaluated_once = true;
     return keep_going;
@@ -436,15 +356,9 @@ int run_train(const TrainArgs& args) {
       }
       const auto t_step = std::chrono::steady_clock::now();
       const double frac = fraction(epoch, u);
-      set_train_size(target_size(epoch, frac), epoch, u, frac);
+      set_train_size(plan.target_size(args, epoch, frac), epoch, u, frac);
       const int S = cfg.img_size;
-      double lr;
-      if (et)
-        lr = et_lr(frac, args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
-      else if (budget)
-        lr = sched.at(frac * double(args.epochs) * double(upe));
-      else
-        lr = sched.at(double(engine->num_steps()));
+      const double lr = plan.lr_at(args, engine->num_steps(), frac);
       if (et) {
         train_bc.magnitude_override = et_magnitude(frac);
         et_bc.magnitude_override = et_magnitude(frac);
@@ -550,9 +464,9 @@ int run_train(const TrainArgs& args) {
           j["magnitude"] = et_magnitude(frac);
           j["progress"] = compute.progress();
         }
-        jlog.write(j);
-        plot.train_loss.push_back({elapsed(), loss_avg_window / window_losses});
-        plot.lr.push_back({elapsed(), lr});
+        out.log.write(j);
+        out.plot.train_loss.push_back({elapsed(), loss_avg_window / window_losses});
+        out.plot.lr.push_back({elapsed(), lr});
         loss_avg_window = 0;
         window_losses = 0;
         data_window = 0;
@@ -582,17 +496,14 @@ int run_train(const TrainArgs& args) {
     const double ips = double(samples) / std::max(train_seconds, 1e-9);
     const double frac_now = fraction(epoch, u);
     auto lr_now = [&] {
-      if (et)
-        return et_lr(std::min(1.0, frac_now), args.lr, args.min_lr, args.warmup_lr, args.et_warmup);
-      if (budget) return sched.at(frac_now * double(args.epochs) * double(upe));
-      return sched.at(double(engine->num_steps()));
+      return plan.lr_at(args, engine->num_steps(), et ? std::min(1.0, frac_now) : frac_now);
     };
 
     if (finished) {  // the compute or time budget is spent: final evaluation at the final size
       if (updates_since_eval > 0 || !evaluated_once)
         eval_and_save(epoch, train_loss, ips, lr_now(), frac_now);
       save_state(epoch, u);
-      write_training_plot(run_dir + "/plot.png", plot);
+      out.write_plot();
       if (budget)
         fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n",
                    elapsed(), budget->total_s, 100.0 * elapsed() / budget->total_s,
@@ -610,11 +521,11 @@ int run_train(const TrainArgs& args) {
     }
     if (!eval_and_save(epoch, train_loss, ips, lr_now(), frac_now)) stopped_early = true;
     save_state(stopped_early ? (open_ended ? epoch + 1 : args.epochs) : epoch + 1, 0);
-    write_training_plot(run_dir + "/plot.png", plot);
+    out.write_plot();
   }
   fmt::print("*** Best metric: {:.3f} (epoch {})\n", st.best_metric, st.best_epoch);
   if (data.streamed()) fmt::print("Skipped {} unreadable images\n", unreadable());
-  const auto& rows = summary.rows();
+  const auto& rows = out.summary.rows();
   if (!rows.empty())
     fmt::print("Final test top-1: {:.2f}%  top-5: {:.2f}%  loss: {:.4f}  ({} of training{})\n",
                rows.back().eval_top1, rows.back().eval_top5, rows.back().eval_loss,

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "core/common.h"
-#include "train/optimizer.h"
+#include "ops/cpu/adamw.h"
 
 namespace vit::cuda {
 

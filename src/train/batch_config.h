@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "cli/train_args.h"
+#include "train/train_args.h"
 #include "data/augment.h"
 #include "data/batch.h"
 

@@ -1,4 +1,4 @@
-#include "cli/batch_config.h"
+#include "train/batch_config.h"
 
 #include <fmt/format.h>
 
