@@ -1,8 +1,8 @@
 // vitrain: train, evaluate, export and benchmark Vision Transformers.
 #include <fmt/format.h>
+#include <malloc.h>  // mallopt (glibc), on every target
 
 #if defined(__SSE3__)
-#include <malloc.h>
 #include <pmmintrin.h>
 #include <xmmintrin.h>
 #endif
