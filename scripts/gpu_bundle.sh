@@ -1,41 +1,73 @@
 #!/usr/bin/env bash
 # Builds, on THIS machine (Debian 12 with nvcc, see docs/gpu.md), everything a GPU session needs
-# to check the CUDA backend on the device machine, which has the CUDA 13 driver and toolkit but
-# none of our Debian libraries. Writes gpu_bundle/ (git-ignored):
-#   bin/test_cuda_ops, bin/vitrain  portable x86-64 builds (no -march=native), sm_80 + sm_90
-#   libs.tar.xz                     the shared libraries they load that the device image may
-#                                   lack (OpenBLAS, yaml-cpp, fmt, libpng, FFTW, libgomp, the
-#                                   GCC 12 C++ runtime ...); not glibc, not CUDA's own libraries
-#   run.sh                          unpacks the libraries, finds the machine's libcublasLt.so.13,
-#                                   prints the GPU and runs the gpu-labelled tests
-# Then, in a session with a GPU, one call:  run(command="bash gpu_bundle/run.sh",
-# carry=["gpu_bundle"]). The working tree plus the bundle must stay under 64 MiB.
-# JOBS=N limits the build's parallelism (default: all cores).
+# to check the CUDA backend on the device machine, which has the CUDA 13 driver and toolkit,
+# PyTorch and timm, but none of our Debian libraries and no network. Writes gpu_bundle/
+# (git-ignored):
+#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model (when it builds)
+#                       portable x86-64 builds (no -march=native), sm_80 + sm_90
+#   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
+#                       yaml-cpp, fmt, libpng, FFTW, libgomp, the GCC 12 C++ runtime ...); not
+#                       glibc, not CUDA's own libraries
+#   data/fashion-mnist  the four IDX .gz files (the device machine cannot download them)
+#   recipes/, py/       the recipes and the Python scripts gpu_check.sh runs (copies: the working
+#                       tree travels too, and gpu_check.sh prefers the tree's own files)
+#   env.sh              sourced: unpacks the libraries, finds the machine's libcublasLt.so.13 and
+#                       sets VIT_LD_LIBRARY_PATH for our binaries only (PyTorch keeps its own)
+#   run.sh              the op harness alone: bash gpu_bundle/run.sh [gtest flags]
+#   gpu_check.sh        a copy of scripts/gpu_check.sh, the whole one-shot check
+#   MANIFEST.txt        commit, local changes, build and sizes, to tie results to sources
+# Then, in a session with a GPU (docs/gpu.md):
+#   run(command="bash scripts/gpu_check.sh tests", carry=["gpu_bundle"], timeout_s=600)
+#   run(command="bash scripts/gpu_check.sh train-bench", carry=["gpu_bundle"], timeout_s=600)
+# The working tree plus the bundle must stay under 64 MiB (checked at the end).
+# JOBS=N limits the build's parallelism (default: all cores). SKIP_BUILD=1 packs what build-gpu/
+# already holds. FMNIST_DIR overrides /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu
 OUT=gpu_bundle
+FMNIST_DIR="${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}"
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVIT_NATIVE=OFF -DVIT_CUDA=ON >/dev/null
-if ! grep -q 'test_cuda_ops' "$BUILD/build.ninja"; then
-  echo "gpu_bundle: no CUDA toolkit found (nvcc), so there are no GPU tests to bundle" >&2
-  exit 1
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVIT_NATIVE=OFF -DVIT_CUDA=ON >/dev/null
+  if ! grep -q 'test_cuda_ops' "$BUILD/build.ninja"; then
+    echo "gpu_bundle: no CUDA toolkit found (nvcc), so there are no GPU tests to bundle" >&2
+    exit 1
+  fi
+  cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
+  # The model test is optional: it is new, and a bundle without it still checks the rest.
+  if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -Eq '^(tests/)?test_cuda_model:'; then
+    cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_model ||
+      echo "gpu_bundle: WARNING: test_cuda_model failed to build; bundling without it" >&2
+  else
+    echo "gpu_bundle: no test_cuda_model target yet; bundling without it" >&2
+  fi
 fi
-cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-cp "$BUILD/tests/test_cuda_ops" "$BUILD/vitrain" "$OUT/bin/"
+for b in vitrain tests/test_cuda_ops tests/test_cuda_model; do
+  if [ -x "$BUILD/$b" ]; then
+    cp "$BUILD/$b" "$OUT/bin/"
+  elif [ "$b" != tests/test_cuda_model ]; then
+    echo "gpu_bundle: $BUILD/$b is missing" >&2
+    exit 1
+  fi
+done
 strip "$OUT"/bin/*
+if ! ldd "$OUT/bin/vitrain" | grep -q libcublasLt; then
+  echo "gpu_bundle: WARNING: bin/vitrain does not link libcublasLt, so it has no CUDA backend:" \
+    "its --device cuda steps will fail" >&2
+fi
 
 # Every library ldd resolves, except glibc (ABI-bound to the loader), the vDSO and CUDA's own
 # libraries (the device machine's driver and toolkit provide libcuda and libcublasLt; cudart is
-# linked statically).
+# linked statically; NVML is dlopen'ed from the driver).
 for bin in "$OUT"/bin/*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
   sort -u | while read -r name path; do
     case "$name" in
       linux-vdso* | ld-linux* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so*) ;;
-      libcuda.so* | libcublas* | libcudart*) ;;
+      libcuda.so* | libcublas* | libcudart* | libnvidia-ml*) ;;
       # The GCC 12 C++ runtime only as a fallback: the device image's is newer, and tools that
       # run under LD_LIBRARY_PATH (compute-sanitizer) may need the newer one.
       libstdc++* | libgcc_s*) mkdir -p "$OUT/lib/fallback" && cp -L "$path" "$OUT/lib/fallback/" ;;
@@ -44,39 +76,84 @@ for bin in "$OUT"/bin/*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {pr
   done
 strip --strip-unneeded "$OUT"/lib/*.so* "$OUT"/lib/fallback/* 2>/dev/null || true
 tar -C "$OUT" -cJf "$OUT/libs.tar.xz" lib
-rm -rf "$OUT/lib"
+rm -rf "${OUT:?}/lib"
+
+# Data, recipes and scripts: the device machine has no network and none of our Debian packages.
+mkdir -p "$OUT/data/fashion-mnist" "$OUT/recipes" "$OUT/py"
+n_idx=0
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte \
+  t10k-labels-idx1-ubyte; do
+  for p in "$FMNIST_DIR/$f.gz" "$FMNIST_DIR/$f"; do
+    if [ -f "$p" ]; then cp -L "$p" "$OUT/data/fashion-mnist/" && n_idx=$((n_idx + 1)) && break; fi
+  done
+done
+[ "$n_idx" = 4 ] || echo "gpu_bundle: WARNING: only $n_idx of the 4 Fashion-MNIST files in" \
+  "$FMNIST_DIR (apt-get install dataset-fashion-mnist); the training steps will fail" >&2
+cp recipes/*.yaml "$OUT/recipes/"
+cp bench/torch_train_bench.py tests/reference/timm_logits_check.py tests/reference/torch_vit.py \
+  "$OUT/py/"
+cp scripts/gpu_check.sh "$OUT/gpu_check.sh"
+
+cat >"$OUT/env.sh" <<'EOF'
+# Sourced by run.sh and scripts/gpu_check.sh on the device machine (bash). Unpacks the bundled
+# libraries, finds the machine's libcublasLt.so.13 and sets, exported:
+#   VIT_BUNDLE           this folder
+#   VIT_LD_LIBRARY_PATH  what our binaries need in LD_LIBRARY_PATH; only for them: PyTorch must
+#                        keep its own (newer) libraries
+#   VIT_CUBLASLT_DIR     where libcublasLt.so.13 was found ("" if nowhere)
+# Returns 2, with a message, when a bundled binary would not start.
+vit_bundle_env() {
+  VIT_BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" d f b missing
+  if ! { rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$VIT_BUNDLE/libs.tar.xz"; }; then
+    echo "env.sh: cannot unpack $VIT_BUNDLE/libs.tar.xz" >&2
+    return 2
+  fi
+  # libcublasLt.so.13: the CUDA toolkit's, else any copy on the machine (PyTorch's pip wheels).
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/libcublasLt.so.13" ]; then lt="$d"; break; fi
+  done
+  if [ -z "$lt" ]; then
+    f=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name 'libcublasLt.so.13' -print \
+        2>/dev/null | head -n 1)
+    [ -n "$f" ] && lt="$(dirname "$f")"
+  fi
+  VIT_CUBLASLT_DIR="$lt"
+  VIT_LD_LIBRARY_PATH="$libs/lib${lt:+:$lt}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  missing=""
+  for b in "$VIT_BUNDLE"/bin/*; do
+    LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1 | grep -q 'not found' && missing=1
+  done
+  if [ -n "$missing" ]; then
+    # An older system C++ runtime than the build's: use the bundled GCC 12 one.
+    VIT_LD_LIBRARY_PATH="$libs/lib/fallback:$VIT_LD_LIBRARY_PATH"
+    echo "env.sh: using the bundled C++ runtime"
+  fi
+  export VIT_BUNDLE VIT_LD_LIBRARY_PATH VIT_CUBLASLT_DIR
+  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}"
+  for b in "$VIT_BUNDLE"/bin/*; do
+    if LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1 | grep 'not found'; then
+      echo "env.sh: $(basename "$b") misses the shared libraries above" >&2
+      return 2
+    fi
+  done
+  return 0
+}
+vit_bundle_env
+EOF
 
 cat >"$OUT/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # On the device machine: bash gpu_bundle/run.sh [gtest flags, e.g. --gtest_filter=*Matmul*]
-# SANITIZE=1 runs the tests under compute-sanitizer (memcheck; slow). Logs go to $OUT if set.
+# The op harness alone (scripts/gpu_check.sh runs everything). SANITIZE=1 runs it under
+# compute-sanitizer (memcheck; slow). VIT_REQUIRE_GPU=1 is set: no device fails, never skips.
+# Logs go to $OUT if set.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-libs="${TMPDIR:-/tmp}/vitrain_gpu_libs"
-rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$here/libs.tar.xz" || exit 2
-# libcublasLt.so.13: the CUDA toolkit's, else any copy on the machine (PyTorch's pip wheels).
-lt=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
-  if [ -e "$d/libcublasLt.so.13" ]; then lt="$d"; break; fi
-done
-if [ -z "$lt" ]; then
-  f=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name 'libcublasLt.so.13' -print \
-      2>/dev/null | head -n 1)
-  [ -n "$f" ] && lt="$(dirname "$f")"
-fi
-if [ -z "$lt" ]; then echo "run.sh: libcublasLt.so.13 not found on this machine" >&2; exit 2; fi
+# shellcheck source=/dev/null
+source "$here/env.sh" || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-echo "libcublasLt: $lt"
-export LD_LIBRARY_PATH="$libs/lib:$lt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$here/bin/test_cuda_ops" 2>&1 | grep -q 'not found'; then
-  # An older system C++ runtime than the build's: use the bundled GCC 12 one.
-  export LD_LIBRARY_PATH="$libs/lib/fallback:$LD_LIBRARY_PATH"
-  echo "using the bundled C++ runtime"
-fi
-if ldd "$here/bin/test_cuda_ops" 2>&1 | grep 'not found'; then
-  echo "run.sh: missing shared libraries (above)" >&2
-  exit 2
-fi
+export LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" VIT_REQUIRE_GPU=1
 log="${OUT:-/tmp}"
 pre=()
 if [ "${SANITIZE:-0}" = 1 ]; then pre=(compute-sanitizer --tool memcheck --error-exitcode 99); fi
@@ -84,7 +161,40 @@ if [ "${SANITIZE:-0}" = 1 ]; then pre=(compute-sanitizer --tool memcheck --error
   --gtest_output="xml:$log/test_cuda_ops.xml" "$@" 2>&1 | tee "$log/test_cuda_ops.log"
 exit "${PIPESTATUS[0]}"
 EOF
-chmod +x "$OUT/run.sh"
+chmod +x "$OUT/run.sh" "$OUT/gpu_check.sh"
 
-echo "gpu_bundle: $(du -sh "$OUT" | cut -f1) in $OUT/ ($(du -sb "$OUT" | cut -f1) bytes)"
+# What was built from what: results that come back name this.
+{
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  if git rev-parse --git-dir >/dev/null 2>&1; then
+    echo "commit: $(git rev-parse HEAD) ($(git log -1 --format=%s | cut -c1-80))"
+    # GIT_OPTIONAL_LOCKS=0: status must not rewrite the index (others work in this checkout).
+    echo "local changes (git status --porcelain):"
+    GIT_OPTIONAL_LOCKS=0 git status --porcelain | sed 's/^/  /'
+  else
+    echo "commit: (not a git checkout)"
+  fi
+  echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -n 1)"
+  echo "cuda code: $(grep -o -- '--generate-code=[^ ]*' "$BUILD/build.ninja" | sort -u | tr '\n' ' ')"
+  echo "files:"
+  (cd "$OUT" && find . -type f ! -name MANIFEST.txt | sort | while read -r f; do
+    printf '  %-40s %10s  %s\n' "$f" "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -c1-16)"
+  done)
+} >"$OUT/MANIFEST.txt"
+
+# The device tool sends the working tree (tracked + untracked-not-ignored files, shared/) plus
+# the carried bundle: 64 MiB in all.
+tree_bytes=$({ git ls-files -z -co --exclude-standard 2>/dev/null || true; } |
+  xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+[ -d shared ] && tree_bytes=$((tree_bytes + $(du -sb shared | cut -f1)))
+bundle_bytes=$(du -sb "$OUT" | cut -f1)
+total=$((tree_bytes + bundle_bytes))
+echo "gpu_bundle: $(du -sh "$OUT" | cut -f1) in $OUT/ ($bundle_bytes bytes); with the working" \
+  "tree ($tree_bytes bytes) $((total / 1048576)) MiB of the device tool's 64 MiB"
 ls -la "$OUT" "$OUT/bin"
+if [ "$total" -gt $((64 * 1048576)) ]; then
+  echo "gpu_bundle: ERROR: over 64 MiB: the device tool would refuse this" >&2
+  exit 1
+elif [ "$total" -gt $((60 * 1048576)) ]; then
+  echo "gpu_bundle: WARNING: within 4 MiB of the 64 MiB limit" >&2
+fi

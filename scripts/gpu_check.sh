@@ -1,0 +1,642 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # the step bodies run through `bash -c`, which shellcheck cannot see
+# The one-shot GPU check: runs ON the device machine, from the repository root, with gpu_bundle/
+# (scripts/gpu_bundle.sh) carried along. Two entry points, each made to fit one 10-minute call:
+#
+#   bash scripts/gpu_check.sh tests [DEST]        (a) GPU, driver and tool versions
+#                                                 (b) op harness, VIT_REQUIRE_GPU=1: fp32, then bf16
+#                                                 (c) compute-sanitizer memcheck on two op subsets
+#                                                 (d) test_cuda_model (CUDA vs CPU model)
+#                                                 then, with the time left, (f)+(g) compile:
+#                                                 vitrain bench next to timm under torch.compile
+#   bash scripts/gpu_check.sh train-bench [DEST]  (a) again (cheap), then
+#                                                 (e) the default Fashion-MNIST recipe on CUDA
+#                                                 (h) export it; vitrain eval's logits (CUDA bf16,
+#                                                     CUDA fp32, CPU fp32) against PyTorch; then
+#                                                     a 1-epoch vit_fmnist_tiny run, its CUDA bf16
+#                                                     and CPU logits against timm
+#                                                 (f)+(g) vitrain bench and timm eager, interleaved,
+#                                                     ViT-S/16 and ViT-B/16 at batch 256, the
+#                                                     CIFAR-size ViT-Ti/4 at 1024, two rounds
+#   bash scripts/gpu_check.sh all [DEST]          everything (over 10 minutes on a GPU: dry runs)
+#   Also: info, ops, model, train, bench, compile, comma-separated (tests = info,ops,model,compile).
+#
+# DEST (default $OUT, else /tmp/gpu_check_out) receives at most four files per phase, named after
+# it: PHASE_summary.md (PASS/FAIL table, metrics, the tail of each failing log), PHASE_results.json
+# (the same, machine-readable), PHASE_logs.tar.gz (every log, gtest XML, the training run's
+# args.yaml/summary.csv/log.jsonl) and PHASE_fmnist_plot.png. They are rewritten after every step,
+# so a call cut off at its limit still returns what finished. Two phases in one DEST: 8 files.
+#
+# Every step has a timeout; a failing step is recorded and the next one runs. The phase stops
+# starting steps when its budget (GPU_CHECK_BUDGET_S, default 560 s: a 600 s call minus margin)
+# runs out; the steps left are SKIP. Knobs: GPU_CHECK_COMPILE_TIMEOUT (s per torch.compile run,
+# default 200), VIT_TORCH_SKIP_COMPILE=1 (no torch.compile), BENCH_STEPS / BENCH_WARMUP (20 / 5),
+# VIT_BUNDLE_DIR (default ./gpu_bundle), PYTHON (default python3, the one with torch and timm),
+# TRAIN_RECIPE (default recipes/fmnist.yaml). For dry runs without a GPU: GPU_CHECK_DEVICE
+# (default cuda; cpu or emu run the same steps on the CPU), GPU_CHECK_TRAIN_ARGS (extra train
+# flags, e.g. "--budget 20s"), GPU_CHECK_BENCH_MODELS ("model:batch ...", three entries).
+set -uo pipefail # no -e: a failing step is recorded and the rest still run
+export LC_ALL=C   # decimal points in EPOCHREALTIME and printf
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 2
+
+phases="all"
+case "${1:-}" in
+  "" | */* | .) ;; # a DEST path: everything
+  *)
+    phases="$1"
+    shift
+    ;;
+esac
+DEST="${1:-${OUT:-/tmp/gpu_check_out}}"
+PREFIX="$(printf '%s' "$phases" | tr -c 'A-Za-z0-9._-' '_')"
+groups=""
+for p in ${phases//,/ }; do
+  case "$p" in
+    tests) groups+=" ops model compile" ;;
+    train-bench) groups+=" train bench" ;;
+    all) groups+=" ops model train bench compile" ;;
+    info) ;;
+    ops | model | train | bench | compile) groups+=" $p" ;;
+    *)
+      echo "gpu_check: unknown phase '$p' (tests, train-bench, all, info, ops, model, train, bench," \
+        "compile)" >&2
+      exit 2
+      ;;
+  esac
+done
+want() { [[ " $groups " == *" $1 "* ]]; }
+
+BUDGET_S="${GPU_CHECK_BUDGET_S:-560}"
+RESERVE_S=15   # packing the results at the end
+MIN_STEP_S=20  # a step is not started with less than this left
+START_S="${EPOCHSECONDS}"
+DEADLINE_S=$((START_S + BUDGET_S))
+COMPILE_TIMEOUT="${GPU_CHECK_COMPILE_TIMEOUT:-200}"
+BENCH_STEPS="${BENCH_STEPS:-20}"
+BENCH_WARMUP="${BENCH_WARMUP:-5}"
+PY="${PYTHON:-python3}"
+BUNDLE="${VIT_BUNDLE_DIR:-$ROOT/gpu_bundle}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
+LOGS="$WORK/logs"
+MET="$WORK/metrics"
+mkdir -p "$LOGS" "$MET" "$WORK/notes" "$DEST" || exit 2
+: >"$WORK/steps.tsv"
+
+# The tree's own scripts and recipes (newest), else the bundle's copies.
+pick() { if [ -f "$ROOT/$1" ]; then echo "$ROOT/$1"; else echo "$BUNDLE/$2"; fi; }
+TORCH_BENCH="$(pick bench/torch_train_bench.py py/torch_train_bench.py)"
+LOGITS_CHECK="$(pick tests/reference/timm_logits_check.py py/timm_logits_check.py)"
+RECIPE="${TRAIN_RECIPE:-$(pick recipes/fmnist.yaml recipes/fmnist.yaml)}"
+DEVICE="${GPU_CHECK_DEVICE:-cuda}"
+TRAIN_ARGS="${GPU_CHECK_TRAIN_ARGS:-}"
+DATA="$BUNDLE/data/fashion-mnist"
+export WORK LOGS MET BUNDLE PY TORCH_BENCH LOGITS_CHECK RECIPE DATA BENCH_STEPS BENCH_WARMUP \
+  COMPILE_TIMEOUT DEVICE TRAIN_ARGS
+
+echo "gpu_check: phase '$phases' (groups:${groups:- info only}), budget ${BUDGET_S}s, work dir" \
+  "$WORK, results to $DEST/${PREFIX}_*"
+ENV_OK=0
+if [ -f "$BUNDLE/env.sh" ]; then
+  # shellcheck source=/dev/null
+  source "$BUNDLE/env.sh" >"$LOGS/env.log" 2>&1 && ENV_OK=1
+  cat "$LOGS/env.log"
+else
+  echo "gpu_check: no bundle at $BUNDLE (run scripts/gpu_bundle.sh here, carry gpu_bundle)" |
+    tee "$LOGS/env.log"
+fi
+export VIT_LD_LIBRARY_PATH="${VIT_LD_LIBRARY_PATH:-}" ENV_OK
+
+# ---------------------------------------------------------------------------------------------
+# Step bodies. Each runs in its own bash under `timeout`; stdout+stderr go to logs/ID.log. They
+# leave key=value metrics in metrics/ID.kv, a JSON line in metrics/ID.json, a note in notes/ID.
+
+# vitrain with our libraries; nothing else (PyTorch) sees VIT_LD_LIBRARY_PATH.
+vt() { LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "$BUNDLE/bin/vitrain" "$@"; }
+note() { printf '%s\n' "$*" >"$WORK/notes/$STEP_ID"; }
+kv() { printf '%s=%s\n' "$1" "$2" >>"$MET/$STEP_ID.kv"; }
+need_bin() {
+  if [ ! -x "$BUNDLE/bin/$1" ]; then
+    note "$1 is not in the bundle"
+    echo "$BUNDLE/bin/$1 missing (scripts/gpu_bundle.sh did not build it)"
+    exit 3
+  fi
+  if [ "$ENV_OK" != 1 ]; then
+    note "bundle environment failed (logs/env.log)"
+    echo "gpu_bundle/env.sh failed: see logs/env.log"
+    exit 3
+  fi
+}
+# Last line of a file that looks like a JSON object.
+last_json() { grep -E '^\{.*\}$' "$1" | tail -n 1; }
+
+s_info() {
+  local rc=0
+  # Bundle and toolchain first, the GPU last: a failing step's log tail then shows the GPU part.
+  echo "--- bundle"
+  echo "libcublasLt: ${VIT_CUBLASLT_DIR:-not found}"
+  kv cublaslt_dir "${VIT_CUBLASLT_DIR:-}"
+  head -n 40 "$BUNDLE/MANIFEST.txt" 2>/dev/null
+  kv bundle_commit "$(grep -m1 '^commit:' "$BUNDLE/MANIFEST.txt" 2>/dev/null | cut -d' ' -f2-)"
+  for b in "$BUNDLE"/bin/*; do
+    echo "--- ldd $(basename "$b")"
+    LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1
+  done
+  echo "--- CPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "--- nvcc"
+  (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>&1 | tail -n 2
+  kv nvcc "$( (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)"
+  echo "--- compute-sanitizer"
+  compute-sanitizer --version 2>&1 | head -n 3
+  echo "--- python"
+  "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 | tail -n 3
+  kv torch "$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  kv timm "$("$PY" -c 'import timm; print(timm.__version__)' 2>/dev/null)"
+  echo "--- nvidia-smi"
+  nvidia-smi || rc=$?
+  echo "--- nvidia-smi query"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,power.limit,temperature.gpu,persistence_mode,mig.mode.current \
+    --format=csv
+  local q
+  q=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+    head -n 1)
+  if [ -n "$q" ]; then
+    kv gpu "$(echo "$q" | cut -d, -f1 | sed 's/^ *//')"
+    kv driver "$(echo "$q" | cut -d, -f2 | sed 's/^ *//')"
+    kv gpu_memory "$(echo "$q" | cut -d, -f3 | sed 's/^ *//')"
+  fi
+  kv cuda_driver_api "$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | cut -d' ' -f3)"
+  if [ "$ENV_OK" != 1 ]; then
+    note "bundle environment failed (logs/env.log)"
+    rc=3
+  fi
+  if [ "$rc" != 0 ]; then
+    [ -s "$WORK/notes/$STEP_ID" ] || note "nvidia-smi failed (rc $rc)"
+    return "$rc"
+  fi
+  note "$(grep -E '^(gpu|driver|torch|timm)=' "$MET/$STEP_ID.kv" 2>/dev/null | tr '\n' ' ')"
+}
+
+# A gtest binary with VIT_REQUIRE_GPU=1; a skipped test fails the step (it means no device).
+# Args: binary, gtest filter ("" = all), optional wrapper command (compute-sanitizer ...).
+s_gtest() {
+  local bin="$1" filter="$2"
+  shift 2
+  need_bin "$bin"
+  local out="$WORK/$STEP_ID.out" rc
+  VIT_REQUIRE_GPU=1 LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "$@" "$BUNDLE/bin/$bin" \
+    --gtest_color=no ${filter:+--gtest_filter="$filter"} \
+    --gtest_output="xml:$LOGS/$STEP_ID.xml" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  local passed failed skipped
+  passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out" | grep -oE '[0-9]+$' | tail -n 1)
+  failed=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$out" | grep -oE '[0-9]+' | tail -n 1)
+  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$out" | grep -oE '[0-9]+' | tail -n 1)
+  kv passed "${passed:-0}"
+  kv failed "${failed:-0}"
+  kv skipped "${skipped:-0}"
+  local errs
+  errs=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$out" | grep -oE '[0-9]+' | tail -n 1)
+  [ -n "$errs" ] && kv sanitizer_errors "$errs"
+  if [ "$rc" = 0 ] && [ "${skipped:-0}" != 0 ]; then
+    note "${skipped} tests skipped although VIT_REQUIRE_GPU=1 (no device?)"
+    return 3
+  fi
+  if [ "$rc" != 0 ]; then
+    local first
+    first=$(grep -m1 -E '^\[  FAILED  \] [A-Za-z]' "$out" | sed 's/^\[  FAILED  \] //')
+    note "${passed:-0} passed, ${failed:-?} failed${skipped:+, $skipped skipped}${errs:+, sanitizer: $errs errors}${first:+; first: $first}"
+  else
+    note "${passed:-0} passed${errs:+, sanitizer: $errs errors}"
+  fi
+  return "$rc"
+}
+
+s_memcheck() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    note "compute-sanitizer not on the PATH"
+    echo "compute-sanitizer not found"
+    return 3
+  fi
+  s_gtest test_cuda_ops "$1" compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 30
+}
+
+# Args: experiment name, then extra train flags.
+s_train() {
+  local exp="$1"
+  shift
+  need_bin vitrain
+  [ -f "$DATA/t10k-labels-idx1-ubyte.gz" ] || [ -f "$DATA/t10k-labels-idx1-ubyte" ] || {
+    note "no Fashion-MNIST in the bundle"
+    return 3
+  }
+  local out="$WORK/$STEP_ID.out" rc
+  # shellcheck disable=SC2086  # TRAIN_ARGS: extra flags, split on purpose
+  vt train -c "$RECIPE" --device "$DEVICE" --data-dir "$DATA" --output "$WORK/runs" \
+    --experiment "$exp" "$@" $TRAIN_ARGS 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  local top1 run
+  top1=$(grep -oE 'Final test top-1: [0-9.]+' "$out" | grep -oE '[0-9.]+$' | tail -n 1)
+  run=$(grep -oE 'Run folder: .*' "$out" | sed 's/^Run folder: //' | tail -n 1)
+  [ -n "$top1" ] && kv top1 "$top1"
+  [ -d "${run:-$WORK/runs/$exp}" ] || run="$WORK/runs/$exp"
+  mkdir -p "$LOGS/$STEP_ID"
+  for f in args.yaml summary.csv log.jsonl plot.png; do
+    [ -f "$run/$f" ] && cp "$run/$f" "$LOGS/$STEP_ID/"
+  done
+  if [ "$rc" = 0 ] && [ -z "$top1" ]; then
+    note "exit 0 but no 'Final test top-1' line"
+    return 3
+  fi
+  [ -n "$top1" ] && note "top-1 ${top1}%"
+  return "$rc"
+}
+
+s_export() {
+  local exp="$1" ck="$WORK/runs/$1/last.safetensors"
+  need_bin vitrain
+  [ -f "$ck" ] || {
+    note "no $exp/last.safetensors (training failed)"
+    return 3
+  }
+  vt export --checkpoint "$ck" --out "$WORK/export_$exp" || return
+  cp "$WORK/export_$exp/config.json" "$LOGS/$STEP_ID.config.json"
+}
+
+# Args: experiment, device (cuda|cpu), precision (bf16|fp32: vitrain eval's on CUDA, and the
+# tolerance preset of the check).
+s_logits() {
+  local exp="$1" dev="$2" prec="$3" ck="$WORK/runs/$1/last.safetensors" pflag=()
+  [ "$dev" = cuda ] && dev="$DEVICE" && pflag=(--precision "$prec")
+  need_bin vitrain
+  [ -f "$WORK/export_$exp/config.json" ] || {
+    note "no export of $exp (previous step failed)"
+    return 3
+  }
+  local npy="$WORK/${exp}_${dev}_$prec.npy" out="$WORK/$STEP_ID.out"
+  vt eval --device "$dev" "${pflag[@]}" --checkpoint "$ck" --data-dir "$DATA" \
+    --save-logits "$npy" 2>&1 | tee "$out"
+  local rc=${PIPESTATUS[0]}
+  kv eval_top1 "$(grep -oE 'top-1 [0-9.]+' "$out" | grep -oE '[0-9.]+$' | tail -n 1)"
+  if [ "$rc" != 0 ] || [ ! -f "$npy" ]; then
+    note "vitrain eval --device $dev ${pflag[*]} failed"
+    return 1
+  fi
+  "$PY" "$LOGITS_CHECK" --export "$WORK/export_$exp" --logits "$npy" --data-dir "$DATA" \
+    --precision "$prec" --json-out "$MET/$STEP_ID.json"
+  rc=$?
+  note "$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("rel L2 %.2e, max abs %.3g (%.2e of max), top-1 agree %.4f, %s" % (r["rel_l2"], r["max_abs_diff"], r["max_abs_frac"], r["top1_agree"], r["loader"].split(" (")[0]) if "rel_l2" in r else r.get("error",""))' "$MET/$STEP_ID.json" 2>/dev/null)"
+  return "$rc"
+}
+
+# Args: model, batch.
+s_vbench() {
+  need_bin vitrain
+  local out="$WORK/$STEP_ID.out" rc
+  vt bench --device "$DEVICE" --model "$1" -b "$2" --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
+    --json 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  last_json "$out" >"$MET/$STEP_ID.json"
+  [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
+  return "$rc"
+}
+
+# Args: model, batch, mode (eager|compile).
+s_tbench() {
+  local out="$WORK/$STEP_ID.out" rc extra=()
+  if [ "$3" = compile ]; then
+    # Leave the step ~45 s for Python's start, the timed steps and a clean exit.
+    local lim=$((STEP_TIMEOUT - 45))
+    [ "$lim" -gt "$COMPILE_TIMEOUT" ] && lim=$COMPILE_TIMEOUT
+    extra=(--compile-timeout "$lim")
+  fi
+  PYTHONUNBUFFERED=1 "$PY" "$TORCH_BENCH" --model "$1" --batch "$2" --steps "$BENCH_STEPS" \
+    --warmup "$BENCH_WARMUP" --mode "$3" "${extra[@]}" --json 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  last_json "$out" >"$MET/$STEP_ID.json"
+  [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
+  local err
+  err=$(grep -oE '"(error|skipped)": "[^"]*"' "$MET/$STEP_ID.json" 2>/dev/null | cut -d'"' -f4)
+  [ -n "$err" ] && note "$err"
+  return "$rc"
+}
+
+export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_export s_logits \
+  s_vbench s_tbench
+
+# ---------------------------------------------------------------------------------------------
+# The runner.
+
+# report: rewrites DEST/PREFIX_{summary.md,results.json,logs.tar.gz,fmnist_plot.png}.
+report() {
+  local final="${1:-0}"
+  "$PY_REPORT" - "$WORK" "$phases" "$START_S" "$BUDGET_S" "$final" <<'PY' || report_plain
+import json, os, sys, time, re, glob
+
+work, phases, start, budget, final = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
+    int(sys.argv[4]), sys.argv[5] == "1"
+logs, met = os.path.join(work, "logs"), os.path.join(work, "metrics")
+
+
+NUMERIC = {"top1", "eval_top1", "passed", "failed", "skipped", "sanitizer_errors"}
+
+
+def num(k, v):
+    """Counts and accuracies as numbers; versions ("12.10") stay strings."""
+    if k not in NUMERIC:
+        return v
+    try:
+        return float(v) if "." in v else int(v)
+    except ValueError:
+        return v
+
+
+steps = []
+for line in open(os.path.join(work, "steps.tsv")):
+    f = line.rstrip("\n").split("\t")
+    if len(f) < 8:
+        continue
+    sid, group, title, status, rc, secs, tmo, note = f[:8]
+    s = {"id": sid, "group": group, "title": title, "status": status,
+         "rc": None if rc == "-" else int(rc), "seconds": float(secs), "timeout_s": int(tmo),
+         "note": note, "log": f"logs/{sid}.log"}
+    kvp = os.path.join(met, sid + ".kv")
+    if os.path.exists(kvp):
+        s["metrics"] = {}
+        for kvl in open(kvp):
+            if "=" in kvl:
+                k, v = kvl.rstrip("\n").split("=", 1)
+                s["metrics"][k] = num(k, v)
+    jp = os.path.join(met, sid + ".json")
+    if os.path.exists(jp):
+        try:
+            s["result"] = json.loads(open(jp).read().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
+    steps.append(s)
+
+info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
+bench = [dict(s["result"], step=s["id"]) for s in steps
+         if s["group"] in ("bench", "compile") and "result" in s and "img_per_s" in s["result"]]
+counts = {k: sum(1 for s in steps if s["status"] == k) for k in ("PASS", "FAIL", "TIMEOUT", "SKIP")}
+# FAIL if anything failed; INCOMPLETE if all that ran passed but some never ran (budget).
+overall = ("FAIL" if counts["FAIL"] + counts["TIMEOUT"] or not steps else
+           "INCOMPLETE" if counts["SKIP"] else "PASS")
+res = {"phase": phases, "overall": overall, "counts": counts, "final": final,
+       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+       "elapsed_s": round(time.time() - start, 1), "budget_s": budget, "system": info,
+       "steps": steps, "bench": bench}
+tmp = os.path.join(work, "pack")
+os.makedirs(tmp, exist_ok=True)
+with open(os.path.join(tmp, "results.json"), "w") as f:
+    json.dump(res, f, indent=1)
+
+def g(k):
+    return str(info.get(k) or "?")
+
+
+L = []
+L.append(f"# gpu_check {phases}: {overall}" + ("" if final else " (INCOMPLETE: still running or cut off)"))
+L.append("")
+L.append(f"{res['started']}, {res['elapsed_s']} s of a {budget} s budget. GPU: {g('gpu')} "
+         f"({g('gpu_memory')}), driver {g('driver')}, CUDA {g('cuda_driver_api')}, nvcc {g('nvcc')}, "
+         f"torch {g('torch')}, timm {g('timm')}; bundle commit {g('bundle_commit')[:12]}.")
+L.append("")
+L.append(" | ".join(f"{k} {v}" for k, v in counts.items()))
+L.append("")
+L.append("| step | status | s | note |")
+L.append("|---|---|---:|---|")
+for s in steps:
+    L.append(f"| {s['id']} {s['title']} | {s['status']} | {s['seconds']:.1f} | {s['note']} |")
+if bench:
+    L.append("")
+    L.append("Training-step throughput (one fixed synthetic batch; MFU = 3 x analytic forward FLOPs / 989 TFLOP/s):")
+    L.append("")
+    L.append("| model | batch | impl | img/s | ms/step | MFU | peak GiB | step |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---|")
+    for b in sorted(bench, key=lambda b: (b.get("model", ""), b.get("impl", ""), b["step"])):
+        mfu = b.get("mfu")
+        L.append(f"| {b.get('model')} | {b.get('batch')} | {b.get('impl')} | {b.get('img_per_s')} | "
+                 f"{b.get('ms_per_step')} | {'' if mfu is None else f'{100 * mfu:.1f}%'} | "
+                 f"{b.get('peak_mem_gib', '')} | {b['step']} |")
+    # Medians per model and implementation, and vitrain's speed relative to each torch mode.
+    med = {}
+    for b in bench:
+        med.setdefault((b.get("model"), b.get("batch")), {}).setdefault(b.get("impl"), []).append(
+            b["img_per_s"])
+    impls = sorted({i for v in med.values() for i in v})
+    L.append("")
+    L.append("Median img/s (runs):")
+    L.append("")
+    L.append("| model | batch | " + " | ".join(impls) + " | vitrain / torch |")
+    L.append("|---|---:|" + "---:|" * len(impls) + "---|")
+    for (m, bsz), by in sorted(med.items(), key=lambda x: str(x[0])):
+        cells, mv = [], {}
+        for i in impls:
+            if i in by:
+                v = sorted(by[i])
+                mv[i] = v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+                cells.append(f"{mv[i]:.1f} ({len(v)})")
+            else:
+                cells.append("")
+        vit = [v for i, v in mv.items() if i.startswith("vitrain")]
+        ratio = ", ".join(f"{vit[0] / v:.2f}x {i}" for i, v in mv.items()
+                          if vit and not i.startswith("vitrain") and v > 0)
+        L.append(f"| {m} | {bsz} | " + " | ".join(cells) + f" | {ratio} |")
+fails = [s for s in steps if s["status"] in ("FAIL", "TIMEOUT")]
+tails = {}
+for s in fails:
+    p = os.path.join(logs, s["id"] + ".log")
+    if os.path.exists(p):
+        tails[s["id"]] = [t.rstrip() for t in open(p, errors="replace").read().splitlines()
+                          if t.strip()][-25:]
+F = []
+for s in fails:
+    if s["id"] in tails:
+        F.append("")
+        F.append(f"### {s['id']} ({s['status']}, rc {s['rc']}): last lines of {s['log']}")
+        F.append("")
+        F.append("```")
+        F.extend(t[:300] for t in tails[s["id"]])
+        F.append("```")
+with open(os.path.join(tmp, "summary.md"), "w") as f:
+    f.write("\n".join(L + F) + "\n")
+# The console copy: failures' tails first, shortened to fit, then the tables, so the device
+# tool's 12,000-character output tail always holds the whole table.
+table = "\n".join(L) + "\n"
+room = max(0, 11000 - len(table))
+per = room // max(1, len(tails))
+C = []
+for sid, tail in tails.items():
+    lines = [t[:200] + "\n" for t in tail[-10:]]
+    while lines and sum(map(len, lines)) > per - 80:
+        lines.pop(0)  # whole lines, oldest first
+    if lines:
+        C.append(f"--- {sid}: last lines of logs/{sid}.log\n" + "".join(lines))
+with open(os.path.join(tmp, "console.txt"), "w") as f:
+    f.write("".join(C) + ("\n" if C else "") + table)
+PY
+  local plot
+  plot=$(find "$LOGS" -path '*train_fmnist*' -name plot.png 2>/dev/null | head -n 1)
+  [ -n "$plot" ] && cp "$plot" "$WORK/pack/fmnist_plot.png"
+  tar -C "$WORK" -czf "$WORK/pack/logs.tar.gz" logs metrics notes steps.tsv 2>/dev/null
+  local f
+  for f in summary.md results.json logs.tar.gz fmnist_plot.png; do
+    [ -f "$WORK/pack/$f" ] && cp "$WORK/pack/$f" "$DEST/.${PREFIX}_$f.tmp" &&
+      mv -f "$DEST/.${PREFIX}_$f.tmp" "$DEST/${PREFIX}_$f"
+  done
+}
+
+# Without Python: a plain table from steps.tsv.
+report_plain() {
+  mkdir -p "$WORK/pack"
+  {
+    echo "# gpu_check $phases (no Python for the full report)"
+    echo
+    echo "| step | group | title | status | rc | s | timeout | note |"
+    echo "|---|---|---|---|---|---|---|---|"
+    sed 's/\t/ | /g; s/^/| /; s/$/ |/' "$WORK/steps.tsv"
+  } >"$WORK/pack/summary.md"
+  rm -f "$WORK/pack/results.json"
+}
+
+PY_REPORT="$(command -v "$PY" || command -v python3 || echo false)"
+
+# step ID GROUP TIMEOUT_S TITLE FUNCTION [ARGS...]
+step() {
+  local id="$1" group="$2" tmax="$3" title="$4"
+  shift 4
+  local left=$((DEADLINE_S - RESERVE_S - EPOCHSECONDS)) t status rc secs note
+  if [ "$left" -lt "$MIN_STEP_S" ]; then
+    printf '%s\t%s\t%s\tSKIP\t-\t0\t%s\t%s\n' "$id" "$group" "$title" "$tmax" \
+      "not started: ${left}s of the budget left" >>"$WORK/steps.tsv"
+    echo "== [$id] $title: SKIP (${left}s of the budget left)"
+    return
+  fi
+  t=$((tmax < left ? tmax : left))
+  echo "== [$id] $title (timeout ${t}s; ${left}s of the budget left)"
+  local t0=${EPOCHREALTIME/./}
+  # The body is an exported function run by a fresh bash, so `timeout` can stop it with all
+  # its children (timeout signals its whole process group).
+  STEP_ID="$id" STEP_TIMEOUT="$t" timeout -k 10 "$t" bash -c '"$@"' _ "$@" >"$LOGS/$id.log" 2>&1
+  rc=$?
+  secs=$(awk -v a="$t0" -v b="${EPOCHREALTIME/./}" 'BEGIN {printf "%.1f", (b - a) / 1e6}')
+  case "$rc" in
+    0) status=PASS ;;
+    124 | 137) status=TIMEOUT ;;
+    *) status=FAIL ;;
+  esac
+  note="$(head -c 400 "$WORK/notes/$id" 2>/dev/null | tr '\t\n|' '  /')"
+  # No note from a failing step: its last log line usually says why.
+  [ "$status" != PASS ] && [ -z "${note// /}" ] &&
+    note="$(grep -v '^[[:space:]]*$' "$LOGS/$id.log" | tail -n 1 | cut -c1-160 | tr '\t|' ' /')"
+  [ "$status" = TIMEOUT ] && note="killed after ${t}s${note:+; $note}"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$group" "$title" "$status" "$rc" "$secs" "$t" \
+    "$note" >>"$WORK/steps.tsv"
+  echo "   $status (rc $rc) in ${secs}s${note:+: $note}"
+  report 0 >/dev/null 2>&1
+}
+
+# ---------------------------------------------------------------------------------------------
+# The steps, in order.
+
+step a_info info 60 "GPU, driver, CUDA, torch, timm, bundle" s_info
+
+if want ops; then
+  step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
+    s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*'
+  step b_ops_bf16 ops 150 "op harness bf16" s_gtest test_cuda_ops 'CudaOps/bf16.*'
+  # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
+  # 2-byte-aligned operands).
+  step c_memcheck_kernels ops 150 "memcheck: own kernels fp32, runtime, AdamW" \
+    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.Activations:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+  step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
+    s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
+fi
+if want model; then
+  step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""
+fi
+
+if want train; then
+  step e_train_fmnist train 300 "train $(basename "$RECIPE") --device $DEVICE" s_train fmnist_cuda
+  step h_export_fmnist train 60 "export the recipe run" s_export fmnist_cuda
+  step h_logits_cuda_fmnist train 150 "eval cuda bf16 logits vs PyTorch (bf16 tol)" \
+    s_logits fmnist_cuda cuda bf16
+  step h_logits_cuda32_fmnist train 150 "eval cuda fp32 logits vs PyTorch (fp32 tol)" \
+    s_logits fmnist_cuda cuda fp32
+  step h_logits_cpu_fmnist train 150 "eval cpu logits vs PyTorch (fp32 tol)" \
+    s_logits fmnist_cuda cpu fp32
+  # The recipe's locality FFN has no timm twin: a short plain-ViT run checks the timm path.
+  step e_train_tiny train 120 "train vit_fmnist_tiny 1 epoch --device $DEVICE" \
+    s_train fmnist_tiny_cuda --model vit_fmnist_tiny --epochs 1
+  step h_export_tiny train 60 "export the vit_fmnist_tiny run" s_export fmnist_tiny_cuda
+  step h_logits_cuda_tiny train 150 "eval cuda bf16 logits vs timm (bf16 tol)" \
+    s_logits fmnist_tiny_cuda cuda bf16
+  step h_logits_cpu_tiny train 150 "eval cpu logits vs timm (fp32 tol)" \
+    s_logits fmnist_tiny_cuda cpu fp32
+fi
+
+BENCH_MODELS=("vit_small_patch16_224 256" "vit_base_patch16_224 256" "vit_tiny_patch4_32 1024")  # smallest last
+if [ -n "${GPU_CHECK_BENCH_MODELS:-}" ]; then
+  BENCH_MODELS=()
+  for mb in $GPU_CHECK_BENCH_MODELS; do BENCH_MODELS+=("${mb%%:*} ${mb##*:}"); done
+fi
+short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
+if want bench; then
+  # Interleaved: vitrain then timm per model; round two in the other order, so neither always
+  # runs on a warmer (or cooler) GPU. Two samples per pair also show the run-to-run spread.
+  for r in 1 2; do
+    for mb in "${BENCH_MODELS[@]}"; do
+      read -r m b <<<"$mb"
+      s=$(short "$m")
+      if [ "$r" = 1 ]; then
+        step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
+        step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
+      else
+        step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
+        step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
+      fi
+    done
+  done
+fi
+if want compile; then
+  # The last (smallest) model first: max-autotune's compile time grows with the model, and the
+  # budget is what the tests left.
+  n=${#BENCH_MODELS[@]}
+  for mb in "${BENCH_MODELS[n - 1]}" "${BENCH_MODELS[@]:0:n-1}"; do
+    read -r m b <<<"$mb"
+    s=$(short "$m")
+    step "f_vitrain_${s}_c" compile 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
+    left=$((DEADLINE_S - RESERVE_S - EPOCHSECONDS))
+    if [ "${VIT_TORCH_SKIP_COMPILE:-0}" != 0 ] || [ "$left" -lt 120 ]; then
+      why="VIT_TORCH_SKIP_COMPILE set"
+      [ "$left" -lt 120 ] && why="not started: ${left}s of the budget left (a compile needs 120)"
+      printf '%s\t%s\t%s\tSKIP\t-\t0\t0\t%s\n' "g_compile_$s" compile "timm compile $m b$b" \
+        "$why" >>"$WORK/steps.tsv"
+      echo "== [g_compile_$s] SKIP: $why"
+    else
+      step "g_compile_$s" compile $((COMPILE_TIMEOUT + 60)) "timm torch.compile max-autotune $m b$b" \
+        s_tbench "$m" "$b" compile
+    fi
+  done
+fi
+
+report 1
+echo
+echo "gpu_check: $(find "$DEST" -type f | wc -l) files in $DEST:"
+ls -la "$DEST"
+[ "$(find "$DEST" -type f | wc -l)" -le 8 ] ||
+  echo "gpu_check: WARNING: more than 8 files in $DEST: the device tool returns at most 8"
+# The end of the output is what the device tool's reply shows: the summary, failures' tails
+# trimmed so the table fits.
+echo
+if [ -f "$WORK/pack/console.txt" ]; then
+  cat "$WORK/pack/console.txt"
+else
+  cat "$DEST/${PREFIX}_summary.md"
+fi
+failed=0
+grep -qE $'\t(FAIL|TIMEOUT)\t' "$WORK/steps.tsv" && failed=1
+[ "${GPU_CHECK_KEEP_WORK:-0}" = 1 ] || rm -rf "$WORK"
+exit "$failed"
