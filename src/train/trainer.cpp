@@ -23,7 +23,6 @@
 #include "data/dataset.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
-#include "data/lowfreq.h"
 #include "data/source.h"
 #include "io/atomic_file.h"
 #include "io/plot.h"
@@ -34,12 +33,12 @@
 #include "train/engine.h"
 #include "train/evaluate.h"
 #include "train/initial_checkpoint.h"
-#include "train/replay.h"
 #include "train/resize_model.h"
 #include "train/run_log.h"
 #include "train/run_outputs.h"
 #include "train/run_plan.h"
 #include "train/schedule.h"
+#include "train/train_batches.h"
 
 namespace vit {
 
@@ -133,16 +132,9 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   ComputeBudget compute(double(args.epochs), int64_t(n_train), F);
   compute.consumed = st.compute_consumed;
 
-  // In-memory data keeps the pad-crop/flip path unless a timm flag is given; streamed data
-  // (photos of any size) defaults to timm's RandomResizedCrop + flip and resize + centre crop.
-  data::BatchConfig train_bc =
-      train_batch_config(args, cfg.img_size, data.mean, data.std, data.streamed());
+  // Streamed data (photos of any size) is evaluated as timm does: resize + centre crop.
   const data::BatchConfig eval_bc =
       eval_batch_config(args, eval_size, data.mean, data.std, data.streamed());
-  data::BatchConfig et_bc = train_bc;  // ET++: batches are made at the final size, then cropped
-  et_bc.img_size = F;
-  const data::MixupConfig mix = mixup_config(args);
-  const bool mixing = mix.mixup_alpha > 0 || mix.cutmix_alpha > 0;
 
   const double flops_per_img = 3.0 * final_cfg.forward_flops_per_image();
   fmt::print(
@@ -173,30 +165,12 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   std::unique_ptr<GpuMonitor> gpu_monitor;
   if (engine->on_gpu()) gpu_monitor = std::make_unique<GpuMonitor>();
 
-  const Index C = cfg.in_chans, K = cfg.num_classes, Kd = data.train->num_classes();
-  // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
-  data::Loader train_loader(*data.train, B, true, uint64_t(args.seed),
-                            {args.workers, 0, upe * accum, false, args.aug_repeats});
-  if (train_loader.workers() > 0) {
-    fmt::print("Data: {} ({}), {} loader workers\n", data.format, args.data_dir,
-               train_loader.workers());
+  TrainBatches batches(args, plan, data, cfg.img_size, engine->num_steps());
+  if (batches.workers() > 0) {
+    fmt::print("Data: {} ({}), {} loader workers\n", data.format, args.data_dir, batches.workers());
     std::fflush(stdout);
   }
   auto unreadable = [&] { return data.train->unreadable_count() + data.val->unreadable_count(); };
-  std::vector<float> images(cap * C * cfg.img_size * cfg.img_size);
-  std::vector<float> targets(cap * K);
-  std::vector<float> full_images;  // ET++: the batch at the final size
-  if (et) full_images.resize(B * C * F * F);
-  std::vector<float> fresh_images, fresh_targets;  // replay: the fresh batch before mixing
-  std::unique_ptr<ReplayBuffer> replay;
-  auto make_replay = [&] {
-    if (R <= 1) return;
-    replay = std::make_unique<ReplayBuffer>(R, int(std::min<Index>(32, B)), 4,
-                                            mix_seed(args.seed, uint64_t(engine->num_steps()), 77));
-    fresh_images.assign(B * C * cfg.img_size * cfg.img_size, 0.0f);
-    fresh_targets.assign(B * K, 0.0f);
-  };
-  make_replay();
 
   const double elapsed_before = st.elapsed_s;
   const auto t_start = std::chrono::steady_clock::now();
@@ -233,9 +207,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
                    {"fraction", frac},
                    {"elapsed_s", elapsed()}});
     cfg = r.cfg;
-    train_bc.img_size = size;
-    images.assign(cap * C * size * size, 0.0f);
-    make_replay();
+    batches.set_size(size, engine->num_steps());
   };
   // The evaluation model (at --eval-size), weights mapped from the training model.
   std::unique_ptr<Engine> eval_engine;
@@ -359,47 +331,16 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
       set_train_size(plan.target_size(args, epoch, frac), epoch, u, frac);
       const int S = cfg.img_size;
       const double lr = plan.lr_at(args, engine->num_steps(), frac);
-      if (et) {
-        train_bc.magnitude_override = et_magnitude(frac);
-        et_bc.magnitude_override = et_magnitude(frac);
-      }
+      if (et) batches.set_magnitude(et_magnitude(frac));
       engine->zero_grad();
       Index step_samples = 0;
       for (Index a = 0; a < accum; ++a) {
         const Index mb = u * accum + a;  // micro-batch index in the epoch
-        float* fresh = R > 1 ? fresh_images.data() : images.data();
-        float* fresh_t = R > 1 ? fresh_targets.data() : targets.data();
-        const auto t_data = std::chrono::steady_clock::now();
-        if (et && S != F) {
-          train_loader.load(uint64_t(epoch), mb, et_bc, full_images.data(), fresh_t);
-          const Index in_elems = C * F * F, out_elems = C * S * S;
-          const bool fft = args.lowfreq == "fft";
-#pragma omp parallel for schedule(static)
-          for (Index i = 0; i < B; ++i) {
-            if (fft)
-              fft_lowfreq_crop(full_images.data() + i * in_elems, int(C), F, fresh + i * out_elems,
-                               S);
-            else
-              antialias_downsample(full_images.data() + i * in_elems, int(C), F,
-                                   fresh + i * out_elems, S);
-          }
-        } else {
-          train_loader.load(uint64_t(epoch), mb, et ? et_bc : train_bc, fresh, fresh_t);
-        }
-        data::widen_targets(fresh_t, B, Kd, K);
-        if (mixing)
-          data::apply_mixup(mix, fresh, fresh_t, B, C, S, K, uint64_t(args.seed), uint64_t(epoch),
-                            uint64_t(mb));
-        const double dt_data =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_data).count();
+        double dt_data = 0;
+        const Index n = batches.load(epoch, mb, &dt_data);
         data_window += dt_data;
         data_epoch += dt_data;
-        Index n = B;
-        if (R > 1) {
-          replay->push(fresh, fresh_t, int(B), int(C * S * S), int(K));
-          n = replay->assemble(images.data(), targets.data(), int(cap));
-        }
-        engine->forward_backward(images.data(), targets.data(), n, 1.0f / float(n * accum),
+        engine->forward_backward(batches.images(), batches.targets(), n, 1.0f / float(n * accum),
                                  mix_seed(args.seed, uint64_t(engine->num_steps()), uint64_t(a)));
         step_samples += n;
       }

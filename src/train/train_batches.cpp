@@ -1,0 +1,93 @@
+#include "train/train_batches.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/rng.h"
+#include "data/lowfreq.h"
+#include "data/source.h"
+#include "train/batch_config.h"
+
+namespace vit {
+
+TrainBatches::TrainBatches(const TrainArgs& args, const RunPlan& plan, const data::DataSplits& data,
+                           int img_size, int64_t step)
+    : args_(args),
+      plan_(plan),
+      C_(plan.final_cfg.in_chans),
+      K_(plan.final_cfg.num_classes),
+      Kd_(data.train->num_classes()),
+      size_(img_size),
+      // In-memory data keeps the pad-crop/flip path unless a timm flag is given; streamed data
+      // (photos of any size) defaults to timm's RandomResizedCrop + flip.
+      train_bc_(train_batch_config(args, img_size, data.mean, data.std, data.streamed())),
+      et_bc_(train_bc_),
+      mix_(mixup_config(args)),
+      // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
+      loader_(*data.train, plan.batch, true, uint64_t(args.seed),
+              {args.workers, 0, plan.updates_per_epoch * plan.accum, false, args.aug_repeats}) {
+  et_bc_.img_size = plan.final_size;
+  const Index F = plan.final_size;
+  if (plan.efficienttrain) full_images_.resize(plan.batch * C_ * F * F);
+  set_size(img_size, step);
+}
+
+void TrainBatches::set_size(int size, int64_t step) {
+  size_ = size;
+  train_bc_.img_size = size;
+  images_.assign(plan_.max_samples * C_ * size * size, 0.0f);
+  targets_.assign(plan_.max_samples * K_, 0.0f);
+  make_replay(step);
+}
+
+void TrainBatches::set_magnitude(double m) {
+  train_bc_.magnitude_override = m;
+  et_bc_.magnitude_override = m;
+}
+
+void TrainBatches::make_replay(int64_t step) {
+  if (plan_.replay <= 1) return;
+  const Index B = plan_.batch;
+  replay_ = std::make_unique<ReplayBuffer>(plan_.replay, int(std::min<Index>(32, B)), 4,
+                                           mix_seed(args_.seed, uint64_t(step), 77));
+  fresh_images_.assign(B * C_ * size_ * size_, 0.0f);
+  fresh_targets_.assign(B * K_, 0.0f);
+}
+
+void TrainBatches::load_fresh(int64_t epoch, Index mb, float* images, float* targets) {
+  const Index B = plan_.batch, S = size_, F = plan_.final_size;
+  if (plan_.efficienttrain && S != F) {
+    // ET++: the batch at the final size, then its low-frequency part at S (methods.md §2.3).
+    loader_.load(uint64_t(epoch), mb, et_bc_, full_images_.data(), targets);
+    const Index in_elems = C_ * F * F, out_elems = C_ * S * S;
+    const bool fft = args_.lowfreq == "fft";
+#pragma omp parallel for schedule(static)
+    for (Index i = 0; i < B; ++i) {
+      const float* src = full_images_.data() + i * in_elems;
+      if (fft)
+        fft_lowfreq_crop(src, int(C_), int(F), images + i * out_elems, int(S));
+      else
+        antialias_downsample(src, int(C_), int(F), images + i * out_elems, int(S));
+    }
+  } else {
+    loader_.load(uint64_t(epoch), mb, plan_.efficienttrain ? et_bc_ : train_bc_, images, targets);
+  }
+  data::widen_targets(targets, B, Kd_, K_);
+  if (mix_.mixup_alpha > 0 || mix_.cutmix_alpha > 0)
+    data::apply_mixup(mix_, images, targets, B, C_, S, K_, uint64_t(args_.seed), uint64_t(epoch),
+                      uint64_t(mb));
+}
+
+Index TrainBatches::load(int64_t epoch, Index mb, double* data_seconds) {
+  const bool replaying = plan_.replay > 1;
+  float* fresh = replaying ? fresh_images_.data() : images_.data();
+  float* fresh_t = replaying ? fresh_targets_.data() : targets_.data();
+  const auto t0 = std::chrono::steady_clock::now();
+  load_fresh(epoch, mb, fresh, fresh_t);
+  *data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!replaying) return plan_.batch;
+  replay_->push(fresh, fresh_t, int(plan_.batch), int(C_ * size_ * size_), int(K_));
+  return replay_->assemble(images_.data(), targets_.data(), int(plan_.max_samples));
+}
+
+}  // namespace vit

@@ -1,0 +1,52 @@
+// The training batches of a run, as the model is fed them: the threaded loader, EfficientTrain++'s
+// low-frequency crop from the final size, mixup/cutmix, and the replay buffer, at the current
+// training size. The trainer asks for micro-batch `mb` of an epoch and gets host arrays.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "data/augment.h"
+#include "data/batch.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "train/replay.h"
+#include "train/run_plan.h"
+#include "train/train_args.h"
+
+namespace vit {
+
+class TrainBatches {
+ public:
+  // `step`: the optimizer step the run starts at (seeds the replay buffer).
+  TrainBatches(const TrainArgs& args, const RunPlan& plan, const data::DataSplits& data,
+               int img_size, int64_t step);
+  int workers() const { return loader_.workers(); }
+  // A new training size; the replay buffer restarts, seeded by `step`.
+  void set_size(int size, int64_t step);
+  // EfficientTrain++'s RandAugment magnitude for the coming batches.
+  void set_magnitude(double m);
+  // Fills images() (n, Cin, S, S) and targets() (n, K) with micro-batch `mb` of `epoch`
+  // (replayed samples included); returns n. `data_seconds` receives the time spent producing
+  // the fresh samples (loading, cropping, mixing).
+  Index load(int64_t epoch, Index mb, double* data_seconds);
+  const float* images() const { return images_.data(); }
+  const float* targets() const { return targets_.data(); }
+
+ private:
+  void load_fresh(int64_t epoch, Index mb, float* images, float* targets);
+  void make_replay(int64_t step);
+
+  const TrainArgs& args_;
+  const RunPlan& plan_;
+  Index C_, K_, Kd_;                    // input channels, model classes, data classes
+  int size_;                            // S
+  data::BatchConfig train_bc_, et_bc_;  // et_bc_: ET++ makes batches at the final size
+  data::MixupConfig mix_;
+  data::Loader loader_;
+  std::vector<float> images_, targets_;              // (B*R, Cin, S, S), (B*R, K)
+  std::vector<float> full_images_;                   // ET++: (B, Cin, F, F)
+  std::vector<float> fresh_images_, fresh_targets_;  // replay: the fresh batch
+  std::unique_ptr<ReplayBuffer> replay_;
+};
+
+}  // namespace vit
