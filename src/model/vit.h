@@ -86,7 +86,6 @@ class VitModel {
   Index batch_ = 0;
   bool has_targets_ = false;
   bool drop_path_active_ = false;
-  const Store* images_ = nullptr;
   const Acc* targets_ = nullptr;
 };
 

@@ -246,7 +246,6 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
   const Index P = c.patch_size, pre = c.num_prefix(), F = Index(c.in_chans) * P * P;
   Acts& a = *acts_;
   batch_ = B;
-  images_ = images;
   targets_ = targets;
   has_targets_ = targets != nullptr;
 
