@@ -27,18 +27,30 @@
 namespace vit {
 
 // The layer ops every backend forwards to its op namespace.
-#define VIT_LAYER_OPS(X)                                                                           \
-  X(matmul_forward)                                                                                \
-  X(matmul_backward)                                                                               \
-  X(layernorm_forward)                                                                             \
-  X(layernorm_backward)                                                                            \
-  X(attention_forward)                                                                             \
-  X(attention_backward)                                                                            \
-  X(gelu_forward)                                                                                  \
-  X(gelu_backward) X(hswish_forward) X(hswish_backward) X(dwconv3x3_forward) X(dwconv3x3_backward) \
-      X(im2patches) X(embed_tokens_forward) X(embed_tokens_backward) X(residual_forward)           \
-          X(residual_backward) X(pool_forward) X(pool_backward) X(cross_entropy_forward)           \
-              X(cross_entropy_backward)
+// clang-format off
+#define VIT_LAYER_OPS(X) \
+  X(matmul_forward) \
+  X(matmul_backward) \
+  X(layernorm_forward) \
+  X(layernorm_backward) \
+  X(attention_forward) \
+  X(attention_backward) \
+  X(gelu_forward) \
+  X(gelu_backward) \
+  X(hswish_forward) \
+  X(hswish_backward) \
+  X(dwconv3x3_forward) \
+  X(dwconv3x3_backward) \
+  X(im2patches) \
+  X(embed_tokens_forward) \
+  X(embed_tokens_backward) \
+  X(residual_forward) \
+  X(residual_backward) \
+  X(pool_forward) \
+  X(pool_backward) \
+  X(cross_entropy_forward) \
+  X(cross_entropy_backward)
+// clang-format on
 
 #define VIT_FORWARD_OP(ns, name) \
   template <class... A>          \
