@@ -30,6 +30,18 @@ struct BlockActs {
   A *scale1 = nullptr, *scale2 = nullptr;      // (B) stochastic-depth scales, in drop_scales
 };
 
+// The sizes a block's ops take, at batch B and the model's current image size.
+struct BlockDims {
+  Index N, C, M, H, D;     // tokens, channels, FFN hidden width, heads, head dim
+  Index prefix, grid, BN;  // class-token rows, patch-grid side, B * N
+  bool local;              // locality FFN
+};
+inline BlockDims block_dims(const ModelConfig& c, Index B) {
+  const Index N = c.num_tokens();
+  return {N,        c.embed_dim, c.hidden_dim(),     c.num_heads, c.head_dim(), c.num_prefix(),
+          c.grid(), B * N,       c.ffn == Ffn::Local};
+}
+
 template <class Backend>
 struct VitModel<Backend>::Acts {
   using S = Store;
@@ -297,10 +309,7 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
 
 template <class Backend>
 void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* s2) {
-  const ModelConfig& c = cfg_;
-  const Index N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim(), H = c.num_heads;
-  const Index D = c.head_dim(), pre = c.num_prefix(), g = c.grid(), BN = B * N;
-  const bool local = c.ffn == Ffn::Local;
+  const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc>& b = a.blocks[l];
   const BlockView<Store>& bw = w_.blocks[l];
@@ -436,10 +445,7 @@ void VitModel<Backend>::backward(Acc loss_scale) {
 
 template <class Backend>
 void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc* s2) {
-  const ModelConfig& c = cfg_;
-  const Index N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim(), H = c.num_heads;
-  const Index D = c.head_dim(), pre = c.num_prefix(), g = c.grid(), BN = B * N;
-  const bool local = c.ffn == Ffn::Local;
+  const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc>& b = a.blocks[l];
   const BlockView<Store>& bw = w_.blocks[l];
