@@ -20,7 +20,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/rng.h"
+#include "engine_test_util.h"
 #include "gpu_test_util.h"
 #include "train/engine.h"
 #include "train/engine_cuda.h"
@@ -54,29 +54,15 @@ vit::ModelConfig config_of(const Case& k) {
   return c;
 }
 
-struct Batch {
-  std::vector<float> images, targets;  // (B, 1, 28, 28), (B, K)
-};
+using vit::test::Batch;
 
 Batch batch_of(const vit::ModelConfig& c, Index B, uint64_t seed) {
-  vit::Rng rng(seed);
-  Batch b;
-  b.images.resize(B * c.in_chans * c.img_size * c.img_size);
-  for (auto& x : b.images) x = float(rng.normal());
-  b.targets.assign(B * c.num_classes, 0.01f);
-  for (Index i = 0; i < B; ++i) b.targets[i * c.num_classes + rng.below(c.num_classes)] += 0.9f;
-  return b;
+  return vit::test::random_batch(c, B, seed);
 }
 
 std::unique_ptr<vit::Engine> engine_on(const std::string& device, const std::string& precision,
                                        const vit::ModelConfig& c, Index B) {
-  vit::EngineOptions o;
-  o.device = device;
-  o.precision = precision;
-  o.cfg = c;
-  o.max_batch = B;
-  o.adamw.clip_grad = 1.0;
-  return vit::make_engine(o);
+  return vit::make_engine(vit::test::engine_options(device, precision, c, B));
 }
 
 // Largest |a - b| over the tensor divided by the tensor's largest |b|.

@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/rng.h"
+#include "engine_test_util.h"
 #include "model/vit.h"
 #include "train/engine.h"
 #include "train/engine_impl.h"
@@ -31,27 +32,14 @@ vit::ModelConfig small_config(vit::Ffn ffn, vit::Classifier cls) {
   return c;
 }
 
-struct Batch {
-  std::vector<float> images, targets;  // (B, Cin, S, S), (B, K)
-};
+using vit::test::Batch;
 
 Batch make_batch(const vit::ModelConfig& c, Index B, uint64_t seed) {
-  vit::Rng rng(seed);
-  Batch b;
-  b.images.resize(B * c.in_chans * c.img_size * c.img_size);
-  for (auto& x : b.images) x = float(rng.normal());
-  b.targets.assign(B * c.num_classes, 0.02f);
-  for (Index i = 0; i < B; ++i) b.targets[i * c.num_classes + rng.below(c.num_classes)] += 0.9f;
-  return b;
+  return vit::test::random_batch(c, B, seed);
 }
 
 vit::EngineOptions options(const std::string& device, const vit::ModelConfig& c, Index B) {
-  vit::EngineOptions o;
-  o.device = device;
-  o.cfg = c;
-  o.max_batch = B;
-  o.adamw.clip_grad = 1.0;
-  return o;
+  return vit::test::engine_options(device, "bf16", c, B);
 }
 
 std::vector<float> initial_params(const vit::ParamTable& t, const vit::ModelConfig& c) {
