@@ -42,14 +42,14 @@ TEST(TimeBudget, FractionAndStopRule) {
   EXPECT_DOUBLE_EQ(b.fraction(0), 0.0);
   EXPECT_DOUBLE_EQ(b.fraction(450), 0.5);
   EXPECT_DOUBLE_EQ(b.fraction(2000), 1.0);
-  // 800 + 10 + 50 = 860 <= 900: keep going; 850 + 10 + 50 = 910 > 900: stop.
-  EXPECT_FALSE(b.should_stop(800, 10, 50));
-  EXPECT_FALSE(b.should_stop(840, 10, 50));  // exactly at the limit is still fine
-  EXPECT_TRUE(b.should_stop(850, 10, 50));
-  EXPECT_TRUE(b.should_stop(0, 10, 1000));  // final evaluation alone does not fit
+  // Usable 900 s; a step of 10 s and an evaluation of 50 s count twice: 120 s.
+  EXPECT_FALSE(b.should_stop(700, 10, 50));
+  EXPECT_FALSE(b.should_stop(780, 10, 50));  // exactly at the limit is still fine
+  EXPECT_TRUE(b.should_stop(781, 10, 50));
+  EXPECT_TRUE(b.should_stop(0, 10, 500));  // final evaluation alone does not fit twice
   const vit::TimeBudget nores{600, 0};
-  EXPECT_FALSE(nores.should_stop(589, 1, 10));
-  EXPECT_TRUE(nores.should_stop(589.5, 1, 10));
+  EXPECT_FALSE(nores.should_stop(578, 1, 10));
+  EXPECT_TRUE(nores.should_stop(578.5, 1, 10));
 }
 
 TEST(TimeBudget, RejectsBadConfiguration) {

@@ -80,7 +80,7 @@ double TimeBudget::fraction(double elapsed_s) const {
 bool TimeBudget::should_stop(double elapsed_s, double step_s, double final_eval_s) const {
   VIT_CHECK(step_s >= 0 && final_eval_s >= 0,
             "time budget: step and final-evaluation estimates must be >= 0");
-  return elapsed_s + step_s + final_eval_s > usable_s();
+  return elapsed_s + kMargin * (step_s + final_eval_s) > usable_s();
 }
 
 }  // namespace vit

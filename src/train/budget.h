@@ -21,10 +21,13 @@ struct TimeBudget {
   double usable_s() const;  // total_s - reserve_s
   // Fraction of the usable budget spent, clamped to [0, 1] (drives time-based schedules).
   double fraction(double elapsed_s) const;
-  // True when one more step (step_s, e.g. a running estimate of the step time) followed by the
-  // final evaluation and checkpoint (final_eval_s) would end past the usable budget:
-  //   elapsed_s + step_s + final_eval_s > total_s - reserve_s.
+  // True when one more step (step_s, a running estimate of the step time) followed by the final
+  // evaluation and checkpoint (final_eval_s, an estimate) would end past the usable budget. Both
+  // estimates count kMargin times: the speed of a shared machine swings by 2x between one
+  // measurement and the next, and one spare step and evaluation cost little in a long run:
+  //   elapsed_s + kMargin * (step_s + final_eval_s) > total_s - reserve_s.
   bool should_stop(double elapsed_s, double step_s, double final_eval_s) const;
+  static constexpr double kMargin = 2.0;
 };
 
 }  // namespace vit

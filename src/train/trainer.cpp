@@ -316,12 +316,12 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
       }
       if (budget) {
         const double ev_guess = eval_est >= 0
-                                    ? 1.25 * eval_est
+                                    ? eval_est
                                     // forward only is about a third of a training step per image
                                     : step_est * double(n_val) / double(cap * accum) / 3.0 *
                                               std::pow(double(eval_size) / cfg.img_size, 2) +
                                           0.5;
-        if (budget->should_stop(elapsed(), 1.5 * step_est, ev_guess)) {
+        if (budget->should_stop(elapsed(), step_est, ev_guess)) {
           finished = true;
           break;
         }
