@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# Installs everything vitrain needs on Debian 12 (run as root, or with sudo available).
+# Installs what vitrain needs on Debian 12 (run as root, or with sudo available).
+#   bash scripts/setup.sh train   what building and training need (no Python, no test stack)
+#   bash scripts/setup.sh         that plus the tests' stack (GoogleTest, PyTorch, ...)
 # Idempotent: apt is only called when a package is missing.
 set -euo pipefail
+MODE="${1:-test}"
+case "$MODE" in train | test) ;; *) echo "usage: setup.sh [train|test]" >&2; exit 2 ;; esac
 PACKAGES=(
   cmake ninja-build g++ pkg-config
-  libopenblas-openmp-dev libopenblas0-pthread   # our BLAS (OpenMP flavour); PyTorch's (pthread)
+  libopenblas-openmp-dev                         # our BLAS (OpenMP flavour)
   zlib1g-dev libpng-dev libjpeg62-turbo-dev libfftw3-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  libgtest-dev libbenchmark-dev
-  python3 python3-numpy python3-torch            # the reference implementation for the tests
-  python3-pil python3-torchvision                # reference for the augmentation tests
-  python3-skimage                                # photos for bench/compare_data.sh
   dataset-fashion-mnist                          # the default recipe's data
 )
+if [ "$MODE" = test ]; then
+  PACKAGES+=(
+    libgtest-dev libbenchmark-dev
+    libopenblas0-pthread                         # PyTorch's BLAS (pthread flavour)
+    python3 python3-numpy python3-torch          # the reference implementation for the tests
+    python3-pil python3-torchvision              # reference for the augmentation tests
+    python3-skimage                              # photos for bench/compare_data.sh
+  )
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

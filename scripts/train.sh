@@ -4,6 +4,6 @@
 # Extra arguments go to `vitrain train` (e.g. --epochs 6 for the full recipe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh train
 bash scripts/build.sh --target vitrain
 ./build/vitrain train -c recipes/fmnist_quick.yaml "$@"
