@@ -818,10 +818,10 @@ TEST_F(CudaAdamW, MatchesCpu) {
       gpu::global_grad_norm(d_norm.get(), d_g.get(), n);
       if (step == 3)  // the fp32 "low-precision copy" variant
         gpu::adamw_step<float>(d_p.get(), d_lowf.get(), d_m.get(), d_v.get(), d_g.get(),
-                               d_norm.get(), n, num_decay, cfg, lr, step);
+                               d_norm.get(), nullptr, n, num_decay, cfg, lr, step);
       else
         gpu::adamw_step<bf16>(d_p.get(), d_low.get(), d_m.get(), d_v.get(), d_g.get(), d_norm.get(),
-                              n, num_decay, cfg, lr, step);
+                              nullptr, n, num_decay, cfg, lr, step);
       gpu::synchronize();
       double norm = 0;
       cuda_ok(cudaMemcpy(&norm, d_norm.get(), sizeof(double), cudaMemcpyDeviceToHost), "norm");
@@ -841,6 +841,41 @@ TEST_F(CudaAdamW, MatchesCpu) {
       EXPECT_EQ(mismatched, 0u) << "low-precision copy differs from the rounded master weights";
     }
   }
+}
+
+// The non-finite guard on the device: judge_update's verdict (the same code as the host's)
+// makes the AdamW kernel write nothing for a NaN grad norm, and counts the skip.
+TEST_F(CudaAdamW, NonFiniteUpdateIsSkippedOnTheDevice) {
+  const Index n = 3001;
+  vit::AdamWConfig cfg;
+  cfg.clip_grad = 1.0;
+  const Vec params = rnd<float>(n, 1400, 0.02);
+  Vec grads = rnd<float>(n, 1401, 0.1);
+  grads[17] = std::nanf("");
+  DevBuf<float> d_p(params, "params"), d_m(Vec(n, 0.0f), "m"), d_v(Vec(n, 0.0f), "v");
+  DevBuf<float> d_g(grads, "grads");
+  DevBuf<bf16> d_low(n, "params bf16 copy");
+  std::vector<double> stats(vit::kNumStepStats, 0.0);
+  stats[vit::kLossLast] = 2.5;
+  DevBuf<double> d_stats(stats.size(), "stats");
+  double* s = d_stats.get();
+  cuda_ok(cudaMemcpy(s, stats.data(), stats.size() * sizeof(double), cudaMemcpyHostToDevice),
+          "stats");
+  gpu::global_grad_norm(s + vit::kGradNorm, d_g.get(), n);
+  gpu::judge_update(s);
+  gpu::adamw_step<bf16>(d_p.get(), d_low.get(), d_m.get(), d_v.get(), d_g.get(), s + vit::kGradNorm,
+                        s + vit::kApply, n, n, cfg, 1e-3, 1);
+  gpu::synchronize();
+  EXPECT_EQ(d_p.download(), params);
+  EXPECT_EQ(d_m.download(), Vec(n, 0.0f));
+  EXPECT_EQ(d_v.download(), Vec(n, 0.0f));
+  std::vector<double> got(stats.size());
+  cuda_ok(cudaMemcpy(got.data(), s, got.size() * sizeof(double), cudaMemcpyDeviceToHost), "stats");
+  EXPECT_TRUE(std::isnan(got[vit::kGradNorm]));
+  EXPECT_EQ(got[vit::kApply], 0.0);
+  EXPECT_EQ(got[vit::kSkipped], 1.0);
+  EXPECT_EQ(got[vit::kBadRun], 1.0);
+  EXPECT_EQ(got[vit::kLossSum], 0.0);
 }
 
 }  // namespace

@@ -203,6 +203,74 @@ TEST(Engine, StateRoundTripsAndSizeChecks) {
   EXPECT_THROW(e->infer(images.data(), targets.data(), 3, nullptr, nullptr), vit::Error);
 }
 
+// The non-finite guard: an update whose loss (NaN input) or gradient (NaN loss scale) is not
+// finite is skipped, weights, moments and the bf16 copy bitwise untouched, and counted; the
+// run of consecutive skips survives a read and ends at the next applied update.
+TEST(Engine, NonFiniteUpdatesAreSkippedAndCounted) {
+  for (const std::string device : {"cpu", "emu"}) {
+    SCOPED_TRACE(device);
+    const auto c = small_config(vit::Ffn::Local, vit::Classifier::Avg);
+    const Index B = 4, K = c.num_classes;
+    auto e = vit::make_engine(options(device, c, B));
+    e->write_params(initial_params(e->table(), c));
+    auto update = [&](const Batch& b, float scale) {
+      e->zero_grad();
+      e->forward_backward(b.images.data(), b.targets.data(), B, scale, 5);
+      e->step(1e-3);
+    };
+    const Batch good = make_batch(c, B, 1);
+    Batch nan_input = make_batch(c, B, 2);
+    nan_input.images[3] = std::nanf("");
+    update(good, 1.0f / B);
+    const vit::TrainStats first = e->read_stats();
+    EXPECT_EQ(first.skipped, 0);
+    EXPECT_TRUE(std::isfinite(first.loss_sum));
+
+    const std::vector<float> p = e->read_params();
+    std::vector<float> m, v;
+    e->read_moments(m, v);
+    std::vector<float> logits(B * K), logits2(B * K);
+    e->infer(good.images.data(), nullptr, B, logits.data(), nullptr);
+
+    update(nan_input, 1.0f / B);  // NaN loss
+    vit::TrainStats ts = e->read_stats();
+    EXPECT_EQ(ts.updates, 1);
+    EXPECT_EQ(ts.skipped, 1);
+    EXPECT_EQ(ts.applied(), 0);
+    EXPECT_EQ(ts.loss_sum, 0.0);
+    EXPECT_TRUE(std::isnan(ts.last_loss));
+    EXPECT_EQ(ts.bad_run, 1);
+    EXPECT_EQ(ts.bad_run_max, 1);
+    update(good, std::nanf(""));  // finite loss, NaN gradients
+    update(good, 1.0f / B);       // applied again
+    ts = e->read_stats();
+    EXPECT_EQ(ts.updates, 2);
+    EXPECT_EQ(ts.skipped, 1);
+    EXPECT_EQ(ts.bad_run, 0);
+    EXPECT_EQ(ts.bad_run_max, 2);  // the run begun before the previous read
+    EXPECT_TRUE(std::isfinite(ts.loss_sum) && ts.loss_sum > 0);
+    EXPECT_EQ(e->num_steps(), 4);  // the schedule counts every update
+
+    EXPECT_NE(e->read_params(), p);  // the last update was applied
+    // The skipped updates wrote nothing: the engine's state after them was exactly p, m, v.
+    auto g = vit::make_engine(options(device, c, B));
+    g->write_params(initial_params(g->table(), c));
+    g->zero_grad();
+    g->forward_backward(good.images.data(), good.targets.data(), B, 1.0f / B, 5);
+    g->step(1e-3);
+    g->zero_grad();
+    g->forward_backward(good.images.data(), good.targets.data(), B, std::nanf(""), 5);
+    g->step(1e-3);
+    EXPECT_EQ(g->read_params(), p);
+    std::vector<float> mg, vg;
+    g->read_moments(mg, vg);
+    EXPECT_EQ(mg, m);
+    EXPECT_EQ(vg, v);
+    g->infer(good.images.data(), nullptr, B, logits2.data(), nullptr);
+    EXPECT_EQ(logits2, logits);  // the bf16 copy (emu) was not rewritten either
+  }
+}
+
 TEST(Engine, ResolveDeviceWithoutACudaBackend) {
   // The CPU test binary does not link the CUDA backend.
   EXPECT_FALSE(vit::cuda_engine_linked());

@@ -49,9 +49,26 @@ TEST(TrainArgs, DefaultRecipeFileIsTheDefaults) {
 }
 
 TEST(TrainArgs, FlagsAndShortForms) {
-  const vit::TrainArgs a = parse({"-b", "64", "--lr", "3e-4", "--epochs", "7", "-j", "1", "--model",
-                                  "vit_tiny_patch4_28", "--gp", "token", "--ffn", "local",
-                                  "--clip-grad", "1.5", "--patience", "3"});
+  const vit::TrainArgs a = parse({"-b",
+                                  "64",
+                                  "--lr",
+                                  "3e-4",
+                                  "--epochs",
+                                  "7",
+                                  "-j",
+                                  "1",
+                                  "--model",
+                                  "vit_tiny_patch4_28",
+                                  "--gp",
+                                  "token",
+                                  "--ffn",
+                                  "local",
+                                  "--clip-grad",
+                                  "1.5",
+                                  "--patience",
+                                  "3",
+                                  "--max-bad-steps",
+                                  "4"});
   EXPECT_EQ(a.batch_size, 64);
   EXPECT_DOUBLE_EQ(a.lr, 3e-4);
   EXPECT_EQ(a.epochs, 7);
@@ -61,6 +78,7 @@ TEST(TrainArgs, FlagsAndShortForms) {
   EXPECT_EQ(a.ffn, "local");
   EXPECT_DOUBLE_EQ(a.clip_grad, 1.5);
   EXPECT_EQ(a.patience, 3);
+  EXPECT_EQ(a.max_bad_steps, 4);
 }
 
 TEST(TrainArgs, ConfigSetsDefaultsAndFlagsOverride) {
@@ -137,6 +155,7 @@ TEST(TrainArgs, InvalidFlagsAreErrors) {
   EXPECT_THROW(parse({"--grad-accum-steps", "0"}), vit::Error);
   EXPECT_THROW(parse({"--ffn", "conv"}), vit::Error);
   EXPECT_THROW(parse({"--warmup-epochs", "-1"}), vit::Error);
+  EXPECT_THROW(parse({"--max-bad-steps", "0"}), vit::Error);
   EXPECT_THROW(parse({"--lr"}), vit::Error);   // missing value
   EXPECT_THROW(parse({"stray"}), vit::Error);  // positional
   EXPECT_THROW(parse({"--help"}), vit::HelpRequested);

@@ -230,4 +230,64 @@ TEST_F(TrainCli, Bf16EmulationLearnsAndResumesBitwise) {
   for (const auto& [step, loss] : ref) EXPECT_EQ(got.at(step), loss) << "step " << step;
 }
 
+// The non-finite guard end to end, by injection (VIT_TEST_NONFINITE_UPDATES gives the listed
+// updates NaN gradients). A few bad updates are skipped, counted and logged, and the run learns;
+// a resume in the middle of them is bitwise. max_bad_steps in a row end the run with one error
+// line, writing nothing: the state of the last epoch end resumes.
+TEST_F(TrainCli, NonFiniteUpdatesAreSkippedAndTooManyStopTheRun) {
+  struct Inject {
+    Inject(const char* updates) { setenv("VIT_TEST_NONFINITE_UPDATES", updates, 1); }
+    ~Inject() { unsetenv("VIT_TEST_NONFINITE_UPDATES"); }
+  };
+  const fs::path out = dir_ / "out";
+  {
+    Inject inject("5,20-22");
+    const RunResult r = run_vitrain(train_flags("skips"), dir_.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("warning: 1 update skipped for a non-finite loss or gradient norm (up to "
+                         "epoch 0 update 5; 1 in this run, 10 in a row stop it)"),
+              std::string::npos)
+        << r.out;
+    const auto skips = vit::testing::read_log(out / "skips", "skip");
+    ASSERT_EQ(skips.size(), 4u);  // the CPU engine is read after every update
+    EXPECT_EQ(skips.back().at("step").get<int64_t>(), 22);
+    EXPECT_EQ(skips.back().at("skipped_steps").get<int64_t>(), 4);
+    const auto train = vit::testing::read_log(out / "skips", "train");
+    ASSERT_EQ(train.size(), 48u);
+    EXPECT_TRUE(train[4].at("grad_norm").is_null());  // NaN is written as null
+    EXPECT_TRUE(train[4].at("loss").is_number());     // (the loss itself was finite)
+    EXPECT_EQ(train.back().at("skipped_steps").get<int64_t>(), 4);
+    EXPECT_TRUE(train.back().at("loss_avg").is_number());
+    const vit::WeightsFile w =
+        vit::load_weights((out / "skips" / "model_best.safetensors").string());
+    EXPECT_GT(std::stod(w.metadata.at("eval_top1")), 60.0);
+
+    ASSERT_EQ(
+        run_vitrain(train_flags("skips_split", "--stop-after-updates 21"), dir_.string()).exit_code,
+        0);
+    const RunResult b =
+        run_vitrain("train --resume " + (out / "skips_split").string(), dir_.string());
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_EQ(vit::load_weights((out / "skips_split" / "last.safetensors").string()).params,
+              vit::load_weights((out / "skips" / "last.safetensors").string()).params);
+  }
+  {
+    Inject inject("20-48");
+    const RunResult r = run_vitrain(train_flags("diverged", "--max-bad-steps 3"), dir_.string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("3 updates in a row had a non-finite loss or gradient norm (the last at "
+                         "epoch 1 update 6): training diverged"),
+              std::string::npos)
+        << r.err;
+    const vit::TrainState st =
+        vit::load_train_state((out / "diverged" / "state.safetensors").string());
+    EXPECT_EQ(st.step, 16);  // written at the end of epoch 0, nothing after
+    EXPECT_EQ(st.skipped_steps, 0);
+  }
+  const RunResult c = run_vitrain("train --resume " + (out / "diverged").string(), dir_.string());
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(losses("diverged").size(), 48u);
+}
+
 }  // namespace

@@ -73,20 +73,24 @@ struct CudaBackend {
     cuda::synchronize();
   }
 
-  static void loss_accumulate(double* acc, const float* losses, Index B) {
-    cuda::loss_accumulate(acc, losses, B);
+  static void loss_accumulate(double* stats, const float* losses, Index B) {
+    cuda::loss_accumulate(stats, losses, B);
   }
-  static void loss_finish_update(double* acc, int micro_batches) {
-    cuda::loss_finish_update(acc, micro_batches);
+  static void close_update_loss(double* stats, int micro_batches) {
+    cuda::close_update_loss(stats, micro_batches);
   }
-  // Grad norm on the device, then one fused AdamW kernel that also writes the bf16 copy; the
-  // clip scale is computed on the device from the norm (no host sync per step).
-  static void adamw_step(float* params, Store* lowp, float* m, float* v, const float* grads,
-                         double* norm, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
+  // Grad norm and the skip verdict on the device, then one fused AdamW kernel (it returns at
+  // once for a skipped update) that also writes the bf16 copy; the clip scale is computed on
+  // the device from the norm (no host sync per step). Whether the update was applied is known
+  // only on the device: returns true.
+  static bool adamw_step(float* params, Store* lowp, float* m, float* v, const float* grads,
+                         double* stats, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
                          Index step) {
-    cuda::global_grad_norm(norm, grads, n);
-    cuda::adamw_step<T>(params, std::is_same_v<T, float> ? nullptr : lowp, m, v, grads, norm, n,
-                        num_decay, cfg, lr, step);
+    cuda::global_grad_norm(stats + kGradNorm, grads, n);
+    cuda::judge_update(stats);
+    cuda::adamw_step<T>(params, std::is_same_v<T, float> ? nullptr : lowp, m, v, grads,
+                        stats + kGradNorm, stats + kApply, n, num_decay, cfg, lr, step);
+    return true;
   }
 };
 

@@ -87,20 +87,16 @@ struct HostMemory {
   }
   static void synchronize() {}
 
-  // The engine's loss bookkeeping, acc = [pending update's loss, loss sum, last loss, ...]:
-  // acc[0] += mean of losses (B), in fp64.
+  // The engine's loss bookkeeping in its step statistics (StepStat, fp64): the micro-batch's
+  // mean loss (B) adds to the pending update's.
   template <class A>
-  static void loss_accumulate(double* acc, const A* losses, Index B) {
+  static void loss_accumulate(double* stats, const A* losses, Index B) {
     double sum = 0;
     for (Index i = 0; i < B; ++i) sum += double(losses[i]);
-    acc[0] += sum / double(B);
+    stats[kLossPending] += sum / double(B);
   }
-  // Closes an update of `micro_batches` micro-batches: its loss is their mean.
-  static void loss_finish_update(double* acc, int micro_batches) {
-    const double loss = acc[0] / micro_batches;
-    acc[1] += loss;
-    acc[2] = loss;
-    acc[0] = 0;
+  static void close_update_loss(double* stats, int micro_batches) {
+    ::vit::close_update_loss(stats, micro_batches);
   }
 };
 
@@ -112,13 +108,18 @@ struct CpuBackend : HostMemory {
 #define VIT_FORWARD_CPU(name) VIT_FORWARD_OP(::vit::cpu, name)
   VIT_LAYER_OPS(VIT_FORWARD_CPU)
 #undef VIT_FORWARD_CPU
-  // One AdamW update; *norm receives the grad norm before clipping. `lowp` is unused (the
-  // forward reads the master weights themselves).
-  static void adamw_step(Acc* params, Store* /*lowp*/, Acc* m, Acc* v, const Acc* grads,
-                         double* norm, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
+  // One AdamW update, unless the update's loss (in stats) or grad norm is not finite; stats
+  // receive the grad norm and the verdict (see StepStat). `lowp` is unused (the forward reads
+  // the master weights themselves). Returns whether the update was applied.
+  static bool adamw_step(Acc* params, Store* /*lowp*/, Acc* m, Acc* v, const Acc* grads,
+                         double* stats, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
                          Index step) {
-    *norm = global_grad_norm(grads, n);
-    cpu::adamw_update(params, m, v, grads, n, num_decay, cfg, lr, step, clip_scale(cfg, *norm));
+    stats[kGradNorm] = global_grad_norm(grads, n);
+    judge_update(stats);
+    if (stats[kApply] == 0) return false;
+    cpu::adamw_update(params, m, v, grads, n, num_decay, cfg, lr, step,
+                      clip_scale(cfg, stats[kGradNorm]));
+    return true;
   }
 };
 
@@ -135,11 +136,14 @@ struct EmuBackend : HostMemory {
   }
   // The fp32 update, then the bf16 copy the forward reads: round to nearest even, as the
   // CUDA kernel writes it.
-  static void adamw_step(Acc* params, Store* lowp, Acc* m, Acc* v, const Acc* grads, double* norm,
+  static bool adamw_step(Acc* params, Store* lowp, Acc* m, Acc* v, const Acc* grads, double* stats,
                          Index n, Index num_decay, const AdamWConfig& cfg, double lr, Index step) {
-    CpuBackend<float>::adamw_step(params, nullptr, m, v, grads, norm, n, num_decay, cfg, lr, step);
+    if (!CpuBackend<float>::adamw_step(params, nullptr, m, v, grads, stats, n, num_decay, cfg, lr,
+                                       step))
+      return false;
 #pragma omp parallel for simd schedule(static)
     for (Index i = 0; i < n; ++i) lowp[i] = bf16(params[i]);
+    return true;
   }
 };
 

@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include "train/batch_config.h"
 #include "core/common.h"
+#include "train/batch_config.h"
 #include "train/budget.h"
 #include "train/curriculum.h"
 
@@ -88,6 +88,9 @@ std::vector<Option> options(TrainArgs& a) {
       {"--eval-interval", "eval_interval", "epochs between evaluations", &a.eval_interval},
       {"--patience", "patience", "early stopping: evaluations without improvement (0 = off)",
        &a.patience},
+      {"--max-bad-steps", "max_bad_steps",
+       "updates with a non-finite loss or grad norm are skipped; this many in a row stop the run",
+       &a.max_bad_steps},
       {"-j,--workers", "workers",
        "threads for compute and for decoding streamed images (0 = all cores)", &a.workers},
       {"--device", "device",
@@ -213,6 +216,7 @@ void validate(const TrainArgs& a) {
   VIT_CHECK(a.log_interval > 0 && a.eval_interval > 0,
             "--log-interval and --eval-interval must be positive");
   VIT_CHECK(a.patience >= 0 && a.workers >= 0, "--patience and --workers must be >= 0");
+  VIT_CHECK(a.max_bad_steps >= 1, "--max-bad-steps must be >= 1");
   VIT_CHECK(a.device == "auto" || a.device == "cpu" || a.device == "cuda" || a.device == "emu",
             fmt::format("--device {}: use auto, cpu, cuda or emu", a.device));
   VIT_CHECK(a.precision == "bf16" || a.precision == "fp32",

@@ -144,6 +144,7 @@ void save_train_state(const std::string& path, const ModelConfig& cfg, const Par
                    {"bad_epochs", std::to_string(s.bad_epochs)},
                    {"elapsed_s", fmt::format("{:.17g}", s.elapsed_s)},
                    {"compute_consumed", fmt::format("{:.17g}", s.compute_consumed)},
+                   {"skipped_steps", std::to_string(s.skipped_steps)},
                    {"args_yaml", s.args_yaml}};
   io::SafeTensors st = weights_tensors(cfg, table, params, meta);
   VIT_CHECK(Index(s.exp_avg.size()) == table.total && Index(s.exp_avg_sq.size()) == table.total,
@@ -174,9 +175,10 @@ TrainState load_train_state(const std::string& path) {
   s.bad_epochs = meta_int(m, "bad_epochs", path);
   s.elapsed_s = meta_double(m, "elapsed_s", path);
   if (m.count("compute_consumed")) s.compute_consumed = meta_double(m, "compute_consumed", path);
+  if (m.count("skipped_steps")) s.skipped_steps = meta_int(m, "skipped_steps", path);
   auto it = m.find("args_yaml");
   s.args_yaml = it == m.end() ? "" : it->second;
-  VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0,
+  VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0 && s.skipped_steps >= 0,
             fmt::format("'{}': negative loop position in the training state", path));
   return s;
 }

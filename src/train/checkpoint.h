@@ -43,6 +43,7 @@ struct TrainState {
   int64_t bad_epochs = 0;       // epochs without improvement (early stopping)
   double elapsed_s = 0;         // training wall time so far
   double compute_consumed = 0;  // EfficientTrain++: final-size-equivalent images trained so far
+  int64_t skipped_steps = 0;    // updates skipped for a non-finite loss or grad norm
   std::string args_yaml;        // the run's effective arguments
 };
 

@@ -22,12 +22,17 @@ struct EngineOptions {
   AdamWConfig adamw;
 };
 
-// Losses and grad norm of the updates since the previous read_stats().
+// Losses and grad norm of the updates since the previous read_stats(). An update whose loss or
+// grad norm is not finite is skipped (weights and moments untouched) and counted instead.
 struct TrainStats {
-  int64_t updates = 0;
-  double loss_sum = 0;   // sum over those updates of each update's mean loss
-  double last_loss = 0;  // the last update's mean loss
-  double grad_norm = 0;  // the last update's global grad norm (before clipping)
+  int64_t updates = 0;      // updates made since the previous read, skipped ones included
+  int64_t skipped = 0;      // of those, skipped
+  double loss_sum = 0;      // sum over the applied updates of each update's mean loss
+  double last_loss = 0;     // the last update's mean loss (not finite when it was skipped)
+  double grad_norm = 0;     // the last update's global grad norm (before clipping)
+  int64_t bad_run = 0;      // consecutive skipped updates ending with the last update
+  int64_t bad_run_max = 0;  // the longest run of consecutive skipped updates since the read
+  int64_t applied() const { return updates - skipped; }
 };
 
 class Engine {
@@ -48,6 +53,8 @@ class Engine {
   virtual void forward_backward(const float* images, const float* targets, Index B,
                                 float loss_scale, uint64_t seed) = 0;
   // One AdamW update with learning rate lr; the update's loss is the mean of its micro-batches'.
+  // Skipped (nothing written) when that loss or the grad norm is not finite; the schedule's
+  // step count and AdamW's bias correction still count it.
   virtual void step(double lr) = 0;
   virtual TrainStats read_stats() = 0;  // synchronises with the device
 

@@ -23,7 +23,7 @@ class ModelEngine : public Engine {
         adamw_(opt.adamw),
         m_(size_t(capacity())),
         v_(size_t(capacity())),
-        stats_(4) {
+        stats_(kNumStepStats) {
     ModelConfig big = opt.cfg;
     big.img_size = model_.max_img_size();
     const Index B = opt.max_batch, S = big.img_size;
@@ -39,7 +39,7 @@ class ModelEngine : public Engine {
     }
     Backend::zero(m_.data(), capacity());
     Backend::zero(v_.data(), capacity());
-    Backend::zero(stats_.data(), 4);
+    Backend::zero(stats_.data(), kNumStepStats);
   }
 
   std::string description() const override { return Backend::name(); }
@@ -65,19 +65,26 @@ class ModelEngine : public Engine {
   void step(double lr) override {
     VIT_CHECK(micro_batches_ > 0, "engine: step() without a forward_backward()");
     ++steps_;
+    Backend::close_update_loss(stats_.data(), micro_batches_);
     Backend::adamw_step(model_.params.data(), model_.weights(), m_.data(), v_.data(),
-                        model_.grads.data(), stats_.data() + 3, table().total, table().num_decay,
+                        model_.grads.data(), stats_.data(), table().total, table().num_decay,
                         adamw_, lr, steps_);
-    Backend::loss_finish_update(stats_.data(), micro_batches_);
     micro_batches_ = 0;
     ++updates_since_read_;
   }
 
   TrainStats read_stats() override {
-    double s[4];
-    Backend::download(s, stats_.data(), 4);  // [pending, sum, last, norm]
-    TrainStats t{updates_since_read_, s[1], s[2], s[3]};
-    Backend::zero(stats_.data() + 1, 1);
+    double s[kNumStepStats];
+    Backend::download(s, stats_.data(), kNumStepStats);
+    TrainStats t;
+    t.updates = updates_since_read_;
+    t.skipped = int64_t(s[kSkipped]);
+    t.loss_sum = s[kLossSum];
+    t.last_loss = s[kLossLast];
+    t.grad_norm = s[kGradNorm];
+    t.bad_run = int64_t(s[kBadRun]);
+    t.bad_run_max = int64_t(s[kBadRunMax]);
+    for (int slot : {kLossSum, kSkipped, kBadRunMax}) Backend::zero(stats_.data() + slot, 1);
     updates_since_read_ = 0;
     return t;
   }

@@ -145,20 +145,21 @@ void load_plot_from_jsonl(const std::string& path, PlotData& plot, int64_t max_s
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
-    nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("step", int64_t(0)) > max_step) continue;
+      const double t = j.value("elapsed_s", 0.0);
+      if (j.value("type", "") == "train") {
+        // A window whose updates were all skipped has no loss (null), as in the live plot.
+        if (j.contains("loss_window") && j["loss_window"].is_number())
+          plot.train_loss.push_back({t, j["loss_window"].get<double>()});
+        plot.lr.push_back({t, j.value("lr", 0.0)});
+      } else if (j.value("type", "") == "eval") {
+        plot.eval_loss.push_back({t, j.value("eval_loss", 0.0)});
+        plot.eval_top1.push_back({t, j.value("eval_top1", 0.0)});
+      }
     } catch (const nlohmann::json::exception&) {
-      continue;  // a line cut short by a kill
-    }
-    if (j.value("step", int64_t(0)) > max_step) continue;
-    const double t = j.value("elapsed_s", 0.0);
-    if (j.value("type", "") == "train") {
-      plot.train_loss.push_back({t, j.value("loss_window", 0.0)});
-      plot.lr.push_back({t, j.value("lr", 0.0)});
-    } else if (j.value("type", "") == "eval") {
-      plot.eval_loss.push_back({t, j.value("eval_loss", 0.0)});
-      plot.eval_top1.push_back({t, j.value("eval_top1", 0.0)});
+      continue;  // a line cut short by a kill, or one without the expected types
     }
   }
 }

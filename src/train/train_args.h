@@ -53,8 +53,9 @@ struct TrainArgs {
   int log_interval = 50;
   int eval_interval = 1;
   int patience = 0;  // early stopping after this many evaluations without improvement; 0 = off
-  int workers = 0;   // threads; 0 = all cores
-  std::string device = "auto";     // auto | cpu | cuda | emu (CPU bf16 emulation)
+  int max_bad_steps = 10;       // this many consecutive non-finite (skipped) updates stop the run
+  int workers = 0;              // threads; 0 = all cores
+  std::string device = "auto";  // auto | cpu | cuda | emu (CPU bf16 emulation)
   std::string precision = "bf16";  // cuda: bf16 or fp32
   std::string config;              // the -c/--config file that was applied ("" = none)
   int64_t stop_after_updates = 0;  // testing: save the state and stop after this many updates

@@ -10,10 +10,12 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "core/gpu_stats.h"
 #include "core/profile.h"
@@ -49,6 +51,30 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_stop_signal(int) {
   g_stop_requested = true;
+}
+
+// Fault injection for the tests (VIT_TEST_NONFINITE_UPDATES="3,5-7": those 1-based updates get a
+// NaN loss scale, hence NaN gradients): exercises the non-finite guard on any backend.
+std::vector<std::pair<int64_t, int64_t>> injected_nonfinite_updates() {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  const char* env = std::getenv("VIT_TEST_NONFINITE_UPDATES");
+  if (!env) return ranges;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    long long a = 0, b = 0;
+    if (std::sscanf(item.c_str(), "%lld-%lld", &a, &b) == 2)
+      ranges.push_back({a, b});
+    else if (std::sscanf(item.c_str(), "%lld", &a) == 1)
+      ranges.push_back({a, a});
+    else
+      throw Error(fmt::format("VIT_TEST_NONFINITE_UPDATES: bad item '{}'", item));
+  }
+  return ranges;
+}
+
+double mean_or_nan(double sum, int64_t n) {
+  return n > 0 ? sum / double(n) : std::nan("");
 }
 
 std::string state_path_of(const std::string& resume) {
@@ -237,6 +263,13 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
     out.save_state(*engine, cfg, st);
   };
 
+  const auto nonfinite_ranges = injected_nonfinite_updates();
+  auto injected = [&](int64_t update) {
+    for (auto [a, b] : nonfinite_ranges)
+      if (update >= a && update <= b) return true;
+    return false;
+  };
+
   // Running estimates for the budget's stop rule.
   double step_est = 0, eval_est = -1;
   int64_t updates_since_eval = 0;
@@ -289,21 +322,42 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
     double loss_sum = 0, loss_avg_window = 0, data_window = 0, data_epoch = 0;
     int64_t loss_count = 0, window = 0, window_losses = 0, samples = 0;
     double loss = 0, gnorm = 0;  // of the last update read
-    // Reads the losses of the updates since the last read; stops on a non-finite loss.
+    // Reads the losses of the updates since the last read. Updates with a non-finite loss or
+    // grad norm were skipped by the engine: counted, reported, and max_bad_steps of them in a
+    // row end the run without writing anything (the last checkpoint stays as it was).
     auto take_stats = [&](int64_t ep, int64_t update) {
       const TrainStats ts = engine->read_stats();
       if (ts.updates == 0) return;
-      if (!std::isfinite(ts.loss_sum))
-        throw Error(
-            fmt::format("loss is {} at epoch {} update {}: training diverged (try a lower --lr or "
-                        "--clip-grad)",
-                        std::isfinite(ts.last_loss) ? ts.loss_sum : ts.last_loss, ep, update));
       loss_sum += ts.loss_sum;
-      loss_count += ts.updates;
+      loss_count += ts.applied();
       loss_avg_window += ts.loss_sum;
-      window_losses += ts.updates;
+      window_losses += ts.applied();
       loss = ts.last_loss;
       gnorm = ts.grad_norm;
+      if (ts.skipped == 0) return;
+      st.skipped_steps += ts.skipped;
+      if (std::max(ts.bad_run, ts.bad_run_max) >= args.max_bad_steps)
+        throw Error(fmt::format(
+            "{} updates in a row had a non-finite loss or gradient norm (the last at epoch {} "
+            "update {}): training diverged; stopped without writing, {}",
+            std::max(ts.bad_run, ts.bad_run_max), ep, update,
+            fs::exists(fs::path(run_dir) / "state.safetensors")
+                ? "the last checkpoint in " + run_dir +
+                      " is intact (resume it with a lower --lr or with --clip-grad)"
+                : std::string("no checkpoint had been written yet (try a lower --lr or "
+                              "--clip-grad)")));
+      fmt::print(
+          "{}warning: {} update{} skipped for a non-finite loss or gradient norm (up to "
+          "epoch {} update {}; {} in this run, {} in a row stop it)\n",
+          tty ? "\n" : "", ts.skipped, ts.skipped == 1 ? "" : "s", ep, update, st.skipped_steps,
+          args.max_bad_steps);
+      out.log.write({{"type", "skip"},
+                     {"epoch", ep},
+                     {"update", update},
+                     {"step", engine->num_steps()},
+                     {"skipped", ts.skipped},
+                     {"skipped_steps", st.skipped_steps},
+                     {"elapsed_s", elapsed()}});
     };
     auto t_window = std::chrono::steady_clock::now();
     const double t_epoch0 = elapsed();
@@ -340,7 +394,9 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
         const Index n = batches.load(epoch, mb, &dt_data);
         data_window += dt_data;
         data_epoch += dt_data;
-        engine->forward_backward(batches.images(), batches.targets(), n, 1.0f / float(n * accum),
+        const bool inject = injected(engine->num_steps() + 1);
+        engine->forward_backward(batches.images(), batches.targets(), n,
+                                 inject ? std::nanf("") : 1.0f / float(n * accum),
                                  mix_seed(args.seed, uint64_t(engine->num_steps()), uint64_t(a)));
         step_samples += n;
       }
@@ -369,7 +425,8 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
               double(upe - u - 1) + double(upe) * (args.epochs - epoch - 1);
           eta = remaining_updates * dt / std::max<int64_t>(window, 1);
         }
-        TrainLine line{epoch, u + 1, upe, loss, loss_sum / loss_count, dt / window, ips, lr, eta};
+        TrainLine line{epoch,       u + 1, upe, loss, mean_or_nan(loss_sum, loss_count),
+                       dt / window, ips,   lr,  eta};
         if (data.streamed()) {  // time spent waiting for batches, per update
           line.data_s = data_window / window;
           line.data_s_avg = data_epoch / loss_count;
@@ -387,8 +444,8 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
                             {"update", u + 1},
                             {"step", engine->num_steps()},
                             {"loss", loss},
-                            {"loss_avg", loss_sum / loss_count},
-                            {"loss_window", loss_avg_window / window_losses},
+                            {"loss_avg", mean_or_nan(loss_sum, loss_count)},
+                            {"loss_window", mean_or_nan(loss_avg_window, window_losses)},
                             {"lr", lr},
                             {"grad_norm", gnorm},
                             {"img_per_s", ips},
@@ -397,6 +454,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
                             {"img_size", S},
                             {"fraction", f_now}};
         if (budget) j["budget_s"] = budget->total_s;
+        if (st.skipped_steps > 0) j["skipped_steps"] = st.skipped_steps;
         add_gpu_stats(j, gpu);
         if (engine->on_gpu())
           j["device_mem_peak_gib"] = engine->device_memory_bytes() / 1073741824.0;
@@ -406,7 +464,8 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
           j["progress"] = compute.progress();
         }
         out.log.write(j);
-        out.plot.train_loss.push_back({elapsed(), loss_avg_window / window_losses});
+        if (window_losses > 0)
+          out.plot.train_loss.push_back({elapsed(), loss_avg_window / window_losses});
         out.plot.lr.push_back({elapsed(), lr});
         loss_avg_window = 0;
         window_losses = 0;

@@ -2,6 +2,8 @@
 // updates params and both moments, decoupled weight decay on elements [0, num_decay) only,
 // exactly as torch.optim.AdamW (single-tensor path) computes it; plus the global grad norm.
 #pragma once
+#include <cmath>
+
 #include "core/common.h"
 
 namespace vit {
@@ -13,6 +15,56 @@ struct AdamWConfig {
   double weight_decay = 0.05;
   double clip_grad = 0.0;  // max global L2 norm; 0 = no clipping
 };
+
+// An engine's per-update statistics: one fp64 array (kNumStepStats) in the engine's memory (on
+// the GPU it stays there between log points). An update whose loss or grad norm is not finite
+// is skipped: weights and moments stay as they were, the skip is counted.
+enum StepStat : int {
+  kLossPending,  // sum of the current update's micro-batch mean losses so far
+  kLossLast,     // the last update's loss (finite or not)
+  kGradNorm,     // the last update's global grad norm before clipping
+  kApply,        // 1 when the last update was applied, 0 when it was skipped
+  kLossSum,      // sum of the applied updates' losses since the last read
+  kSkipped,      // updates skipped since the last read
+  kBadRun,       // consecutive skipped updates up to the last one (0 after an applied one)
+  kBadRunMax,    // the longest such run since the last read
+  kNumStepStats
+};
+
+// Host and device (nvcc compiles this header too): one definition of the bookkeeping.
+#ifdef __CUDACC__
+#define VIT_HOST_DEVICE __host__ __device__
+#else
+#define VIT_HOST_DEVICE
+#endif
+
+VIT_HOST_DEVICE inline bool is_finite(double x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
+// Closes an update of `micro_batches` micro-batches: its loss is their mean.
+VIT_HOST_DEVICE inline void close_update_loss(double* stats, int micro_batches) {
+  stats[kLossLast] = stats[kLossPending] / micro_batches;
+  stats[kLossPending] = 0;
+}
+
+// With the update's loss and grad norm in stats: decides whether it is applied, counts it.
+VIT_HOST_DEVICE inline void judge_update(double* stats) {
+  const bool ok = is_finite(stats[kLossLast]) && is_finite(stats[kGradNorm]);
+  stats[kApply] = ok ? 1.0 : 0.0;
+  if (ok) {
+    stats[kLossSum] += stats[kLossLast];
+    stats[kBadRun] = 0;
+  } else {
+    stats[kSkipped] += 1;
+    stats[kBadRun] += 1;
+    if (stats[kBadRun] > stats[kBadRunMax]) stats[kBadRunMax] = stats[kBadRun];
+  }
+}
 
 // sqrt(sum g^2) with fp64 accumulation, parallel.
 template <typename T>

@@ -35,12 +35,19 @@ __global__ void grad_norm_finish_kernel(double* norm, const double* partial, int
   if (threadIdx.x == 0) *norm = sqrt(s);
 }
 
+__global__ void judge_update_kernel(double* stats) {
+  // stats (kNumStepStats) fp64
+  ::vit::judge_update(stats);
+}
+
 template <typename TLow>
 __global__ void adamw_kernel(float* params, TLow* params_lowp, float* m, float* v,
-                             const float* grads, const double* grad_norm, Index n, Index num_decay,
-                             float b1, float b2, float eps, float decay, float step_size,
-                             float bc2_sqrt, double clip) {
-  // params, params_lowp, m, v, grads (n); grad_norm (1), read only when clipping
+                             const float* grads, const double* grad_norm, const double* apply,
+                             Index n, Index num_decay, float b1, float b2, float eps, float decay,
+                             float step_size, float bc2_sqrt, double clip) {
+  // params, params_lowp, m, v, grads (n); grad_norm (1), read only when clipping; apply (1)
+  // or nullptr: a skipped update (0) leaves everything as it was.
+  if (apply && *apply == 0.0) return;
   // torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when that is below 1.
   float gs = 1.0f;
   if (clip > 0.0) gs = float(fmin(1.0, clip / (*grad_norm + 1e-6)));
@@ -75,10 +82,15 @@ void global_grad_norm(double* norm, const float* grads, Index n) {
   VIT_CUDA_LAUNCHED();
 }
 
+void judge_update(double* stats) {
+  judge_update_kernel<<<1, 1, 0, stream()>>>(stats);
+  VIT_CUDA_LAUNCHED();
+}
+
 template <typename TLow>
 void adamw_step(float* params, TLow* params_lowp, float* m, float* v, const float* grads,
-                const double* grad_norm, Index n, Index num_decay, const AdamWConfig& cfg,
-                double lr, Index step) {
+                const double* grad_norm, const double* apply, Index n, Index num_decay,
+                const AdamWConfig& cfg, double lr, Index step) {
   VIT_CHECK(step >= 1, "adamw_step: step counts from 1");
   VIT_CHECK(cfg.clip_grad <= 0 || grad_norm, "adamw_step: clipping needs the grad norm");
   if (n <= 0) return;
@@ -87,14 +99,14 @@ void adamw_step(float* params, TLow* params_lowp, float* m, float* v, const floa
   const float step_size = float(lr / (1.0 - std::pow(cfg.beta1, double(step))));
   const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(cfg.beta2, double(step))));
   adamw_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(
-      params, params_lowp, m, v, grads, grad_norm, n, num_decay, float(cfg.beta1), float(cfg.beta2),
-      float(cfg.eps), decay, step_size, bc2_sqrt, cfg.clip_grad);
+      params, params_lowp, m, v, grads, grad_norm, apply, n, num_decay, float(cfg.beta1),
+      float(cfg.beta2), float(cfg.eps), decay, step_size, bc2_sqrt, cfg.clip_grad);
   VIT_CUDA_LAUNCHED();
 }
 
-template void adamw_step<float>(float*, float*, float*, float*, const float*, const double*, Index,
-                                Index, const AdamWConfig&, double, Index);
-template void adamw_step<bf16>(float*, bf16*, float*, float*, const float*, const double*, Index,
-                               Index, const AdamWConfig&, double, Index);
+template void adamw_step<float>(float*, float*, float*, float*, const float*, const double*,
+                                const double*, Index, Index, const AdamWConfig&, double, Index);
+template void adamw_step<bf16>(float*, bf16*, float*, float*, const float*, const double*,
+                               const double*, Index, Index, const AdamWConfig&, double, Index);
 
 }  // namespace vit::cuda

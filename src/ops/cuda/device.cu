@@ -171,29 +171,26 @@ void input_released(int slot) {
 // Loss bookkeeping: one block, fp64, deterministic.
 
 namespace {
-__global__ void loss_accumulate_kernel(double* acc, const float* losses, Index B) {
-  // acc (4) fp64; losses (B) fp32. One block of 256 threads, fixed-order tree sum.
+__global__ void loss_accumulate_kernel(double* stats, const float* losses, Index B) {
+  // stats (kNumStepStats) fp64; losses (B) fp32. One block of 256 threads, fixed-order tree sum.
   __shared__ double smem[32];
   double s = 0;
   for (Index i = threadIdx.x; i < B; i += blockDim.x) s += double(losses[i]);
   s = block_sum(s, smem);
-  if (threadIdx.x == 0) acc[0] += s / double(B);
+  if (threadIdx.x == 0) stats[kLossPending] += s / double(B);
 }
-__global__ void loss_finish_kernel(double* acc, int micro_batches) {
-  // acc (4) fp64
-  const double loss = acc[0] / micro_batches;
-  acc[1] += loss;
-  acc[2] = loss;
-  acc[0] = 0;
+__global__ void close_update_loss_kernel(double* stats, int micro_batches) {
+  // stats (kNumStepStats) fp64
+  ::vit::close_update_loss(stats, micro_batches);
 }
 }  // namespace
 
-void loss_accumulate(double* acc, const float* losses, Index B) {
-  loss_accumulate_kernel<<<1, 256, 0, stream()>>>(acc, losses, B);
+void loss_accumulate(double* stats, const float* losses, Index B) {
+  loss_accumulate_kernel<<<1, 256, 0, stream()>>>(stats, losses, B);
   VIT_CUDA_LAUNCHED();
 }
-void loss_finish_update(double* acc, int micro_batches) {
-  loss_finish_kernel<<<1, 1, 0, stream()>>>(acc, micro_batches);
+void close_update_loss(double* stats, int micro_batches) {
+  close_update_loss_kernel<<<1, 1, 0, stream()>>>(stats, micro_batches);
   VIT_CUDA_LAUNCHED();
 }
 

@@ -38,11 +38,11 @@ struct InputCopy {
 void upload_input(const InputCopy* copies, int n, int slot);
 void input_released(int slot);
 
-// acc = [pending update's loss, loss sum, last loss, ...] (fp64, device):
-// acc[0] += mean of losses (B); then, per update, the pending loss / micro_batches is added
-// to acc[1] and stored in acc[2], and acc[0] restarts at 0. No host sync.
-void loss_accumulate(double* acc, const float* losses, Index B);
-void loss_finish_update(double* acc, int micro_batches);
+// The engine's step statistics (kNumStepStats fp64 on the device, see StepStat in
+// ops/cpu/adamw.h): the micro-batch's mean loss (B) adds to the pending update's; an update's
+// loss is the mean of its micro-batches'. No host sync.
+void loss_accumulate(double* stats, const float* losses, Index B);
+void close_update_loss(double* stats, int micro_batches);
 
 std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"
 

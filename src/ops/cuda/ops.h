@@ -176,10 +176,15 @@ void global_grad_norm(double* norm, const float* grads, Index n);
 // cfg.clip_grad > 0, the scale computed on the device from `grad_norm` (from
 // global_grad_norm; no host sync; may be nullptr without clipping). params, m, v, grads (n)
 // fp32; params_lowp (n), when not nullptr, receives the updated weights in TLow (the bf16 copy
-// the forward reads).
+// the forward reads). `apply` (1, device), when not nullptr, is judge_update's verdict: 0 skips
+// the update (nothing is written).
 template <typename TLow>
 void adamw_step(float* params, TLow* params_lowp, float* m, float* v, const float* grads,
-                const double* grad_norm, Index n, Index num_decay, const AdamWConfig& cfg,
-                double lr, Index step);
+                const double* grad_norm, const double* apply, Index n, Index num_decay,
+                const AdamWConfig& cfg, double lr, Index step);
+
+// judge_update (ops/cpu/adamw.h) on the device's step statistics (kNumStepStats): whether the
+// update with the loss and grad norm held there is applied, and the skip counters.
+void judge_update(double* stats);
 
 }  // namespace vit::cuda
