@@ -29,6 +29,7 @@
 
 #include "core/rng.h"
 #include "gpu_test_util.h"
+#include "ops/cpu/ema.h"
 #include "ops/cpu/ops.h"
 #include "ops/cuda/ops.h"
 #include "train/optimizer.h"
@@ -876,6 +877,34 @@ TEST_F(CudaAdamW, NonFiniteUpdateIsSkippedOnTheDevice) {
   EXPECT_EQ(got[vit::kSkipped], 1.0);
   EXPECT_EQ(got[vit::kBadRun], 1.0);
   EXPECT_EQ(got[vit::kLossSum], 0.0);
+}
+
+// Model EMA on the device: bitwise the CPU update (PyTorch's fused lerp) for small and large
+// weights (both lerp branches), nothing for a skipped update, and the exact buffer exchange.
+TEST_F(CudaAdamW, EmaUpdateIsBitwiseTheCpusAndSwapIsExact) {
+  const Index n = 5003;
+  const Vec w = rnd<float>(n, 1500, 1.0);
+  for (double decay : {0.0, 0.37, 0.9998}) {
+    Vec want = rnd<float>(n, 1501, 1.0);
+    DevBuf<float> d_ema(want, "ema"), d_w(w, "weights");
+    vit::cpu::ema_update(want.data(), w.data(), n, decay);
+    gpu::ema_update(d_ema.get(), d_w.get(), nullptr, n, decay);
+    gpu::synchronize();
+    const Vec got = d_ema.download();
+    size_t differ = 0;
+    for (Index i = 0; i < n; ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "decay " << decay;
+  }
+  const Vec e0 = rnd<float>(n, 1502, 1.0);
+  DevBuf<float> d_ema(e0, "ema"), d_w(w, "weights");
+  DevBuf<double> d_apply(1, "apply");
+  const double skipped = 0.0;
+  cuda_ok(cudaMemcpy(d_apply.get(), &skipped, sizeof(double), cudaMemcpyHostToDevice), "apply");
+  gpu::ema_update(d_ema.get(), d_w.get(), d_apply.get(), n, 0.5);
+  gpu::swap_buffers(d_ema.get(), d_w.get(), n);
+  gpu::synchronize();
+  EXPECT_EQ(d_ema.download(), w);
+  EXPECT_EQ(d_w.download(), e0);
 }
 
 }  // namespace

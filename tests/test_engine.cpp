@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "engine_test_util.h"
 #include "model/vit.h"
+#include "ops/cpu/ema.h"
 #include "train/engine.h"
 #include "train/engine_impl.h"
 #include "train/optimizer.h"
@@ -268,6 +269,55 @@ TEST(Engine, NonFiniteUpdatesAreSkippedAndCounted) {
     EXPECT_EQ(vg, v);
     g->infer(good.images.data(), nullptr, B, logits2.data(), nullptr);
     EXPECT_EQ(logits2, logits);  // the bf16 copy (emu) was not rewritten either
+  }
+}
+
+// Model EMA in the engine: the fused update over the parameter buffer after an applied update,
+// none after a skipped one, and an exact exchange with the weights (twice restores, the bf16
+// copy included).
+TEST(Engine, ModelEmaFollowsAppliedUpdatesAndSwapsExactly) {
+  for (const std::string device : {"cpu", "emu"}) {
+    SCOPED_TRACE(device);
+    const auto c = small_config(vit::Ffn::Mlp, vit::Classifier::Token);
+    const Index B = 4, K = c.num_classes;
+    auto plain = vit::make_engine(options(device, c, B));
+    EXPECT_FALSE(plain->has_ema());
+    EXPECT_THROW(plain->update_ema(0.9), vit::Error);
+    vit::EngineOptions o = options(device, c, B);
+    o.ema = true;
+    auto e = vit::make_engine(o);
+    ASSERT_TRUE(e->has_ema());
+    const auto p0 = initial_params(e->table(), c);
+    e->write_params(p0);
+    e->write_ema(p0);
+    const Batch b = make_batch(c, B, 3);
+    auto update = [&](float scale, double decay) {
+      e->zero_grad();
+      e->forward_backward(b.images.data(), b.targets.data(), B, scale, 1);
+      e->step(1e-2);
+      e->update_ema(decay);
+    };
+    update(1.0f / B, 0.75);
+    const std::vector<float> p1 = e->read_params();
+    std::vector<float> want = p0;
+    vit::cpu::ema_update(want.data(), p1.data(), Index(want.size()), 0.75);
+    EXPECT_EQ(e->read_ema(), want);
+    EXPECT_NE(want, p1);
+
+    update(std::nanf(""), 0.75);  // skipped: neither the weights nor their EMA move
+    EXPECT_EQ(e->read_params(), p1);
+    EXPECT_EQ(e->read_ema(), want);
+
+    std::vector<float> logits(B * K), again(B * K);
+    e->infer(b.images.data(), nullptr, B, logits.data(), nullptr);
+    e->swap_ema();
+    EXPECT_EQ(e->read_params(), want);
+    EXPECT_EQ(e->read_ema(), p1);
+    e->swap_ema();
+    EXPECT_EQ(e->read_params(), p1);
+    EXPECT_EQ(e->read_ema(), want);
+    e->infer(b.images.data(), nullptr, B, again.data(), nullptr);
+    EXPECT_EQ(again, logits);
   }
 }
 

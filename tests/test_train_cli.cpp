@@ -290,4 +290,53 @@ TEST_F(TrainCli, NonFiniteUpdatesAreSkippedAndTooManyStopTheRun) {
   EXPECT_EQ(losses("diverged").size(), 48u);
 }
 
+// --model-ema end to end: both weights are evaluated every epoch, the EMA's metric is the run's
+// (summary, model_best), last_ema.safetensors evaluates to the logged EMA top-1 and exports, and
+// a resume in the middle of the run continues the EMA bitwise.
+TEST_F(TrainCli, ModelEmaIsEvaluatedSavedAndResumedBitwise) {
+  const std::string ema = "--model-ema --model-ema-decay 0.9";
+  const RunResult r = run_vitrain(train_flags("ema", ema), dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t ema_lines = 0;
+  for (size_t at = r.out.find("Test EMA: "); at != std::string::npos;
+       at = r.out.find("Test EMA: ", at + 1))
+    ++ema_lines;
+  EXPECT_EQ(ema_lines, 3u) << r.out;
+  const fs::path run = dir_ / "out" / "ema";
+  const auto evals = vit::testing::read_log(run, "eval");
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_TRUE(evals.back().at("ema").get<bool>());
+  EXPECT_TRUE(evals.back().at("raw_eval_top1").is_number());
+  const double ema_top1 = evals.back().at("eval_top1").get<double>();
+  EXPECT_GT(ema_top1, 60.0);
+  const vit::WeightsFile best = vit::load_weights((run / "model_best.safetensors").string());
+  EXPECT_EQ(best.metadata.at("weights"), "ema");
+  const vit::WeightsFile last_ema = vit::load_weights((run / "last_ema.safetensors").string());
+  EXPECT_NE(last_ema.params, vit::load_weights((run / "last.safetensors").string()).params);
+
+  const RunResult e = run_vitrain(
+      "eval --checkpoint " + (run / "last_ema.safetensors").string() + " --data-dir " + data_,
+      dir_.string());
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const size_t at = e.out.find("top-1 ");
+  ASSERT_NE(at, std::string::npos) << e.out;
+  EXPECT_NEAR(std::stod(e.out.substr(at + 6)), ema_top1, 0.01) << e.out;
+  const RunResult x = run_vitrain("export --checkpoint " + (run / "last_ema.safetensors").string() +
+                                      " --out " + (dir_ / "exp_ema").string(),
+                                  dir_.string());
+  ASSERT_EQ(x.exit_code, 0) << x.err;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "exp_ema" / "model.safetensors"));
+
+  ASSERT_EQ(run_vitrain(train_flags("ema_split", ema + " --stop-after-updates 21"), dir_.string())
+                .exit_code,
+            0);
+  const RunResult b =
+      run_vitrain("train --resume " + (dir_ / "out" / "ema_split").string(), dir_.string());
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(
+      vit::load_weights((dir_ / "out" / "ema_split" / "last_ema.safetensors").string()).params,
+      last_ema.params);
+  EXPECT_EQ(losses("ema_split"), losses("ema"));
+}
+
 }  // namespace

@@ -79,6 +79,14 @@ struct CudaBackend {
   static void close_update_loss(double* stats, int micro_batches) {
     cuda::close_update_loss(stats, micro_batches);
   }
+  // Model EMA after an update, decided on the device (not after a skipped one).
+  static void ema_update(float* ema, const float* params, const double* stats, Index n,
+                         double decay) {
+    cuda::ema_update(ema, params, stats + kApply, n, decay);
+  }
+  static void swap(float* a, float* b, Index n) {
+    cuda::swap_buffers(a, b, n);
+  }
   // Grad norm and the skip verdict on the device, then one fused AdamW kernel (it returns at
   // once for a skipped update) that also writes the bf16 copy; the clip scale is computed on
   // the device from the norm (no host sync per step). Whether the update was applied is known

@@ -21,6 +21,7 @@
 #include "core/bf16.h"
 #include "core/common.h"
 #include "ops/cpu/adamw.h"
+#include "ops/cpu/ema.h"
 #include "ops/cpu/ops.h"
 #include "ops/emu/ops.h"
 
@@ -97,6 +98,15 @@ struct HostMemory {
   }
   static void close_update_loss(double* stats, int micro_batches) {
     ::vit::close_update_loss(stats, micro_batches);
+  }
+  // Model EMA after an update (not after a skipped one: stats[kApply] == 0).
+  template <class A>
+  static void ema_update(A* ema, const A* params, const double* stats, Index n, double decay) {
+    if (stats[kApply] != 0) cpu::ema_update(ema, params, n, decay);
+  }
+  template <class A>
+  static void swap(A* a, A* b, Index n) {
+    std::swap_ranges(a, a + n, b);
   }
 };
 

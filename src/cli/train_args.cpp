@@ -21,7 +21,7 @@ namespace vit {
 
 namespace {
 
-using Target = std::variant<int*, int64_t*, double*, std::string*>;
+using Target = std::variant<bool*, int*, int64_t*, double*, std::string*>;
 
 struct Option {
   std::string flags;  // CLI11 spelling, e.g. "-b,--batch-size"
@@ -86,6 +86,14 @@ std::vector<Option> options(TrainArgs& a) {
        &a.initial_checkpoint},
       {"--log-interval", "log_interval", "updates between log lines", &a.log_interval},
       {"--eval-interval", "eval_interval", "epochs between evaluations", &a.eval_interval},
+      {"--model-ema", "model_ema",
+       "keep an exponential moving average of the weights; it is evaluated beside them and "
+       "its metric picks model_best",
+       &a.model_ema},
+      {"--model-ema-decay", "model_ema_decay", "EMA decay per update", &a.model_ema_decay},
+      {"--model-ema-warmup", "model_ema_warmup",
+       "EMA decay warm-up: 1 - (1 + step)^(-2/3), capped at --model-ema-decay",
+       &a.model_ema_warmup},
       {"--patience", "patience", "early stopping: evaluations without improvement (0 = off)",
        &a.patience},
       {"--max-bad-steps", "max_bad_steps",
@@ -171,6 +179,8 @@ void apply_yaml(const std::string& path, std::vector<Option>& opts) {
             using T = std::remove_pointer_t<decltype(p)>;
             if constexpr (std::is_same_v<T, std::string>)
               return "a string";
+            else if constexpr (std::is_same_v<T, bool>)
+              return "true or false";
             else if constexpr (std::is_same_v<T, double>)
               return "a number";
             else
@@ -217,6 +227,7 @@ void validate(const TrainArgs& a) {
             "--log-interval and --eval-interval must be positive");
   VIT_CHECK(a.patience >= 0 && a.workers >= 0, "--patience and --workers must be >= 0");
   VIT_CHECK(a.max_bad_steps >= 1, "--max-bad-steps must be >= 1");
+  VIT_CHECK(a.model_ema_decay >= 0 && a.model_ema_decay < 1, "--model-ema-decay must be in [0, 1)");
   VIT_CHECK(a.device == "auto" || a.device == "cpu" || a.device == "cuda" || a.device == "emu",
             fmt::format("--device {}: use auto, cpu, cuda or emu", a.device));
   VIT_CHECK(a.precision == "bf16" || a.precision == "fp32",
@@ -240,7 +251,16 @@ std::unique_ptr<CLI::App> make_app(std::vector<Option>& opts, std::string& confi
   // A repeated flag takes its last value, as argparse does (lets scripts append overrides).
   app->option_defaults()->always_capture_default()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);
-  for (auto& o : opts) std::visit([&](auto* p) { app->add_option(o.flags, *p, o.help); }, o.target);
+  for (auto& o : opts)
+    std::visit(
+        [&](auto* p) {
+          // A switch, as timm's store_true; `--model-ema=false` overrides a config's true.
+          if constexpr (std::is_same_v<decltype(p), bool*>)
+            app->add_flag(o.flags, *p, o.help);
+          else
+            app->add_option(o.flags, *p, o.help);
+        },
+        o.target);
   app->add_option("-c,--config", config, "YAML file of defaults (keys as the flags)");
   return app;
 }

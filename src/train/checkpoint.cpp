@@ -14,6 +14,7 @@ namespace {
 constexpr const char* kConfigKey = "vitrain_model";
 constexpr const char* kExpAvg = "optimizer.exp_avg";
 constexpr const char* kExpAvgSq = "optimizer.exp_avg_sq";
+constexpr const char* kModelEma = "model_ema";  // the EMA weights, table layout (with --model-ema)
 
 io::SafeTensors weights_tensors(const ModelConfig& cfg, const ParamTable& table,
                                 const float* params, const Metadata& extra) {
@@ -131,7 +132,7 @@ void save_weights(const std::string& path, const ModelConfig& cfg, const ParamTa
 }
 
 WeightsFile load_weights(const std::string& path) {
-  return weights_from(io::read_safetensors(path), path, {kExpAvg, kExpAvgSq});
+  return weights_from(io::read_safetensors(path), path, {kExpAvg, kExpAvgSq, kModelEma});
 }
 
 void save_train_state(const std::string& path, const ModelConfig& cfg, const ParamTable& table,
@@ -151,13 +152,17 @@ void save_train_state(const std::string& path, const ModelConfig& cfg, const Par
             "optimizer state does not match the model");
   st.add_f32(kExpAvg, {table.total}, s.exp_avg.data());
   st.add_f32(kExpAvgSq, {table.total}, s.exp_avg_sq.data());
+  if (!s.ema.empty()) {
+    VIT_CHECK(Index(s.ema.size()) == table.total, "EMA weights do not match the model");
+    st.add_f32(kModelEma, {table.total}, s.ema.data());
+  }
   io::write_safetensors(path, st);
 }
 
 TrainState load_train_state(const std::string& path) {
   const io::SafeTensors st = io::read_safetensors(path);
   TrainState s;
-  s.weights = weights_from(st, path, {kExpAvg, kExpAvgSq});
+  s.weights = weights_from(st, path, {kExpAvg, kExpAvgSq, kModelEma});
   const Index total = Index(s.weights.params.size());
   for (auto [key, dst] : {std::pair{kExpAvg, &s.exp_avg}, std::pair{kExpAvgSq, &s.exp_avg_sq}}) {
     const io::Tensor* t = st.find(key);
@@ -165,6 +170,11 @@ TrainState load_train_state(const std::string& path) {
     if (t->shape != std::vector<Index>{total})
       throw Error(fmt::format("'{}': '{}' does not match the model size", path, key));
     *dst = t->to_f32();
+  }
+  if (const io::Tensor* t = st.find(kModelEma)) {
+    if (t->shape != std::vector<Index>{total})
+      throw Error(fmt::format("'{}': '{}' does not match the model size", path, kModelEma));
+    s.ema = t->to_f32();
   }
   const Metadata& m = s.weights.metadata;
   s.step = meta_int(m, "step", path);

@@ -35,6 +35,7 @@ WeightsFile load_weights(const std::string& path);
 struct TrainState {
   WeightsFile weights;
   std::vector<float> exp_avg, exp_avg_sq;  // (table.total)
+  std::vector<float> ema;                  // (table.total) model EMA; empty without one
   int64_t step = 0;                        // optimizer updates done
   int64_t epoch = 0;                       // epoch to continue in
   int64_t update_in_epoch = 0;             // updates of that epoch already done

@@ -20,6 +20,7 @@ struct EngineOptions {
   Index max_batch = 1;             // samples per forward pass, at most
   int max_img_size = 0;            // the largest image size of the run (0 = cfg.img_size)
   AdamWConfig adamw;
+  bool ema = false;  // keep an exponential moving average of the weights (model EMA)
 };
 
 // Losses and grad norm of the updates since the previous read_stats(). An update whose loss or
@@ -69,6 +70,17 @@ class Engine {
   virtual void read_moments(std::vector<float>& m, std::vector<float>& v) = 0;
   virtual void write_moments(const std::vector<float>& m, const std::vector<float>& v,
                              int64_t steps) = 0;
+  // Model EMA (EngineOptions::ema), fp32 in table() layout like the master weights.
+  virtual bool has_ema() const = 0;
+  // ema = lerp(ema, weights, 1 - decay) after the last step(), unless that update was skipped;
+  // decay 0 copies the weights. PyTorch's fused lerp: bitwise Tensor.lerp_ in fp32.
+  virtual void update_ema(double decay) = 0;
+  virtual std::vector<float> read_ema() = 0;
+  virtual void write_ema(const std::vector<float>& ema) = 0;
+  // Exchanges the weights and their EMA (exact; a second call restores): evaluates or saves
+  // the EMA with the training model's own buffers.
+  virtual void swap_ema() = 0;
+
   // Switches the image size (buffers stay); write the remapped params and moments next.
   virtual void set_img_size(int size) = 0;
   // Device memory held by this engine's buffers (0 on the host).

@@ -23,7 +23,8 @@ class ModelEngine : public Engine {
         adamw_(opt.adamw),
         m_(size_t(capacity())),
         v_(size_t(capacity())),
-        stats_(kNumStepStats) {
+        stats_(kNumStepStats),
+        ema_(opt.ema ? size_t(capacity()) : 0) {
     ModelConfig big = opt.cfg;
     big.img_size = model_.max_img_size();
     const Index B = opt.max_batch, S = big.img_size;
@@ -40,6 +41,7 @@ class ModelEngine : public Engine {
     Backend::zero(m_.data(), capacity());
     Backend::zero(v_.data(), capacity());
     Backend::zero(stats_.data(), kNumStepStats);
+    if (opt.ema) Backend::zero(ema_.data(), capacity());
   }
 
   std::string description() const override { return Backend::name(); }
@@ -122,6 +124,28 @@ class ModelEngine : public Engine {
     Backend::upload(v_.data(), v.data(), table().total);
     steps_ = steps;
   }
+  bool has_ema() const override { return ema_.size() > 0; }
+  void update_ema(double decay) override {
+    check_ema();
+    Backend::ema_update(ema_.data(), model_.params.data(), stats_.data(), table().total, decay);
+  }
+  std::vector<float> read_ema() override {
+    check_ema();
+    std::vector<float> e(size_t(table().total));
+    Backend::download(e.data(), ema_.data(), table().total);
+    return e;
+  }
+  void write_ema(const std::vector<float>& e) override {
+    check_ema();
+    check_size(e, "EMA weights");
+    Backend::upload(ema_.data(), e.data(), table().total);
+  }
+  void swap_ema() override {
+    check_ema();
+    Backend::swap(ema_.data(), model_.params.data(), table().total);
+    model_.sync_weights();  // the bf16 copy follows the master weights it now holds
+  }
+
   void set_img_size(int size) override { model_.set_img_size(size); }
   double device_memory_bytes() const override {
     if constexpr (Backend::kHost)
@@ -132,6 +156,7 @@ class ModelEngine : public Engine {
 
  private:
   Index capacity() const { return Index(model_.params.size()); }
+  void check_ema() const { VIT_CHECK(has_ema(), "engine: made without a model EMA"); }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,
               fmt::format("engine: {} have {} values, the model needs {}", what, x.size(),
@@ -174,7 +199,8 @@ class ModelEngine : public Engine {
   int slot_ = 1;                       // device: the input slot of the current batch
   const Store* cur_images_ = nullptr;  // the current batch, in the backend's memory
   const Acc* cur_targets_ = nullptr;
-  Buffer<double> stats_;  // [pending update's loss, loss sum, last loss, grad norm]
+  Buffer<double> stats_;  // (kNumStepStats) the updates' losses, grad norm, skips (StepStat)
+  Buffer<Acc> ema_;       // (capacity) model EMA, table layout; empty without one
   int64_t steps_ = 0;
   int micro_batches_ = 0;  // since the last step
   int64_t updates_since_read_ = 0;

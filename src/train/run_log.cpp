@@ -132,8 +132,9 @@ std::string format_train_line(const TrainLine& l) {
   return s;
 }
 
-std::string format_eval_line(int64_t epoch, double loss, double top1, double top5) {
-  return fmt::format("Test: {}  Loss: {:>7.4f}  Acc@1: {:>7.3f}  Acc@5: {:>7.3f}", epoch, loss,
+std::string format_eval_line(int64_t epoch, double loss, double top1, double top5,
+                             const std::string& label) {
+  return fmt::format("{}: {}  Loss: {:>7.4f}  Acc@1: {:>7.3f}  Acc@5: {:>7.3f}", label, epoch, loss,
                      top1, top5);
 }
 

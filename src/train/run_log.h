@@ -70,8 +70,9 @@ struct TrainLine {
 // "Train: 3 [ 200/1251 ( 16%)]  Loss: 5.12 (5.31)  Time: 0.182s, 1406.59/s  (0.185s, 1383.78/s)
 //  LR: 7.812e-04  Data: 0.004 (0.006)  ETA: 0:12:40" (one line).
 std::string format_train_line(const TrainLine& l);
-// "Test: 3  Loss:  0.4123  Acc@1:  85.310  Acc@5:  99.620"
-std::string format_eval_line(int64_t epoch, double loss, double top1, double top5);
+// "Test: 3  Loss:  0.4123  Acc@1:  85.310  Acc@5:  99.620" ("Test EMA: 3 ..." with that label)
+std::string format_eval_line(int64_t epoch, double loss, double top1, double top5,
+                             const std::string& label = "Test");
 bool stdout_is_tty();
 
 // Refills the plot curves from a run's log.jsonl up to optimizer step `max_step` (resume).

@@ -6,6 +6,7 @@
 // warmup and total are in updates (epochs * updates_per_epoch). The same function works on a
 // fraction of a budget: pass t and total in any common unit.
 #pragma once
+#include <cstdint>
 
 namespace vit {
 
@@ -17,5 +18,10 @@ struct LrSchedule {
   double total = 1;   // schedule length (t_initial), same unit as t
   double at(double t) const;
 };
+
+// Model EMA decay for the update numbered `step` (1 for the first), timm's ModelEmaV3.get_decay
+// with update_after_step 0, min_decay 0, gamma 1, power 2/3: the first update copies the weights
+// (decay 0); then `decay`, or with warm-up min(decay, 1 - (1 + (step - 1))^(-2/3)).
+double ema_decay(int64_t step, double decay, bool warmup);
 
 }  // namespace vit

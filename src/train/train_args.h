@@ -53,6 +53,9 @@ struct TrainArgs {
   int log_interval = 50;
   int eval_interval = 1;
   int patience = 0;  // early stopping after this many evaluations without improvement; 0 = off
+  bool model_ema = false;           // timm's --model-ema: an EMA of the weights
+  double model_ema_decay = 0.9998;  // timm's default
+  bool model_ema_warmup = false;    // timm ModelEmaV3's decay warm-up (gamma 1, power 2/3)
   int max_bad_steps = 10;       // this many consecutive non-finite (skipped) updates stop the run
   int workers = 0;              // threads; 0 = all cores
   std::string device = "auto";  // auto | cpu | cuda | emu (CPU bf16 emulation)

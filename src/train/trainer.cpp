@@ -134,18 +134,26 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   engine_opt.max_batch = cap;
   engine_opt.max_img_size = std::max(F, cfg.img_size);  // curricula never exceed the final size
   engine_opt.adamw = AdamWConfig{0.9, 0.999, 1e-8, args.weight_decay, args.clip_grad};
+  const bool ema = args.model_ema;
+  engine_opt.ema = ema;
   std::unique_ptr<Engine> engine = make_engine(engine_opt);
   TrainState st;
   if (resumed) {
     st = std::move(*resumed);
     engine->write_params(st.weights.params);
     engine->write_moments(st.exp_avg, st.exp_avg_sq, st.step);
+    if (ema) {
+      if (st.ema.empty())
+        fmt::print("Model EMA: the state has none; it starts from the resumed weights\n");
+      engine->write_ema(st.ema.empty() ? st.weights.params : st.ema);
+    }
   } else {
     std::vector<float> p(size_t(engine->table().total), 0.0f);
     init_params(p.data(), engine->table(), cfg, args.seed);
     if (!args.initial_checkpoint.empty())
       load_initial_checkpoint(args.initial_checkpoint, cfg, engine->table(), p.data(), stdout);
     engine->write_params(p);
+    if (ema) engine->write_ema(p);  // timm copies the model at the start
   }
   st.args_yaml = args_yaml;
   // What eval/export need to reproduce the input pipeline and name the classes.
@@ -216,9 +224,16 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
     std::vector<float> m, v;
     engine->read_moments(m, v);
     ResizedBuffers r = resize_model(cfg, engine->table(), engine->read_params(), m, v, size);
+    std::vector<float> ema_resized;
+    if (ema) {  // the EMA follows the weights (pos_embed resampled the same way)
+      ema_resized.resize(size_t(r.table.total));
+      map_buffer(cfg, engine->table(), engine->read_ema().data(), r.cfg, r.table,
+                 ema_resized.data(), false);
+    }
     engine->set_img_size(size);  // same buffers, new table
     engine->write_params(r.params);
     engine->write_moments(r.m, r.v, engine->num_steps());
+    if (ema) engine->write_ema(ema_resized);
     fmt::print("{}Size: {} -> {} px at epoch {} update {} (progress {:.3f}{})\n", tty ? "\n" : "",
                cfg.img_size, size, epoch, update, frac,
                et ? fmt::format(", stage {}, magnitude {}", et_stage(frac), et_magnitude(frac))
@@ -274,25 +289,41 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   double step_est = 0, eval_est = -1;
   int64_t updates_since_eval = 0;
   bool evaluated_once = false;
-  // Evaluates, logs, writes the weights; returns false when early stopping ends the run.
+  // Evaluates, logs, writes the weights; returns false when early stopping ends the run. With a
+  // model EMA both are evaluated and, as in timm, the EMA's metric is the run's: it picks
+  // model_best (which then holds the EMA weights) and fills summary.csv.
   auto eval_and_save = [&](int64_t epoch, double train_loss, double ips, double lr_now,
                            double frac) {
     const double t0 = elapsed();
-    const EvalResult ev = run_eval();
-    fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5));
+    const EvalResult raw = run_eval();
+    fmt::print("{}\n", format_eval_line(epoch, raw.loss, raw.top1, raw.top5));
+    out.save_weights(
+        "last.safetensors", *engine, cfg,
+        {{"epoch", std::to_string(epoch)}, {"eval_top1", fmt::format("{:.4f}", raw.top1)}});
+    EvalResult ev = raw;          // the run's metric
+    if (ema) engine->swap_ema();  // the EMA weights in the model, until the swap back below
+    if (ema) {
+      ev = run_eval();
+      fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5, "Test EMA"));
+      out.save_weights("last_ema.safetensors", *engine, cfg,
+                       {{"epoch", std::to_string(epoch)},
+                        {"eval_top1", fmt::format("{:.4f}", ev.top1)},
+                        {"weights", "ema"}});
+    }
     const double budget_s = budget ? budget->total_s : 0.0;
-    const Metadata meta = {{"epoch", std::to_string(epoch)},
-                           {"eval_top1", fmt::format("{:.4f}", ev.top1)}};
-    out.save_weights("last.safetensors", *engine, cfg, meta);
     bool keep_going = true;
     if (ev.top1 > st.best_metric) {
       st.best_metric = ev.top1;
       st.best_epoch = epoch;
       st.bad_epochs = 0;
+      Metadata meta = {{"epoch", std::to_string(epoch)},
+                       {"eval_top1", fmt::format("{:.4f}", ev.top1)}};
+      if (ema) meta["weights"] = "ema";
       out.save_weights("model_best.safetensors", *engine, cfg, meta);
     } else {
       ++st.bad_epochs;
     }
+    if (ema) engine->swap_ema();
     if (args.patience > 0 && st.bad_epochs >= args.patience) {
       fmt::print("Early stopping: no top-1 improvement for {} evaluations\n", st.bad_epochs);
       keep_going = false;
@@ -307,6 +338,12 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
         {"img_size", cfg.img_size}, {"eval_size", eval_size}, {"budget_s", budget_s},
         {"fraction", frac},         {"elapsed_s", elapsed()}};
     if (data.streamed()) j["skipped_images"] = unreadable();  // unreadable files so far
+    if (ema) {                                                // eval_* above are the EMA's
+      j["ema"] = true;
+      j["raw_eval_loss"] = raw.loss;
+      j["raw_eval_top1"] = raw.top1;
+      j["raw_eval_top5"] = raw.top5;
+    }
     out.log.write(j);
     out.plot.eval_loss.push_back({elapsed(), ev.loss});
     out.plot.eval_top1.push_back({elapsed(), ev.top1});
@@ -401,6 +438,9 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
         step_samples += n;
       }
       engine->step(lr);
+      if (ema)
+        engine->update_ema(
+            ema_decay(engine->num_steps(), args.model_ema_decay, args.model_ema_warmup));
       compute.add(int64_t(step_samples), S);
       samples += step_samples;
       ++updates_since_eval;

@@ -183,6 +183,12 @@ void adamw_step(float* params, TLow* params_lowp, float* m, float* v, const floa
                 const double* grad_norm, const double* apply, Index n, Index num_decay,
                 const AdamWConfig& cfg, double lr, Index step);
 
+// Model EMA (ema.cu): ema (n) = lerp(ema, params, 1 - decay), PyTorch's fused formula (bitwise
+// vit::cpu::ema_update<float>), unless `apply` (1, device; nullptr = always) is 0.
+void ema_update(float* ema, const float* params, const double* apply, Index n, double decay);
+// a, b (n): exchanged.
+void swap_buffers(float* a, float* b, Index n);
+
 // judge_update (ops/cpu/adamw.h) on the device's step statistics (kNumStepStats): whether the
 // update with the loss and grad norm held there is applied, and the skip counters.
 void judge_update(double* stats);
