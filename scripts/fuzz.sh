@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The libFuzzer targets of fuzz/ (one per parser of outside input), built with clang, ASan and
+# UBSan in build-fuzz/, and run from the seed corpus in fuzz/corpus/<target>/.
+#   bash scripts/fuzz.sh build                    configure and build only
+#   bash scripts/fuzz.sh short [SECONDS]          every target for SECONDS (default 12): CI
+#   bash scripts/fuzz.sh campaign N [TARGET...]   every (or each named) target to N executions,
+#                                                 one after another; table in build-fuzz/campaign.md
+#   bash scripts/fuzz.sh run TARGET [ARGS...]     one target with your own libFuzzer arguments
+#   bash scripts/fuzz.sh corpus                   rewrite fuzz/corpus/ with fuzz/make_corpus.cpp
+# Inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (never into the repo); a crashing,
+# leaking, hanging or memory-hungry input is saved as build-fuzz/artifacts/<target>-<kind>-<hash>
+# and fails the run. Reproduce one with: build-fuzz/fuzz/fuzz_<target> <file>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGETS=(safetensors idx npy cifar packed config class_map jpeg png)
+BIN=build-fuzz/fuzz
+# Per input: 25 s is a hang, 2 GiB (RSS, or one malloc) is a runaway allocation.
+FUZZ_FLAGS=(-timeout=25 -rss_limit_mb=2048 -print_final_stats=1)
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+build() {
+  cmake -S . -B build-fuzz -G Ninja -DVIT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-fuzz -j "$(nproc)"
+}
+
+# run_target TARGET LOG [libFuzzer args...]: returns libFuzzer's exit status.
+run_target() {
+  local t=$1 log=$2
+  shift 2
+  mkdir -p "build-fuzz/corpus/$t" build-fuzz/artifacts
+  "$BIN/fuzz_$t" "build-fuzz/corpus/$t" "fuzz/corpus/$t" "${FUZZ_FLAGS[@]}" \
+    -artifact_prefix="build-fuzz/artifacts/$t-" "$@" >"$log" 2>&1
+}
+
+stat_of() {  # stat_of LOG NAME: a value of libFuzzer's final stats
+  sed -n "s/^stat::$2: *//p" "$1" | tail -1
+}
+
+mode="${1:-short}"
+case "$mode" in
+  build)
+    build
+    ;;
+  short)
+    secs="${2:-12}"
+    build
+    failed=()
+    for t in "${TARGETS[@]}"; do
+      log="build-fuzz/short-$t.log"
+      if run_target "$t" "$log" -max_total_time="$secs"; then
+        echo "fuzz $t: $(stat_of "$log" number_of_executed_units) runs," \
+          "$(stat_of "$log" average_exec_per_sec)/s, ok"
+      else
+        echo "fuzz $t: FAILED (log: $log)"
+        tail -n 40 "$log"
+        failed+=("$t")
+      fi
+    done
+    if [ ${#failed[@]} -gt 0 ]; then
+      echo "fuzz: ${#failed[@]} target(s) failed: ${failed[*]}" >&2
+      exit 1
+    fi
+    ;;
+  campaign)
+    runs="${2:?usage: fuzz.sh campaign N [TARGET...]}"
+    shift 2
+    [ $# -gt 0 ] && TARGETS=("$@")
+    build
+    table=build-fuzz/campaign.md
+    commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src fuzz || echo '+changes')"
+    {
+      echo "Campaign $(date -u +%Y-%m-%d), commit $commit, $(nproc) cores, $runs runs per target"
+      echo
+      echo "| target | executions | seconds | exec/s | crashes | corpus |"
+      echo "|---|---:|---:|---:|---:|---:|"
+    } >"$table"
+    status=0
+    for t in "${TARGETS[@]}"; do
+      log="build-fuzz/campaign-$t.log"
+      start=$(date +%s)
+      crashes=0
+      run_target "$t" "$log" -runs="$runs" || { crashes=1; status=1; }
+      secs=$(($(date +%s) - start))
+      execs=$(stat_of "$log" number_of_executed_units)
+      corpus=$(find "build-fuzz/corpus/$t" "fuzz/corpus/$t" -type f | wc -l)
+      row="| $t | ${execs:-?} | $secs | $(stat_of "$log" average_exec_per_sec) | $crashes | $corpus |"
+      echo "$row" | tee -a "$table"
+    done
+    echo "fuzz: table in $table"
+    exit $status
+    ;;
+  run)
+    t="${2:?usage: fuzz.sh run TARGET [ARGS...]}"
+    shift 2
+    mkdir -p "build-fuzz/corpus/$t" build-fuzz/artifacts
+    exec "$BIN/fuzz_$t" "build-fuzz/corpus/$t" "fuzz/corpus/$t" "${FUZZ_FLAGS[@]}" \
+      -artifact_prefix="build-fuzz/artifacts/$t-" "$@"
+    ;;
+  corpus)
+    build
+    "$BIN/make_corpus" fuzz/corpus
+    du -sh fuzz/corpus
+    ;;
+  *)
+    echo "usage: fuzz.sh build | short [SECONDS] | campaign N [TARGET...] | run TARGET [ARGS...]" \
+      "| corpus" >&2
+    exit 2
+    ;;
+esac
