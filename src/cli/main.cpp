@@ -18,6 +18,7 @@
 #include "cli/prepare.h"
 #include "cli/train_args.h"
 #include "core/common.h"
+#include "core/fatal_signal.h"
 #include "train/trainer.h"
 #ifdef VIT_HAS_CUDA
 #include "train/engine_cuda.h"
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
     _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
   }
 #endif
+  vit::install_fatal_signal_handlers();  // SIGBUS on a truncated mapped file; EFBIG, not SIGXFSZ
   const std::string cmd = argc > 1 ? argv[1] : "";
 #ifdef VIT_HAS_CUDA
   vit::register_cuda_backend();  // --device cuda/auto can find the GPU
