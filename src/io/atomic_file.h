@@ -10,4 +10,8 @@ namespace vit::io {
 void write_file_atomic(const std::string& path, std::string_view bytes);
 std::string read_file(const std::string& path);  // throws vit::Error if unreadable
 
+// Removes the temp files ("<name>.tmp.<pid>") that writers killed mid-write left in `dir`:
+// those whose process no longer exists. Returns how many were removed.
+int remove_stale_temp_files(const std::string& dir);
+
 }  // namespace vit::io

@@ -1,5 +1,7 @@
 #include "train/run_outputs.h"
 
+#include <fmt/format.h>
+
 #include "io/atomic_file.h"
 #include "train/resize_model.h"
 
@@ -14,6 +16,9 @@ RunOutputs::RunOutputs(std::string dir, const ModelConfig& final_cfg, Metadata d
       final_table_(build_param_table(final_cfg)),
       data_meta_(std::move(data_meta)) {
   plot.title = plot_title;
+  // A kill -9 inside a checkpoint write leaves its temp file: a resume clears them away.
+  if (const int n = io::remove_stale_temp_files(dir_))
+    fmt::print("Removed {} temp file(s) of writes interrupted in {}\n", n, dir_);
   // Rebuild the curves of the epochs before a resume from the log.
   load_plot_from_jsonl(dir_ + "/log.jsonl", plot, first_step);
 }
