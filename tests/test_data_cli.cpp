@@ -2,17 +2,23 @@
 // `vitrain prepare`, an unreadable image skipped and reported, --class-map, and prepare's
 // one-line errors for bad input.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_harness.h"
 #include "core/rng.h"
 #include "data/decode.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using vit::data::Image;
@@ -157,6 +163,52 @@ TEST_F(DataCli, PrepareThenTrainAndEvalOnThePackedFiles) {
             0);
   const RunResult rr = run(train_flags(raw, "raw"));
   EXPECT_EQ(rr.exit_code, 0) << rr.err;
+}
+
+// A packed file truncated while a run reads it (memory-mapped: SIGBUS) ends the run with one
+// error line naming the file and exit 1; the checkpoints written before stay loadable, and the
+// run resumes once the file is restored.
+TEST_F(DataCli, PackedFileTruncatedMidRunIsOneClearError) {
+  const fs::path packed = dir_ / "packed";
+  ASSERT_EQ(run("prepare --data-dir " + photos_.string() + " --out " + packed.string() +
+                " --max-side 32 --format raw")
+                .exit_code,
+            0);
+  const fs::path file = packed / "train.vitpack", copy = dir_ / "train.vitpack.orig";
+  fs::copy_file(file, copy);
+  const fs::path err = dir_ / "stderr_sigbus.txt";
+  const std::string cmd = std::string(VIT_BINARY) + " " +
+                          train_flags(packed, "sigbus", "--epochs 100000") + " > /dev/null 2> " +
+                          err.string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path run_dir = dir_ / "out" / "sigbus";
+  for (int i = 0; i < 1200 && !fs::exists(run_dir / "state.safetensors"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  fs::resize_file(file, 0);
+  int status = 0;
+  for (int i = 0; i < 1200 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the run went on for 60 s after its data file was truncated";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string msg = slurp(err);
+  EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
+  EXPECT_EQ(msg.rfind("error: a memory-mapped data file could not be read", 0), 0u) << msg;
+  EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
+  const vit::TrainState st = vit::load_train_state((run_dir / "state.safetensors").string());
+  fs::copy_file(copy, file, fs::copy_options::overwrite_existing);
+  const RunResult resumed = run("train --resume " + run_dir.string() + " --stop-after-updates " +
+                                std::to_string(st.step + 1));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 
 // Bad input: exit code 1 or 2, one line on stderr starting "error:".

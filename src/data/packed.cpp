@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/common.h"
+#include "core/fatal_signal.h"
 #include "data/decode.h"
 
 namespace vit::data {
@@ -299,6 +300,7 @@ void PackedReader::open(const std::string& path) {
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   if (m == MAP_FAILED) throw Error(fmt::format("{}: mmap failed: {}", path, std::strerror(errno)));
+  note_mapped_file(path);  // named if the file is truncated under us (SIGBUS)
   base_ = static_cast<const uint8_t*>(m);
   file_size_ = size;
   try {
