@@ -279,10 +279,15 @@ TYPED_TEST(CudaOps, Matmul) {
     size_t off;  // element offset of every buffer: 1 = weights inside the flat parameter buffer
   };
   const std::vector<Case> cases = {
-      {3 * 197, 192, 576, true, true, 0}, {5 * 50, 100, 300, true, true, 0},
-      {7, 100, 10, true, true, 0},        {2 * 49, 96, 384, false, true, 0},
-      {3 * 196, 48, 192, true, false, 0},  // patch embedding: no input gradient
-      {3 * 197, 192, 576, true, true, 1}, {5 * 50, 100, 300, true, true, 1},
+      {3 * 197, 192, 576, true, true, 0},
+      {5 * 50, 100, 300, true, true, 0},
+      {7, 100, 10, true, true, 0},
+      {2 * 49, 96, 384, false, true, 0},
+      {3 * 196, 48, 192, true, false, 0},       // patch embedding: no input gradient
+      {3 * 14 * 14, 27, 48, false, false, 0},   // conv stem, first 3x3 (RGB): K = 27, no bias
+      {2 * 7 * 7, 9 * 48, 96, false, true, 0},  // conv stem, a deeper 3x3: K = 432
+      {3 * 197, 192, 576, true, true, 1},
+      {5 * 50, 100, 300, true, true, 1},
   };
   const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});
   const Tol t_dw = pick<T>({1e-4, 1e-5}, {1e-3, 1e-4});  // fp32 gradient of bf16 operands
@@ -463,6 +468,44 @@ TYPED_TEST(CudaOps, Im2Patches) {
     gpu::im2patches(d_patches.get(), d_img.get(), c.B, c.Cin, c.H, c.W, c.P);
     gpu::synchronize();
     expect_close("patches (exact copy)", d_patches.download(), patches, {0, 0});
+  }
+}
+
+// The conv stem's 3x3 stride-2 conv ops (conv_stem.cu) and ReLU. im2col is a copy (exact);
+// col2im sums at most four taps in fp32 in the CPU op's order, so fp32 is bitwise and bf16 is
+// one rounding of the same sum.
+TYPED_TEST(CudaOps, ConvStemIm2ColCol2ImRelu) {
+  using T = TypeParam;
+  struct Case {
+    Index B, H, W, C;
+    bool nchw;  // the image (first layer) or a channels-last activation
+  };
+  const Tol t_sum = pick<T>({0, 0}, {0x1p-8, 0});
+  uint64_t seed = 650;
+  for (const Case& c : {Case{3, 32, 32, 3, true}, Case{2, 28, 28, 1, true},
+                        Case{2, 56, 56, 48, false}, Case{1, 7, 5, 20, false}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) +
+                 " W=" + std::to_string(c.W) + " C=" + std::to_string(c.C) +
+                 (c.nchw ? " nchw" : " channels-last"));
+    const Index n_in = c.B * c.H * c.W * c.C;
+    const Index n_cols = c.B * ((c.H + 1) / 2) * ((c.W + 1) / 2) * c.C * 9;
+    const Vec x = rnd<T>(n_in, ++seed), dcols = rnd<T>(n_cols, ++seed), dy = rnd<T>(n_in, ++seed);
+    Vec cols(n_cols), dx(n_in), relu(n_in), drelu(n_in);
+    cpu::im2col3x3s2(cols.data(), x.data(), c.B, c.H, c.W, c.C, c.nchw);
+    cpu::col2im3x3s2(dx.data(), dcols.data(), c.B, c.H, c.W, c.C);
+    cpu::relu_forward(relu.data(), x.data(), n_in);
+    cpu::relu_backward(drelu.data(), dy.data(), relu.data(), n_in);
+    DevBuf<T> d_x(x, "inp"), d_dcols(dcols, "dcols"), d_dy(dy, "dout");
+    DevBuf<T> d_cols(n_cols, "cols"), d_dx(n_in, "dinp"), d_relu(x, "relu (in place)");
+    gpu::im2col3x3s2(d_cols.get(), d_x.get(), c.B, c.H, c.W, c.C, c.nchw);
+    gpu::col2im3x3s2(d_dx.get(), d_dcols.get(), c.B, c.H, c.W, c.C);
+    gpu::relu_forward(d_relu.get(), d_relu.get(), n_in);  // in place, as the stem runs it
+    gpu::relu_backward(d_dy.get(), d_dy.get(), d_relu.get(), n_in);
+    gpu::synchronize();
+    expect_close("cols (exact copy)", d_cols.download(), cols, {0, 0});
+    expect_close("col2im dinp", d_dx.download(), dx, t_sum);
+    expect_close("relu out (exact)", d_relu.download(), relu, {0, 0});
+    expect_close("relu dinp (exact)", d_dy.download(), drelu, {0, 0});
   }
 }
 

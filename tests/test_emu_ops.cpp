@@ -614,6 +614,11 @@ TEST(EmuOps, Hswish) {
                    &cpu::hswish_backward<float>);
 }
 
+TEST(EmuOps, Relu) {
+  check_activation(&emu::relu_forward, &cpu::relu_forward<float>, &emu::relu_backward,
+                   &cpu::relu_backward<float>);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Depthwise convolution
 
@@ -674,6 +679,28 @@ TEST(EmuOps, Im2patchesIsACopy) {
   Floats ref(len(np));  // (B, gh*gw, Cin*P*P)
   cpu::im2patches(ref.data(), widen(img).data(), B, Cin, Himg, Wimg, P);
   expect_rounded(patches, ref);  // (b) is exactness here: a copy rounds nothing
+}
+
+// The conv stem's 3x3 stride-2 conv: im2col is a copy from either layout; col2im sums up to
+// four taps in fp32 (the CPU op's order) and rounds once.
+TEST(EmuOps, Im2colIsACopyAndCol2imRoundsOnce) {
+  const Index B = 2, H = 9, W = 6, C = 5, n_in = B * H * W * C, n_cols = B * 5 * 3 * C * 9;
+  Gen g(12);
+  const Bf16s x = g.bf16s(n_in, -1, 1);        // (B, H, W, C) or (B, C, H, W)
+  const Bf16s dcols = g.bf16s(n_cols, -1, 1);  // (B, Ho, Wo, C*9)
+  for (const bool nchw : {false, true}) {
+    Bf16s cols = nans(n_cols);  // (B, Ho, Wo, C*9)
+    emu::im2col3x3s2(cols.data(), x.data(), B, H, W, C, nchw);
+    Floats ref(len(n_cols));
+    cpu::im2col3x3s2(ref.data(), widen(x).data(), B, H, W, C, nchw);
+    expect_rounded(cols, ref);  // exact
+  }
+  Bf16s dx = nans(n_in);  // (B, H, W, C)
+  emu::col2im3x3s2(dx.data(), dcols.data(), B, H, W, C);
+  Floats rdx(len(n_in));
+  cpu::col2im3x3s2(rdx.data(), widen(dcols).data(), B, H, W, C);
+  expect_rounded(dx, rdx);
+  expect_close(dx, rdx, kRtol, 0.0);
 }
 
 TEST(EmuOps, EmbedTokens) {

@@ -2,6 +2,7 @@
 // checks that parameter gradients accumulate (+=) and input gradients overwrite as ops.h says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -252,6 +253,87 @@ TEST(OpsFd, DwConvClassToken) {
 }
 TEST(OpsFd, DwConvRectangular) {
   dwconv_fd(1, 0, 3, 5, 7);
+}
+
+// The conv stem's 3x3 stride-2 padding-1 conv as the model runs it (im2col + GEMM forward,
+// GEMM backward + col2im), against a naive conv and finite differences of the input (channels-
+// last) and the weight (Co, Ci, 3, 3).
+void conv3x3s2_fd(Index B, Index H, Index W, Index Ci, Index Co) {
+  const Index Ho = (H + 1) / 2, Wo = (W + 1) / 2, R = B * Ho * Wo, F = Ci * 9;
+  Vec x = randn(B * H * W * Ci, 41), w = randn(Co * F, 42, 0.3), dout = randn(R * Co, 43);
+  Vec cols(R * F), out(R * Co);
+  auto loss = [&] {
+    im2col3x3s2(cols.data(), x.data(), B, H, W, Ci, false);
+    matmul_forward<double>(out.data(), cols.data(), w.data(), nullptr, R, F, Co);
+    return dot(out, dout);
+  };
+  loss();
+  for (Index b = 0; b < B; ++b)  // naive zero-padded stride-2 conv, channels-last
+    for (Index ho = 0; ho < Ho; ++ho)
+      for (Index wo = 0; wo < Wo; ++wo)
+        for (Index co = 0; co < Co; ++co) {
+          double s = 0;
+          for (Index ci = 0; ci < Ci; ++ci)
+            for (Index kh = 0; kh < 3; ++kh)
+              for (Index kw = 0; kw < 3; ++kw) {
+                const Index h = 2 * ho - 1 + kh, ww = 2 * wo - 1 + kw;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                s += w[((co * Ci + ci) * 3 + kh) * 3 + kw] * x[((b * H + h) * W + ww) * Ci + ci];
+              }
+          EXPECT_NEAR(out[((b * Ho + ho) * Wo + wo) * Co + co], s, 1e-12);
+        }
+  const Vec pre_w = randn(Co * F, 44);
+  Vec dcols(R * F), dx(x.size(), NAN), dw = pre_w;
+  matmul_backward<double>(dcols.data(), dw.data(), nullptr, dout.data(), cols.data(), w.data(), R,
+                          F, Co);
+  col2im3x3s2(dx.data(), dcols.data(), B, H, W, Ci);
+  check_grad("conv3x3s2.dinp", x, dx, loss);
+  check_grad("conv3x3s2.dw", w, minus(dw, pre_w), loss);
+}
+
+TEST(OpsFd, Conv3x3Stride2) {
+  conv3x3s2_fd(2, 6, 8, 3, 4);
+}
+TEST(OpsFd, Conv3x3Stride2OddSides) {
+  conv3x3s2_fd(1, 7, 5, 2, 3);
+}
+
+// col2im is im2col's adjoint: <im2col(x), c> == <x, col2im(c)> for any x, c; and the NCHW
+// im2col of an image equals the channels-last im2col of the same image transposed.
+TEST(OpsFd, Col2ImIsTheAdjointOfIm2Col) {
+  const Index B = 2, H = 9, W = 6, C = 5, n_cols = B * 5 * 3 * C * 9;
+  const Vec x = randn(B * H * W * C, 51), c = randn(n_cols, 52);
+  Vec cols(n_cols), xt(B * C * H * W), cols_t(n_cols), back(x.size(), NAN);
+  im2col3x3s2(cols.data(), x.data(), B, H, W, C, false);
+  col2im3x3s2(back.data(), c.data(), B, H, W, C);
+  EXPECT_NEAR(dot(cols, c), dot(x, back), 1e-10 * std::sqrt(double(n_cols)));
+  for (Index b = 0; b < B; ++b)
+    for (Index h = 0; h < H; ++h)
+      for (Index w = 0; w < W; ++w)
+        for (Index ch = 0; ch < C; ++ch)
+          xt[((b * C + ch) * H + h) * W + w] = x[((b * H + h) * W + w) * C + ch];
+  im2col3x3s2(cols_t.data(), xt.data(), B, H, W, C, true);
+  EXPECT_EQ(cols_t, cols);
+}
+
+TEST(OpsFd, Relu) {
+  const Index n = 101;
+  Vec x(n), dout = randn(n, 61), out(n);
+  for (Index i = 0; i < n; ++i) x[i] = -2.0 + 4.0 * (i + 0.31) / n;  // no exact zero
+  auto loss = [&] {
+    relu_forward(out.data(), x.data(), n);
+    return dot(out, dout);
+  };
+  loss();
+  for (Index i = 0; i < n; ++i) EXPECT_EQ(out[i], std::max(x[i], 0.0));
+  Vec dx(n, NAN);
+  relu_backward(dx.data(), dout.data(), x.data(), n);
+  check_grad("relu", x, dx, loss);
+  // In place, masking by the output: the same gradient.
+  Vec y = x, dy = dout;
+  relu_forward(y.data(), y.data(), n);
+  relu_backward(dy.data(), dy.data(), y.data(), n);
+  EXPECT_EQ(dy, dx);
 }
 
 TEST(OpsFd, Im2Patches) {

@@ -5,10 +5,13 @@
 // Error metric per tensor: max |ours - torch| / max(max |torch|, 1e-30), i.e. the worst error at
 // the tensor's own scale. Tolerances, per op:
 //   1e-5  ops with reductions (matmul/BLAS, LayerNorm incl. the hostile rows, attention,
-//         depthwise conv): fp32 sums of up to a few hundred terms; measured errors are ~1e-7.
+//         depthwise conv, the stem's 3x3 stride-2 conv as im2col + GEMM): fp32 sums of up to a
+//         few hundred terms; measured errors are ~1e-7.
 //   1e-6  elementwise ops and short sums (GELU, h-swish, residual, token assembly, average
 //         pooling, cross-entropy): a few fp32 roundings plus the exp/erf approximations.
-//   0     pure data movement (im2patches, class-token pooling, dpatch of the token assembly).
+//   0     pure data movement (im2patches, im2col3x3s2, ReLU, class-token pooling, dpatch of the
+//         token assembly).
+// The whole conv stem (several ops in a row) is tests/test_conv_stem_torch.cpp.
 // Every output is checked for NaN/Inf. Outputs the op overwrites start as NaN, so an element it
 // fails to write is caught; outputs it accumulates into (parameter gradients, LayerNorm and
 // pooling dinp) start from a known nonzero pattern that is subtracted before the comparison, so
@@ -242,6 +245,81 @@ TEST_F(OpsTorch, Im2Patches) {
   Vec out = overwritten(img.size());
   vit::cpu::im2patches(out.data(), img.data(), B, Cin, H, W, P);
   expect_close(out, "im2patches.out", kExact);
+}
+
+void im2col_case(const std::string& c) {
+  const auto d = dims(c);
+  const Index B = d[0], H = d[1], W = d[2], C = d[3];
+  const Index n = B * ((H + 1) / 2) * ((W + 1) / 2) * C * 9;
+  Vec cols = overwritten(n), cols_nchw = overwritten(n);
+  vit::cpu::im2col3x3s2(cols.data(), get(c + ".inp").data(), B, H, W, C, false);
+  vit::cpu::im2col3x3s2(cols_nchw.data(), get(c + ".inp_nchw").data(), B, H, W, C, true);
+  expect_close(cols, c + ".out", kExact);
+  expect_close(cols_nchw, c + ".out", kExact);
+}
+
+TEST_F(OpsTorch, Im2Col3x3Stride2) {
+  im2col_case("im2col");
+}
+TEST_F(OpsTorch, Im2Col3x3Stride2OddSides) {
+  im2col_case("im2col_odd");
+}
+
+// The stem's conv as the model runs it: im2col + GEMM forward; GEMM backward + col2im.
+void conv3x3s2_case(const std::string& c) {
+  const Vec x = get(c + ".inp"), w = get(c + ".w"), dout = get(c + ".dout");
+  const auto d = dims(c);
+  const Index B = d[0], H = d[1], W = d[2], Ci = d[3], Co = d[4];
+  const Index R = B * ((H + 1) / 2) * ((W + 1) / 2), F = Ci * 9;
+  Vec cols = overwritten(R * F), dcols = overwritten(R * F), out = overwritten(R * Co);
+  Vec dinp = overwritten(x.size());
+  Accum dw(c + ".dw");
+  vit::cpu::im2col3x3s2(cols.data(), x.data(), B, H, W, Ci, false);
+  vit::cpu::matmul_forward<float>(out.data(), cols.data(), w.data(), nullptr, R, F, Co);
+  vit::cpu::matmul_backward<float>(dcols.data(), dw.data(), nullptr, dout.data(), cols.data(),
+                                   w.data(), R, F, Co);
+  vit::cpu::col2im3x3s2(dinp.data(), dcols.data(), B, H, W, Ci);
+  expect_close(out, c + ".out", kReduce);
+  expect_close(dinp, c + ".dinp", kReduce);
+  expect_close(dw, c + ".dw", kReduce);
+}
+
+TEST_F(OpsTorch, Conv3x3Stride2ChannelsLast) {
+  conv3x3s2_case("conv3x3s2");
+}
+TEST_F(OpsTorch, Conv3x3Stride2OddSides) {
+  conv3x3s2_case("conv3x3s2_odd");
+}
+
+TEST_F(OpsTorch, Conv3x3Stride2FromNchwImage) {
+  const Vec img = get("conv3x3s2_nchw.img"), w = get("conv3x3s2_nchw.w"),
+            dout = get("conv3x3s2_nchw.dout");
+  const auto d = dims("conv3x3s2_nchw");
+  const Index B = d[0], H = d[1], W = d[2], Ci = d[3], Co = d[4];
+  const Index R = B * (H / 2) * (W / 2), F = Ci * 9;
+  Vec cols = overwritten(R * F), out = overwritten(R * Co);
+  Accum dw("conv3x3s2_nchw.dw");
+  vit::cpu::im2col3x3s2(cols.data(), img.data(), B, H, W, Ci, true);
+  vit::cpu::matmul_forward<float>(out.data(), cols.data(), w.data(), nullptr, R, F, Co);
+  vit::cpu::matmul_backward<float>(nullptr, dw.data(), nullptr, dout.data(), cols.data(), w.data(),
+                                   R, F, Co);
+  expect_close(out, "conv3x3s2_nchw.out", kReduce);
+  expect_close(dw, "conv3x3s2_nchw.dw", kReduce);
+}
+
+TEST_F(OpsTorch, Relu) {
+  const Vec x = get("relu.inp"), dout = get("relu.dout");
+  Vec out = overwritten(x.size()), dinp = overwritten(x.size());
+  vit::cpu::relu_forward(out.data(), x.data(), Index(x.size()));
+  vit::cpu::relu_backward(dinp.data(), dout.data(), x.data(), Index(x.size()));
+  expect_close(out, "relu.out", kExact);
+  expect_close(dinp, "relu.dinp", kExact);
+  // In place, the backward masking by the output, as the stem runs it.
+  Vec y = x, dy = dout;
+  vit::cpu::relu_forward(y.data(), y.data(), Index(y.size()));
+  vit::cpu::relu_backward(dy.data(), dy.data(), y.data(), Index(y.size()));
+  expect_close(y, "relu.out", kExact);
+  expect_close(dy, "relu.dinp", kExact);
 }
 
 void embed_case(const std::string& c) {

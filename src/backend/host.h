@@ -40,9 +40,13 @@ namespace vit {
   X(gelu_backward) \
   X(hswish_forward) \
   X(hswish_backward) \
+  X(relu_forward) \
+  X(relu_backward) \
   X(dwconv3x3_forward) \
   X(dwconv3x3_backward) \
   X(im2patches) \
+  X(im2col3x3s2) \
+  X(col2im3x3s2) \
   X(embed_tokens_forward) \
   X(embed_tokens_backward) \
   X(residual_forward) \

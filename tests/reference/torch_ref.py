@@ -5,7 +5,8 @@ Writes into --out:
                              parameter gradients for a random upstream gradient `dout`, on random
                              and hostile inputs (tests/test_ops_torch.cpp). Tensors are named
                              <case>.<tensor>; integer sizes are in <case>.dims (F32).
-  golden_<ffn>_<cls>.safetensors  a tiny ViT per {mlp, local} x {token, avg}: weights under timm
+  golden_<ffn>_<cls>[_conv].safetensors  a tiny ViT per {mlp, local} x {token, avg}, and mlp/avg
+                             with the conv stem: weights under timm
                              keys, a batch, logits, loss, every parameter gradient, and the
                              losses, pre-clip grad norms and learning rates of 10 AdamW updates
                              on that batch (tests/test_golden.cpp); the config in __metadata__.
@@ -149,6 +150,8 @@ def op_cases():
     assert torch.allclose(patches @ wconv.reshape(5, -1).t(), conv, atol=1e-12)
     c.add("im2patches", {"img": img, "dims": dims(B, Cin, S, S, P)}, {"out": patches})
 
+    conv_stem_op_cases(c)
+
     # Token assembly: x = [cls | patch_out] + pos, and the avg-classifier variant without cls.
     for case, prefix in [("embed", 1), ("embed_nocls", 0)]:
         B, NP, C = 2, 16, 8
@@ -203,17 +206,72 @@ def op_cases():
     return c
 
 
-CONFIGS = [("mlp", "token", 0.0), ("mlp", "avg", 0.0), ("local", "token", 0.0),
-           ("local", "avg", 0.1)]
+def conv_stem_op_cases(c):
+    """The conv stem's ops: im2col of a 3x3 stride-2 padding-1 conv (= F.unfold), the conv
+    itself as im2col + GEMM forward and col2im + GEMM backward (= F.conv2d on the channels-last
+    input permuted to NCHW), ReLU, and the whole stem (torch_vit.ConvStem)."""
+    # im2col: channels-last and NCHW inputs, odd and even sides; rows (B, Ho, Wo, C*9).
+    for case, (B, H, W, C) in [("im2col", (2, 8, 6, 3)), ("im2col_odd", (1, 7, 5, 4))]:
+        x = torch.randn(B, H, W, C)
+        cols = F.unfold(x.permute(0, 3, 1, 2).double(), 3, padding=1, stride=2).transpose(1, 2)
+        c.add(case, {"inp": x, "inp_nchw": x.permute(0, 3, 1, 2).contiguous(),
+                     "dims": dims(B, H, W, C)}, {"out": cols})
+
+    # conv 3x3 stride 2 on a channels-last input (a deeper stem layer) and on an NCHW image (the
+    # first layer: no input gradient). out (B, Ho, Wo, Co), w (Co, Ci, 3, 3).
+    for case, (B, H, W, Ci, Co) in [("conv3x3s2", (2, 14, 14, 12, 20)),
+                                     ("conv3x3s2_odd", (2, 7, 9, 5, 8))]:
+        x, w = torch.randn(B, H, W, Ci), torch.randn(Co, Ci, 3, 3) / (3 * Ci ** 0.5)
+        dout, o = run(lambda inp, w: F.conv2d(inp.permute(0, 3, 1, 2), w, stride=2, padding=1)
+                      .permute(0, 2, 3, 1), {"inp": x, "w": w}, ["inp", "w"])
+        c.add(case, {"inp": x, "w": w, "dout": dout, "dims": dims(B, H, W, Ci, Co)}, o)
+    B, Ci, S, Co = 2, 3, 16, 8
+    img, w = torch.randn(B, Ci, S, S), torch.randn(Co, Ci, 3, 3) / 5
+    dout, o = run(lambda img, w: F.conv2d(img, w, stride=2, padding=1).permute(0, 2, 3, 1),
+                  {"img": img, "w": w}, ["w"])
+    c.add("conv3x3s2_nchw", {"img": img, "w": w, "dout": dout, "dims": dims(B, S, S, Ci, Co)}, o)
+
+    # ReLU, with exact zeros (gradient 0 there, as PyTorch's).
+    x = torch.cat([torch.randn(500), torch.zeros(4), torch.tensor([-0.0, 1e-30, -1e-30])])
+    dout, o = run(lambda inp: F.relu(inp), {"inp": x}, ["inp"])
+    c.add("relu", {"inp": x, "dout": dout}, o)
+
+    # The whole stem: image (B, Cin, S, S) -> tokens (B, (S/P)^2, C); P = 8 gives three 3x3
+    # layers (widths 16, 16, 24 for C = 24) and an odd final grid side (S 24 -> 3).
+    B, Cin, S, P, C = 2, 3, 24, 8, 24
+    stem = torch_vit.ConvStem(Cin, C, P)
+    with torch.no_grad():
+        for name, p in stem.named_parameters():
+            if "norm" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) / p[0].numel() ** 0.5)
+    weights = {k: v.detach().clone() for k, v in stem.state_dict().items()}
+    stem = stem.double()
+    img = torch.randn(B, Cin, S, S)
+    out = stem(img.double())
+    dout = torch.randn(out.shape, dtype=torch.float32)
+    out.backward(dout.double())
+    inputs = {"img": img, "dout": dout, "dims": dims(B, Cin, S, P, C)}
+    inputs.update({"w.patch_embed." + k: v for k, v in weights.items()})
+    outputs = {"out": out}
+    outputs.update({"d.patch_embed." + k: p.grad for k, p in stem.named_parameters()})
+    c.add("conv_stem", inputs, outputs)
+
+
+CONFIGS = [("mlp", "token", 0.0, "patch"), ("mlp", "avg", 0.0, "patch"),
+           ("local", "token", 0.0, "patch"), ("local", "avg", 0.1, "patch"),
+           ("mlp", "avg", 0.0, "conv")]
 LR = dict(base=2e-3, warmup_lr=1e-4, min_lr=1e-5, warmup=3, total=10)
 WD, CLIP, STEPS, BATCH = 0.05, 1.0, 10, 6
 
 
-def golden(ffn, cls, layer_scale, out_dir):
-    torch.manual_seed({"mlp": 1, "local": 2}[ffn] * 10 + {"token": 1, "avg": 2}[cls])
+def golden(ffn, cls, layer_scale, stem, out_dir):
+    torch.manual_seed({"mlp": 1, "local": 2}[ffn] * 10 + {"token": 1, "avg": 2}[cls] +
+                      {"patch": 0, "conv": 5}[stem])
     cfg = dict(img_size=16, patch_size=4, in_chans=3, embed_dim=32, depth=2, num_heads=4,
                mlp_ratio=4.0, num_classes=5, classifier=cls, ffn=ffn, qkv_bias=True,
-               layer_scale_init=layer_scale)
+               layer_scale_init=layer_scale, stem=stem)
     model = torch_vit.ViT(**cfg)
     # Non-trivial float32 weights so that every gradient matters: LayerNorm weights 1 + 0.1 N,
     # layer scales init + 0.02 N, biases / pos_embed / cls_token / patch-embed weight 0.1 N,
@@ -281,7 +339,8 @@ def golden(ffn, cls, layer_scale, out_dir):
     meta.update({"weight_decay": str(WD), "clip_grad": str(CLIP), "betas": "0.9,0.999",
                  "adam_eps": "1e-08", "steps": str(STEPS),
                  "layer_scale": "true" if layer_scale > 0 else "false"})
-    torch_vit.write_safetensors(os.path.join(out_dir, f"golden_{ffn}_{cls}.safetensors"),
+    suffix = "" if stem == "patch" else "_" + stem
+    torch_vit.write_safetensors(os.path.join(out_dir, f"golden_{ffn}_{cls}{suffix}.safetensors"),
                                 tensors, meta)
 
 
@@ -293,8 +352,8 @@ def main():
     c = op_cases()
     torch_vit.write_safetensors(os.path.join(args.out, "ops.safetensors"), c.tensors,
                                 {"cases": ",".join(c.names)})
-    for ffn, cls, ls in CONFIGS:
-        golden(ffn, cls, ls, args.out)
+    for ffn, cls, ls, stem in CONFIGS:
+        golden(ffn, cls, ls, stem, args.out)
 
 
 if __name__ == "__main__":

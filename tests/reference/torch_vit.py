@@ -2,9 +2,10 @@
 
 Same semantics and state_dict keys as timm's VisionTransformer (pre-norm blocks, LayerNorm eps
 1e-6, qkv rows [q | k | v], erf GELU), plus the two options timm lacks or names differently:
-the `avg` classifier without a class token (timm: global_pool='avg', class_token=False) and the
+the `avg` classifier without a class token (timm: global_pool='avg', class_token=False), the
 locality FFN (Linear -> h-swish -> depthwise 3x3 on the token grid -> h-swish -> Linear, patch
-tokens only). Runs with Debian's python3-torch (1.13).
+tokens only) and the conv stem (3x3 stride-2 convs, each with LayerNorm over channels and ReLU,
+then a 1x1 conv; ConvStem). Runs with Debian's python3-torch (1.13).
 """
 import json
 import math
@@ -100,10 +101,48 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)
 
 
+def stem_widths(dim, patch):
+    """Output channels of the conv stem's 3x3 convs (ModelConfig::stem_widths)."""
+    k = patch.bit_length() - 1
+    assert patch >= 2 and 1 << k == patch, patch
+    return [max(dim >> (k - i), min(dim, 16)) for i in range(1, k + 1)]
+
+
+class StemConv(nn.Module):
+    """Conv2d 3x3 stride 2 padding 1 without bias, LayerNorm over the channels of each pixel
+    (channels-last, eps 1e-6), ReLU. NCHW in and out, as PyTorch convs."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False)
+        self.norm = nn.LayerNorm(cout, eps=1e-6)
+
+    def forward(self, x):
+        y = self.norm(self.conv(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return F.relu(y)
+
+
+class ConvStem(nn.Module):
+    """The hybrid conv stem: log2(patch) StemConv layers, then a 1x1 conv with bias to dim;
+    tokens (B, h*w, dim) as PatchEmbed."""
+
+    def __init__(self, in_chans, dim, patch):
+        super().__init__()
+        widths = stem_widths(dim, patch)
+        self.stem = nn.ModuleList([StemConv(ci, co) for ci, co in
+                                   zip([in_chans] + widths[:-1], widths)])
+        self.proj = nn.Conv2d(widths[-1], dim, 1)
+
+    def forward(self, x):
+        for layer in self.stem:
+            x = layer(x)
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
 class ViT(nn.Module):
     def __init__(self, img_size=16, patch_size=4, in_chans=3, embed_dim=32, depth=2, num_heads=4,
                  mlp_ratio=4.0, num_classes=5, classifier="token", ffn="mlp", qkv_bias=True,
-                 layer_scale_init=0.0):
+                 layer_scale_init=0.0, stem="patch"):
         super().__init__()
         self.grid = img_size // patch_size
         self.prefix = 1 if classifier == "token" else 0
@@ -111,7 +150,8 @@ class ViT(nn.Module):
         if self.prefix:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, self.grid ** 2 + self.prefix, embed_dim))
-        self.patch_embed = PatchEmbed(in_chans, embed_dim, patch_size)
+        self.patch_embed = (PatchEmbed(in_chans, embed_dim, patch_size) if stem == "patch" else
+                            ConvStem(in_chans, embed_dim, patch_size))
         self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio, qkv_bias, ffn,
                                            layer_scale_init) for _ in range(depth)])
         norm = nn.LayerNorm(embed_dim, eps=1e-6)
@@ -161,13 +201,20 @@ def cosine_lr(k, base, warmup_lr, min_lr, warmup, total):
 
 
 def forward_flops_per_image(img, patch, in_chans, dim, depth, mlp_ratio, classes, classifier,
-                            ffn):
+                            ffn, stem="patch"):
     """Multiply-adds count 2; the same formula as ModelConfig::forward_flops_per_image."""
     g = img // patch
     n_p = g * g
     n = n_p + (1 if classifier == "token" else 0)
     m = int(dim * mlp_ratio)
     f = 2.0 * n_p * in_chans * patch * patch * dim
+    if stem == "conv":  # 3x3 stride-2 convs (norms and ReLU not counted), then the 1x1
+        f, side, cin = 0.0, img, in_chans
+        for w in stem_widths(dim, patch):
+            side //= 2
+            f += 2.0 * side * side * 9 * cin * w
+            cin = w
+        f += 2.0 * n_p * cin * dim
     n_ffn = n_p if ffn == "local" else n  # the class token bypasses the locality FFN
     block = n * (2 * dim * 3 * dim + 2 * dim * dim) + n_ffn * (2 * dim * m + 2 * m * dim)
     block += 2 * (2 * n * n * dim)

@@ -1,4 +1,4 @@
-// Elementwise activations: exact (erf) GELU and h-swish.
+// Elementwise activations: exact (erf) GELU, h-swish and ReLU (the conv stem).
 #include <algorithm>
 #include <cmath>
 
@@ -49,11 +49,26 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
   }
 }
 
-#define INSTANTIATE(T)                                           \
-  template void gelu_forward<T>(T*, const T*, Index);            \
-  template void gelu_backward<T>(T*, const T*, const T*, Index); \
-  template void hswish_forward<T>(T*, const T*, Index);          \
-  template void hswish_backward<T>(T*, const T*, const T*, Index);
+// Both written so that a NaN passes through, as PyTorch's ReLU (the non-finite guard sees it).
+template <typename T>
+void relu_forward(T* out, const T* inp, Index n) {
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) out[i] = inp[i] < T(0) ? T(0) : inp[i];
+}
+
+template <typename T>
+void relu_backward(T* dinp, const T* dout, const T* inp, Index n) {
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) dinp[i] = inp[i] <= T(0) ? T(0) : dout[i];
+}
+
+#define INSTANTIATE(T)                                             \
+  template void gelu_forward<T>(T*, const T*, Index);              \
+  template void gelu_backward<T>(T*, const T*, const T*, Index);   \
+  template void hswish_forward<T>(T*, const T*, Index);            \
+  template void hswish_backward<T>(T*, const T*, const T*, Index); \
+  template void relu_forward<T>(T*, const T*, Index);              \
+  template void relu_backward<T>(T*, const T*, const T*, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 
 }  // namespace vit::cpu

@@ -55,6 +55,13 @@ void hswish_forward(T* out, const T* inp, Index n);
 template <typename T>
 void hswish_backward(T* dinp, const T* dout, const T* inp, Index n);
 
+// ReLU, elementwise; out may alias inp. The backward's mask is inp > 0, and `inp` may be the
+// forward's output instead (same sign), so the model runs ReLU in place; dinp may alias dout.
+template <typename T>
+void relu_forward(T* out, const T* inp, Index n);
+template <typename T>
+void relu_backward(T* dinp, const T* dout, const T* inp, Index n);
+
 // Depthwise 3x3 convolution, stride 1, padding 1, no bias, on the token grid. inp/out (B, N, C)
 // where the first `prefix` tokens of each sample (class token) are not part of the grid: their
 // output rows are written as 0 (they bypass the conv) and their input gradient is 0.
@@ -73,6 +80,20 @@ void dwconv3x3_backward(T* dinp, T* dweight, const T* dout, const T* inp, const 
 // weight (C, Cin, P, P) reshaped to (C, Cin*P*P); patches in row-major (h, w) order.
 template <typename T>
 void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg, Index P);
+
+// The conv stem's 3x3 stride-2 padding-1 convolution as a GEMM (src/ops/cpu/conv_stem.cpp).
+// Output side Ho = (H + 1) / 2, Wo = (W + 1) / 2 (H / 2 for the even sides the stem has).
+// im2col: inp (B, H, W, C) channels-last, or (B, C, H, W) when `nchw` (the input image) ->
+// cols (B, Ho, Wo, C*9), each row ordered (c, kh, kw) to match the Conv2d weight (Co, C, 3, 3)
+// reshaped to (Co, C*9); taps outside the image are 0. Then
+// matmul_forward(out (B*Ho*Wo, Co), cols, weight) gives the channels-last output (B, Ho, Wo, Co).
+template <typename T>
+void im2col3x3s2(T* cols, const T* inp, Index B, Index H, Index W, Index C, bool nchw);
+// col2im, the adjoint of im2col (channels-last only: the image needs no gradient):
+// dinp (B, H, W, C) overwrite = the sum of the dcols (B, Ho, Wo, C*9) entries each input
+// element was copied to, at most 4, summed in (kh, kw) order.
+template <typename T>
+void col2im3x3s2(T* dinp, const T* dcols, Index B, Index H, Index W, Index C);
 
 // Token assembly: x (B, N, C) with x[b, 0] = cls + pos[0] (when prefix == 1) and
 // x[b, prefix + p] = patch_out[b, p] + pos[prefix + p]. patch_out (B, N - prefix, C),

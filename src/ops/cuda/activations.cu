@@ -1,4 +1,5 @@
-// Elementwise activations: exact (erf) GELU and h-swish, fp32 math on any storage type.
+// Elementwise activations: exact (erf) GELU, h-swish and ReLU (the conv stem), fp32 math on any
+// storage type.
 #include "ops/cuda/common.cuh"
 
 namespace vit::cuda {
@@ -44,6 +45,23 @@ __global__ void hswish_backward_kernel(T* dinp, const T* dout, const T* inp, Ind
   }
 }
 
+template <typename T>
+__global__ void relu_forward_kernel(T* out, const T* inp, Index n) {
+  // out, inp (n), may alias; a NaN passes (not fmaxf, which would drop it)
+  VIT_GRID_STRIDE(i, n) {
+    const float x = to_f32(inp[i]);
+    out[i] = from_f32<T>(x < 0.0f ? 0.0f : x);
+  }
+}
+
+template <typename T>
+__global__ void relu_backward_kernel(T* dinp, const T* dout, const T* inp, Index n) {
+  // dinp, dout, inp (n); inp may be the forward's output; dinp may alias dout
+  VIT_GRID_STRIDE(i, n) {
+    dinp[i] = from_f32<T>(to_f32(inp[i]) <= 0.0f ? 0.0f : to_f32(dout[i]));
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -74,11 +92,27 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
   VIT_CUDA_LAUNCHED();
 }
 
-#define INSTANTIATE(T)                                           \
-  template void gelu_forward<T>(T*, const T*, Index);            \
-  template void gelu_backward<T>(T*, const T*, const T*, Index); \
-  template void hswish_forward<T>(T*, const T*, Index);          \
-  template void hswish_backward<T>(T*, const T*, const T*, Index);
+template <typename T>
+void relu_forward(T* out, const T* inp, Index n) {
+  if (n <= 0) return;
+  relu_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, inp, n);
+  VIT_CUDA_LAUNCHED();
+}
+
+template <typename T>
+void relu_backward(T* dinp, const T* dout, const T* inp, Index n) {
+  if (n <= 0) return;
+  relu_backward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dinp, dout, inp, n);
+  VIT_CUDA_LAUNCHED();
+}
+
+#define INSTANTIATE(T)                                             \
+  template void gelu_forward<T>(T*, const T*, Index);              \
+  template void gelu_backward<T>(T*, const T*, const T*, Index);   \
+  template void hswish_forward<T>(T*, const T*, Index);            \
+  template void hswish_backward<T>(T*, const T*, const T*, Index); \
+  template void relu_forward<T>(T*, const T*, Index);              \
+  template void relu_backward<T>(T*, const T*, const T*, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 
 }  // namespace vit::cuda

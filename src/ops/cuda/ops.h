@@ -114,6 +114,13 @@ void hswish_forward(T* out, const T* inp, Index n);
 template <typename T>
 void hswish_backward(T* dinp, const T* dout, const T* inp, Index n);
 
+// ReLU, elementwise (NaN passes); out may alias inp, dinp may alias dout; the backward's mask
+// is inp > 0, and `inp` may be the forward's output.
+template <typename T>
+void relu_forward(T* out, const T* inp, Index n);
+template <typename T>
+void relu_backward(T* dinp, const T* dout, const T* inp, Index n);
+
 // Depthwise 3x3 conv on the token grid; the first `prefix` rows of each sample bypass it (their
 // output and input-gradient rows are 0). inp/out (B, N, C), weight (C, 1, 3, 3).
 template <typename T>
@@ -127,6 +134,15 @@ void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, co
 // img (B, Cin, Himg, Wimg) NCHW -> patches (B, gh*gw, Cin*P*P), each ordered (c, ph, pw).
 template <typename T>
 void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg, Index P);
+
+// The conv stem's 3x3 stride-2 pad-1 conv as a GEMM (conv_stem.cu): inp (B, H, W, C), or
+// (B, C, H, W) when `nchw`, -> cols (B, Ho, Wo, C*9) ordered (c, kh, kw); Ho = (H + 1) / 2.
+template <typename T>
+void im2col3x3s2(T* cols, const T* inp, Index B, Index H, Index W, Index C, bool nchw);
+// dinp (B, H, W, C) overwrite = the adjoint of im2col (channels-last): the at most 4 taps of
+// dcols (B, Ho, Wo, C*9) each element was copied to, summed in fp32 in (kh, kw) order.
+template <typename T>
+void col2im3x3s2(T* dinp, const T* dcols, Index B, Index H, Index W, Index C);
 
 // x (B, N, C): x[b, n < prefix] = cls + pos[n], x[b, prefix + p] = patch_out[b, p] + pos.
 template <typename T>

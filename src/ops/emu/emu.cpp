@@ -159,6 +159,14 @@ void hswish_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n) {
   binary(&cpu::hswish_backward<float>, dinp, dout, inp, n);
 }
 
+void relu_forward(bf16* out, const bf16* inp, Index n) {
+  unary(&cpu::relu_forward<float>, out, inp, n);
+}
+
+void relu_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n) {
+  binary(&cpu::relu_backward<float>, dinp, dout, inp, n);
+}
+
 void dwconv3x3_forward(bf16* out, const bf16* inp, const bf16* weight, Index B, Index N,
                        Index prefix, Index gh, Index gw, Index C) {
   VIT_CHECK(N - prefix == gh * gw, "dwconv3x3: N - prefix must equal gh * gw");
@@ -192,6 +200,26 @@ void im2patches(bf16* patches, const bf16* img, Index B, Index Cin, Index Himg, 
   float* patches32 = f.get(np);                              // (B, gh*gw, Cin*P*P)
   cpu::im2patches(patches32, img32, B, Cin, Himg, Wimg, P);
   convert(patches, patches32, np);
+}
+
+void im2col3x3s2(bf16* cols, const bf16* inp, Index B, Index H, Index W, Index C, bool nchw) {
+  // A copy: widening and rounding back is exact.
+  const Index n_in = B * H * W * C, n_cols = B * ((H + 1) / 2) * ((W + 1) / 2) * C * 9;
+  Frame f;
+  const float* inp32 = f.widen(inp, n_in);  // (B, H, W, C) or (B, C, H, W)
+  float* cols32 = f.get(n_cols);            // (B, Ho, Wo, C*9)
+  cpu::im2col3x3s2(cols32, inp32, B, H, W, C, nchw);
+  convert(cols, cols32, n_cols);
+}
+
+void col2im3x3s2(bf16* dinp, const bf16* dcols, Index B, Index H, Index W, Index C) {
+  // Up to four taps summed in fp32 in (kh, kw) order, then one rounding (as conv_stem.cu).
+  const Index n_in = B * H * W * C, n_cols = B * ((H + 1) / 2) * ((W + 1) / 2) * C * 9;
+  Frame f;
+  const float* dcols32 = f.widen(dcols, n_cols);  // (B, Ho, Wo, C*9)
+  float* dinp32 = f.get(n_in);                    // (B, H, W, C)
+  cpu::col2im3x3s2(dinp32, dcols32, B, H, W, C);
+  convert(dinp, dinp32, n_in);
 }
 
 void embed_tokens_forward(bf16* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,

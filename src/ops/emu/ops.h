@@ -18,7 +18,8 @@
 //  * attention_forward: the probabilities att are rounded and the P @ V GEMM reads the rounded
 //    values; scores stay fp32. attention_backward: dS is rounded and the dQ / dK GEMMs read
 //    it; dP stays fp32.
-//  * im2patches, embed_tokens_backward's dpatch_out, token pooling: copies (exact).
+//  * im2patches, im2col3x3s2, embed_tokens_backward's dpatch_out, token pooling, ReLU: exact.
+//  * col2im3x3s2: the (at most 4) taps summed in fp32 in (kh, kw) order, then one rounding.
 #pragma once
 #include "core/bf16.h"
 #include "core/common.h"
@@ -56,6 +57,10 @@ void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
 void hswish_forward(bf16* out, const bf16* inp, Index n);
 void hswish_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
 
+// ReLU, elementwise; out may alias inp, dinp may alias dout; `inp` may be the forward's output.
+void relu_forward(bf16* out, const bf16* inp, Index n);
+void relu_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
+
 // Depthwise 3x3 conv on the token grid; the first `prefix` rows of each sample bypass it (their
 // output and input-gradient rows are 0). inp/out (B, N, C), weight (C, 1, 3, 3).
 void dwconv3x3_forward(bf16* out, const bf16* inp, const bf16* weight, Index B, Index N,
@@ -68,6 +73,12 @@ void dwconv3x3_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16
 // img (B, Cin, Himg, Wimg) NCHW -> patches (B, gh*gw, Cin*P*P), each ordered (c, ph, pw).
 void im2patches(bf16* patches, const bf16* img, Index B, Index Cin, Index Himg, Index Wimg,
                 Index P);
+
+// The conv stem's 3x3 stride-2 pad-1 conv as a GEMM: inp (B, H, W, C), or (B, C, H, W) when
+// `nchw`, -> cols (B, Ho, Wo, C*9) ordered (c, kh, kw); Ho = (H + 1) / 2.
+void im2col3x3s2(bf16* cols, const bf16* inp, Index B, Index H, Index W, Index C, bool nchw);
+// dinp (B, H, W, C) overwrite = the adjoint of im2col (channels-last) applied to dcols.
+void col2im3x3s2(bf16* dinp, const bf16* dcols, Index B, Index H, Index W, Index C);
 
 // x (B, N, C): x[b, n < prefix] = cls + pos[n], x[b, prefix + p] = patch_out[b, p] + pos.
 void embed_tokens_forward(bf16* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,
