@@ -35,6 +35,7 @@ struct Case {
   vit::Classifier cls;
   double drop_path;
   double layer_scale;
+  vit::Stem stem = vit::Stem::Patch;
 };
 
 vit::ModelConfig config_of(const Case& k) {
@@ -50,6 +51,7 @@ vit::ModelConfig config_of(const Case& k) {
   c.classifier = k.cls;
   c.drop_path = k.drop_path;
   c.layer_scale_init = k.layer_scale;
+  c.stem = k.stem;  // conv: 28 -> 14 -> 7 through 3x3 stride-2 layers of 48 and 96 channels
   c.validate();
   return c;
 }
@@ -159,7 +161,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"mlp_token", vit::Ffn::Mlp, vit::Classifier::Token, 0.0, 0.0},
                       Case{"local_avg", vit::Ffn::Local, vit::Classifier::Avg, 0.0, 0.0},
                       Case{"mlp_droppath_layerscale", vit::Ffn::Mlp, vit::Classifier::Token, 0.2,
-                           0.1}),
+                           0.1},
+                      Case{"conv_stem_local_avg", vit::Ffn::Local, vit::Classifier::Avg, 0.0, 0.0,
+                           vit::Stem::Conv}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A ViT-S/16-shaped model (two blocks) trains on the device: finite losses and grad norms, and

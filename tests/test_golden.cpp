@@ -1,5 +1,6 @@
-// Whole-model golden test against PyTorch for {mlp, local} x {token, avg} (tiny ViT: 16x16
-// images, patch 4, C 32, depth 2, 4 heads, 5 classes; local_avg also has layer scale), written by
+// Whole-model golden test against PyTorch for {mlp, local} x {token, avg} and mlp/avg with the
+// conv stem (tiny ViT: 16x16 images, patch 4, C 32, depth 2, 4 heads, 5 classes; local_avg also
+// has layer scale; the conv stem has two 3x3 stride-2 layers of 16 and 32 channels), written by
 // tests/reference/torch_ref.py (float64 PyTorch from the same float32 weights and inputs):
 //  * our parameter table has exactly the reference's timm keys and shapes (both ways);
 //  * logits, loss and every parameter gradient of the mean loss match;
@@ -71,6 +72,7 @@ vit::ModelConfig config_from_metadata(const std::map<std::string, std::string>& 
   cfg.ffn = vit::ffn_from_string(m.at("ffn"));
   cfg.qkv_bias = m.at("qkv_bias") == "true";
   cfg.layer_scale_init = std::stod(m.at("layer_scale_init"));
+  cfg.stem = vit::stem_from_string(m.count("stem") ? m.at("stem") : "patch");
   cfg.drop_path = 0.0;
   cfg.validate();
   return cfg;
@@ -200,8 +202,9 @@ TEST_P(Golden, MatchesPyTorch) {
               ref_losses.back());
 }
 
-INSTANTIATE_TEST_SUITE_P(FourConfigs, Golden,
-                         ::testing::Values("mlp_token", "mlp_avg", "local_token", "local_avg"),
+INSTANTIATE_TEST_SUITE_P(FiveConfigs, Golden,
+                         ::testing::Values("mlp_token", "mlp_avg", "local_token", "local_avg",
+                                           "mlp_avg_conv"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Whole-model gradient check in float64: every parameter tensor of the ViT (all four
-// {mlp, local} x {token, avg} variants, with layer scale and active stochastic depth) against
-// central finite differences of the mean loss.
+// {mlp, local} x {token, avg} variants, with layer scale and active stochastic depth, and the
+// conv stem) against central finite differences of the mean loss.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,7 @@ struct Variant {
   vit::Classifier cls;
   double layer_scale;
   double drop_path;
+  vit::Stem stem = vit::Stem::Patch;
 };
 
 vit::ModelConfig tiny_config(const Variant& v) {
@@ -35,6 +36,7 @@ vit::ModelConfig tiny_config(const Variant& v) {
   c.classifier = v.cls;
   c.layer_scale_init = v.layer_scale;
   c.drop_path = v.drop_path;
+  c.stem = v.stem;
   return c;
 }
 
@@ -88,6 +90,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{vit::Ffn::Local, vit::Classifier::Token, 0.0, 0.0},
                       Variant{vit::Ffn::Local, vit::Classifier::Avg, 0.0, 0.0},
                       Variant{vit::Ffn::Local, vit::Classifier::Token, 0.5, 0.3},
-                      Variant{vit::Ffn::Mlp, vit::Classifier::Avg, 0.5, 0.3}));
+                      Variant{vit::Ffn::Mlp, vit::Classifier::Avg, 0.5, 0.3},
+                      // 12 -> 6 -> 3: two 3x3 stride-2 layers (8 channels each), then 1x1.
+                      Variant{vit::Ffn::Mlp, vit::Classifier::Token, 0.0, 0.0, vit::Stem::Conv},
+                      Variant{vit::Ffn::Local, vit::Classifier::Avg, 0.5, 0.3, vit::Stem::Conv}));
 
 }  // namespace

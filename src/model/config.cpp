@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 namespace vit {
@@ -47,11 +48,35 @@ void ModelConfig::validate() const {
   VIT_CHECK(num_classes > 0, "number of classes must be positive");
   VIT_CHECK(drop_path >= 0 && drop_path < 1, "drop path rate must be in [0, 1)");
   VIT_CHECK(layer_scale_init >= 0, "layer scale init must be >= 0");
+  VIT_CHECK(stem == Stem::Patch || (patch_size >= 2 && (patch_size & (patch_size - 1)) == 0),
+            fmt::format("the conv stem needs a patch size that is a power of two (at least 2), "
+                        "not {}",
+                        patch_size));
+}
+
+std::vector<int> ModelConfig::stem_widths() const {
+  std::vector<int> w;
+  if (stem != Stem::Conv) return w;
+  int k = 0;
+  while ((1 << k) < patch_size) ++k;
+  for (int i = 1; i <= k; ++i) w.push_back(std::max(embed_dim >> (k - i), std::min(embed_dim, 16)));
+  return w;
 }
 
 double ModelConfig::forward_flops_per_image() const {
   const double C = embed_dim, M = hidden_dim(), N = num_tokens(), np = num_patches();
   double f = 2.0 * np * in_chans * patch_size * patch_size * C;  // patch embedding
+  if (stem == Stem::Conv) {
+    // 3x3 stride-2 convs (LayerNorm and ReLU not counted, like the blocks' norms), then 1x1.
+    f = 0;
+    double side = img_size, cin = in_chans;
+    for (const int w : stem_widths()) {
+      side /= 2;
+      f += 2.0 * side * side * 9 * cin * w;
+      cin = w;
+    }
+    f += 2.0 * np * cin * C;
+  }
   // The locality FFN runs on the patch tokens only (the class token bypasses it).
   const double n_ffn = ffn == Ffn::Local ? np : N;
   double block = N * (2 * C * 3 * C + 2 * C * C);  // qkv, proj
@@ -98,6 +123,10 @@ const char* to_string(Ffn f) {
   return f == Ffn::Mlp ? "mlp" : "local";
 }
 
+const char* to_string(Stem s) {
+  return s == Stem::Patch ? "patch" : "conv";
+}
+
 Classifier classifier_from_string(const std::string& s) {
   if (s == "token") return Classifier::Token;
   if (s == "avg") return Classifier::Avg;
@@ -108,6 +137,12 @@ Ffn ffn_from_string(const std::string& s) {
   if (s == "mlp") return Ffn::Mlp;
   if (s == "local") return Ffn::Local;
   throw Error(fmt::format("unknown ffn '{}' (use mlp or local)", s));
+}
+
+Stem stem_from_string(const std::string& s) {
+  if (s == "patch") return Stem::Patch;
+  if (s == "conv") return Stem::Conv;
+  throw Error(fmt::format("unknown stem '{}' (use patch or conv)", s));
 }
 
 }  // namespace vit

@@ -9,6 +9,10 @@ namespace vit {
 
 enum class Classifier { Token, Avg };  // class token + final norm | mean of patch tokens + fc_norm
 enum class Ffn { Mlp, Local };         // Linear-GELU-Linear | the locality FFN (methods.md 1.3)
+// Patch embedding: one stride-P conv (patchify) | the hybrid conv stem (Xiao et al. 2021,
+// "Early convolutions help transformers see better"; methods.md 3.2): log2(P) 3x3 stride-2
+// convs, each followed by a channels-last LayerNorm and ReLU, then a 1x1 conv with bias to C.
+enum class Stem { Patch, Conv };
 
 struct ModelConfig {
   std::string name = "vit_tiny_patch16_224";
@@ -25,6 +29,7 @@ struct ModelConfig {
   Ffn ffn = Ffn::Mlp;
   double drop_path = 0.0;         // max stochastic-depth rate, linear over depth
   double layer_scale_init = 0.0;  // 0 = no layer scale
+  Stem stem = Stem::Patch;
 
   int grid() const { return img_size / patch_size; }
   int num_patches() const { return grid() * grid(); }
@@ -34,6 +39,10 @@ struct ModelConfig {
   int head_dim() const { return embed_dim / num_heads; }                      // D
   int hidden_dim() const { return static_cast<int>(embed_dim * mlp_ratio); }  // M
   bool has_mlp_bias() const { return ffn == Ffn::Mlp; }
+  // Output channels of the conv stem's 3x3 convs, first to last (empty for the patchify stem).
+  // For P = 2^k: width_i = max(C >> (k - i), min(C, 16)) for i = 1..k, doubling up to C, as
+  // pycls's ViT-C (C 384, P 16: 48, 96, 192, 384); at least 16 channels (or C if smaller).
+  std::vector<int> stem_widths() const;
 
   // Throws vit::Error with a user-facing message when the combination is invalid.
   void validate() const;
@@ -48,7 +57,9 @@ std::vector<std::string> model_preset_names();
 
 const char* to_string(Classifier c);
 const char* to_string(Ffn f);
+const char* to_string(Stem s);
 Classifier classifier_from_string(const std::string& s);
 Ffn ffn_from_string(const std::string& s);
+Stem stem_from_string(const std::string& s);
 
 }  // namespace vit

@@ -32,15 +32,31 @@ ParamTable build_param_table(const ModelConfig& cfg) {
   ParamTable t;
   // Weight decay follows timm: none for ndim <= 1 (biases, norms, layer scale) nor for
   // pos_embed / cls_token.
-  auto add = [&](std::string name, std::vector<Index> shape, Init init, Index fan_in = 0) {
+  auto add = [&](std::string name, std::vector<Index> shape, Init init, Index fan = 0) {
     const bool decay = shape.size() > 1 && name != "pos_embed" && name != "cls_token";
-    t.specs.push_back({std::move(name), std::move(shape), init, decay, fan_in, 0});
+    t.specs.push_back({std::move(name), std::move(shape), init, decay, fan, 0});
   };
   const Index fan_patch = Index(cfg.in_chans) * P * P;
   if (cfg.num_prefix()) add("cls_token", {1, 1, C}, Init::Normal1e6);
   add("pos_embed", {1, cfg.num_tokens(), C}, Init::TruncNormal02);
-  add("patch_embed.proj.weight", {C, cfg.in_chans, P, P}, Init::ConvDefault, fan_patch);
-  add("patch_embed.proj.bias", {C}, Init::ConvDefault, fan_patch);
+  if (cfg.stem == Stem::Conv) {
+    // 3x3 convs without bias (a LayerNorm follows), then the 1x1 projection with bias.
+    Index cin = cfg.in_chans;
+    const std::vector<int> widths = cfg.stem_widths();
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const std::string s = fmt::format("patch_embed.stem.{}.", i);
+      const Index co = widths[i];
+      add(s + "conv.weight", {co, cin, 3, 3}, Init::StemConv, co);
+      add(s + "norm.weight", {co}, Init::Ones);
+      add(s + "norm.bias", {co}, Init::Zeros);
+      cin = co;
+    }
+    add("patch_embed.proj.weight", {C, cin, 1, 1}, Init::StemProj, C);
+    add("patch_embed.proj.bias", {C}, Init::Zeros);
+  } else {
+    add("patch_embed.proj.weight", {C, cfg.in_chans, P, P}, Init::ConvDefault, fan_patch);
+    add("patch_embed.proj.bias", {C}, Init::ConvDefault, fan_patch);
+  }
   for (int l = 0; l < cfg.depth; ++l) {
     const std::string b = fmt::format("blocks.{}.", l);
     add(b + "norm1.weight", {C}, Init::Ones);
@@ -110,10 +126,16 @@ void init_params(T* params, const ParamTable& table, const ModelConfig& cfg, uin
           while (std::fabs(v) > 2.0);
           break;
         case Init::ConvDefault: {
-          const double bound = 1.0 / std::sqrt(double(s.fan_in));
+          const double bound = 1.0 / std::sqrt(double(s.fan));
           v = (2 * rng.uniform() - 1) * bound;
           break;
         }
+        case Init::StemConv:
+          v = std::sqrt(2.0 / double(s.fan)) * rng.normal();
+          break;
+        case Init::StemProj:
+          v = std::sqrt(1.0 / double(s.fan)) * rng.normal();
+          break;
       }
       p[j] = T(v);
     }

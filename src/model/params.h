@@ -22,6 +22,8 @@ enum class Init {
   Normal1e6,      // cls_token: normal(std=1e-6)
   ConvDefault,    // PyTorch Conv2d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (weight and bias)
   LayerScale,     // constant layer_scale_init
+  StemConv,       // conv stem 3x3 weights: N(0, sqrt(2 / fan)), fan = out channels (methods.md 3.2)
+  StemProj,       // conv stem's last 1x1 weight: N(0, sqrt(1 / fan)), fan = out channels
 };
 
 struct ParamSpec {
@@ -29,7 +31,7 @@ struct ParamSpec {
   std::vector<Index> shape;  // timm shape
   Init init = Init::Zeros;
   bool decay = false;  // AdamW weight decay applies (ndim > 1 and not pos_embed/cls_token)
-  Index fan_in = 0;    // for ConvDefault
+  Index fan = 0;       // ConvDefault: fan-in; StemConv, StemProj: output channels
   Index offset = 0;    // element offset in the contiguous buffer
   Index numel() const;
 };
@@ -67,9 +69,17 @@ struct BlockView {
   T *ls1, *ls2;          // (C) or nullptr (no layer scale)
 };
 
+// One 3x3 conv of the conv stem (Stem::Conv) with its LayerNorm.
+template <typename T>
+struct StemView {
+  T* conv_w;           // (Co, Ci, 3, 3), no bias
+  T *norm_w, *norm_b;  // (Co)
+};
+
 template <typename T>
 struct ModelView {
-  T *patch_w, *patch_b;  // (C, Cin, P, P), (C)
+  std::vector<StemView<T>> stem;  // conv stem only, first to last
+  T *patch_w, *patch_b;  // (C, Cin, P, P), (C); conv stem: the 1x1 projection (C, Co, 1, 1), (C)
   T* cls;                // (1, 1, C) or nullptr (avg classifier)
   T* pos;                // (1, N, C)
   std::vector<BlockView<T>> blocks;
@@ -85,6 +95,11 @@ ModelView<T> bind_view(const ParamTable& table, const ModelConfig& cfg, T* base)
     return s ? base + s->offset : nullptr;
   };
   ModelView<T> v{};
+  const size_t n_stem = cfg.stem_widths().size();
+  for (size_t i = 0; i < n_stem; ++i) {
+    const std::string s = fmt::format("patch_embed.stem.{}.", i);
+    v.stem.push_back({get(s + "conv.weight"), get(s + "norm.weight"), get(s + "norm.bias")});
+  }
   v.patch_w = get("patch_embed.proj.weight");
   v.patch_b = get("patch_embed.proj.bias");
   v.cls = get("cls_token");

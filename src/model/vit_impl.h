@@ -7,6 +7,7 @@
 
 #include "core/profile.h"
 #include "core/rng.h"
+#include "model/conv_stem.h"
 #include "model/vit.h"
 
 namespace vit {
@@ -46,7 +47,8 @@ template <class Backend>
 struct VitModel<Backend>::Acts {
   using S = Store;
   using A = Acc;
-  S* patches = nullptr;                          // (B, Np, Cin*P*P)
+  S* patches = nullptr;                          // (B, Np, Cin*P*P) patchify stem only
+  StemActs<S, A> stem;                           // conv stem only (conv_stem.h)
   S* patch_out = nullptr;                        // (B, Np, C)
   std::vector<S*> res;                           // L+1 x (B, N, C): block inputs, then output
   std::vector<BlockActs<S, A>> blocks;           // L
@@ -118,7 +120,10 @@ void VitModel<Backend>::plan_arena() {
     using E = std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>;
     binds.push_back({plan_.add(name, count, sizeof(E)), reinterpret_cast<void**>(&ptr)});
   };
-  slot(a.patches, "patches", B * Np * F);
+  if (big.stem == Stem::Conv)
+    plan_stem(a.stem, big, B, slot);
+  else
+    slot(a.patches, "patches", B * Np * F);
   slot(a.patch_out, "patch_out", B * Np * C);
   a.res.assign(cfg_.depth + 1, nullptr);
   for (int l = 0; l <= cfg_.depth; ++l) slot(a.res[l], "res", B * N * C);
@@ -261,13 +266,16 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
   targets_ = targets;
   has_targets_ = targets != nullptr;
 
-  // Patch embedding (a stride-P conv as a GEMM), class token, position embedding.
-  {
-    ProfileScope prof("im2patches");
-    Backend::im2patches(a.patches, images, B, Index(c.in_chans), Index(c.img_size),
-                        Index(c.img_size), P);
-  }
-  {
+  // Patch embedding (a stride-P conv as a GEMM, or the conv stem), class token, position
+  // embedding.
+  if (c.stem == Stem::Conv) {
+    stem_forward<Backend>(a.stem, w_, a.patch_out, images, B, c);
+  } else {
+    {
+      ProfileScope prof("im2patches");
+      Backend::im2patches(a.patches, images, B, Index(c.in_chans), Index(c.img_size),
+                          Index(c.img_size), P);
+    }
     ProfileScope prof("matmul_forward");
     Backend::matmul_forward(a.patch_out, a.patches, w_.patch_w, w_.patch_b, B * Np, F, C);
   }
@@ -434,13 +442,14 @@ void VitModel<Backend>::backward(Acc loss_scale) {
     Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Store*>(a.dres),
                                    B, N, pre, C);
   }
-  {
-    ProfileScope prof("matmul_backward");
-    Backend::matmul_backward(static_cast<Store*>(nullptr), g_.patch_w, g_.patch_b,
-                             static_cast<const Store*>(a.dpatch_out),
-                             static_cast<const Store*>(a.patches),
-                             static_cast<const Store*>(w_.patch_w), B * Np, F, C);
+  if (c.stem == Stem::Conv) {
+    stem_backward<Backend>(a.stem, w_, g_, static_cast<const Store*>(a.dpatch_out), B, c);
+    return;
   }
+  ProfileScope prof("matmul_backward");
+  Backend::matmul_backward(
+      static_cast<Store*>(nullptr), g_.patch_w, g_.patch_b, static_cast<const Store*>(a.dpatch_out),
+      static_cast<const Store*>(a.patches), static_cast<const Store*>(w_.patch_w), B * Np, F, C);
 }
 
 template <class Backend>

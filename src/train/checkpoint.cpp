@@ -96,6 +96,7 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"classifier", to_string(c.classifier)},
                       {"qkv_bias", c.qkv_bias},
                       {"ffn", to_string(c.ffn)},
+                      {"stem", to_string(c.stem)},
                       {"drop_path", c.drop_path},
                       {"layer_scale_init", c.layer_scale_init}};
   return j.dump();
@@ -117,6 +118,7 @@ ModelConfig model_config_from_json(const std::string& text) {
     c.classifier = classifier_from_string(j.at("classifier").get<std::string>());
     c.qkv_bias = j.at("qkv_bias").get<bool>();
     c.ffn = ffn_from_string(j.at("ffn").get<std::string>());
+    c.stem = stem_from_string(j.value("stem", "patch"));  // files before the conv stem: patch
     c.drop_path = j.value("drop_path", 0.0);
     c.layer_scale_init = j.value("layer_scale_init", 0.0);
     c.validate();
