@@ -171,10 +171,14 @@ int run_export(int argc, char** argv) {
                                {"global_pool", token ? "token" : "avg"},
                                {"class_token", token}};
   if (c.layer_scale_init > 0) model_args["init_values"] = c.layer_scale_init;
+  // Any timm vit_* entry point accepts these overrides; the locality FFN and the conv stem have
+  // no timm counterpart (docs/export.md documents their keys).
+  const bool timm_loads = c.ffn == Ffn::Mlp && c.stem == Stem::Patch;
+  const char* arch = timm_loads             ? "vit_tiny_patch16_224"
+                     : c.stem == Stem::Conv ? "vitrain_vit_conv_stem"
+                                            : "vitrain_vit_local_ffn";
   nlohmann::json cfg = {
-      // Any timm vit_* entry point accepts these overrides; the locality FFN has no timm
-      // counterpart (docs/export.md documents its keys).
-      {"architecture", c.ffn == Ffn::Mlp ? "vit_tiny_patch16_224" : "vitrain_vit_local_ffn"},
+      {"architecture", arch},
       {"num_classes", c.num_classes},
       {"num_features", c.embed_dim},
       {"global_pool", token ? "token" : "avg"},
@@ -189,11 +193,11 @@ int run_export(int argc, char** argv) {
         {"mean", mean},
         {"std", std},
         {"num_classes", c.num_classes},
-        {"first_conv", "patch_embed.proj"},
+        {"first_conv", c.stem == Stem::Conv ? "patch_embed.stem.0.conv" : "patch_embed.proj"},
         {"classifier", "head"}}}};
   io::write_file_atomic(out + "/config.json", cfg.dump(2) + "\n");
   fmt::print("Exported {} to {} (model.safetensors, config.json){}\n", checkpoint, out,
-             c.ffn == Ffn::Local ? "; locality-FFN models load in vitrain, not in timm" : "");
+             timm_loads ? "" : "; locality-FFN and conv-stem models load in vitrain, not in timm");
   return 0;
 }
 

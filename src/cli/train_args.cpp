@@ -44,6 +44,10 @@ std::vector<Option> options(TrainArgs& a) {
       {"--num-classes", "num_classes", "classes (0 = from the data)", &a.num_classes},
       {"--gp", "gp", "classifier: token or avg (default: the preset's)", &a.gp},
       {"--ffn", "ffn", "FFN: mlp or local (default: the preset's)", &a.ffn},
+      {"--stem", "stem",
+       "patch embedding: patch (one stride-P conv) or conv (3x3 stride-2 convs + LayerNorm + "
+       "ReLU, then 1x1; P a power of two)",
+       &a.stem},
       {"--drop-path", "drop_path", "stochastic depth rate (linear over depth)", &a.drop_path},
       {"-b,--batch-size", "batch_size", "batch size per step", &a.batch_size},
       {"--grad-accum-steps", "grad_accum_steps", "micro-batches per update", &a.grad_accum_steps},
@@ -236,6 +240,8 @@ void validate(const TrainArgs& a) {
             fmt::format("--gp {}: use token or avg", a.gp));
   VIT_CHECK(a.ffn.empty() || a.ffn == "mlp" || a.ffn == "local",
             fmt::format("--ffn {}: use mlp or local", a.ffn));
+  VIT_CHECK(a.stem == "patch" || a.stem == "conv",
+            fmt::format("--stem {}: use patch or conv", a.stem));
   VIT_CHECK(a.stop_after_updates >= 0, "--stop-after-updates must be >= 0");
   for (double v : {a.lr, a.min_lr, a.warmup_epochs, a.warmup_lr, a.weight_decay, a.clip_grad,
                    a.smoothing, a.drop_path, a.hflip, a.et_warmup})
