@@ -80,16 +80,18 @@ int run_bench(int argc, char** argv) {
   // MFU against the dense bf16 peak of an H100/H200 SXM (989 TFLOP/s), the yardstick.
   const double mfu = gflops * 1e9 / 989e12;
   const double mem_gib = engine->device_memory_bytes() / double(1 << 30);
+  const bool conv_stem = cfg.stem == Stem::Conv;
   if (json) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
-        "\"threads\":{},\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},\"gflops\":{:.2f}{}}}\n",
+        "\"threads\":{},\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},\"gflops\":{:.2f}{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(), img_per_s,
         1e3 * sec / steps, gflops,
-        gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "");
+        gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
+        conv_stem ? ",\"stem\":\"conv\"" : "");
   } else {
-    fmt::print("{} batch {} on {}: {:.1f} img/s, {:.1f} ms/step, {:.1f} GFLOP/s{}\n", model_name,
-               batch,
+    fmt::print("{}{} batch {} on {}: {:.1f} img/s, {:.1f} ms/step, {:.1f} GFLOP/s{}\n", model_name,
+               conv_stem ? " (conv stem)" : "", batch,
                gpu ? engine->description() : fmt::format("{} threads", omp_get_max_threads()),
                img_per_s, 1e3 * sec / steps, gflops,
                gpu ? fmt::format(", MFU {:.1f}% of 989 TFLOP/s, {:.2f} GiB device memory",
