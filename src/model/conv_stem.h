@@ -16,6 +16,9 @@
 // place: its backward masks by the output's sign) with the row statistics. The im2col rows of
 // the first layer (from the image, which the model does not keep) are stored; the deeper layers'
 // rows (9x their input) are recomputed in the backward into one shared scratch.
+//
+// VIT_PROFILE rows of the stem are prefixed stem_ (stem_matmul_forward, ...), apart from the
+// blocks' ops of the same name.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -99,26 +102,26 @@ void stem_forward(const StemActs<S, A>& a, const ModelView<S>& w, S* patch_out, 
     const Index R = B * l.Ho * l.Wo;
     S* cols = i == 0 ? a.cols0 : a.cols;  // (R, Ci*9)
     {
-      ProfileScope prof("im2col3x3s2");
+      ProfileScope prof("stem_im2col3x3s2");
       Backend::im2col3x3s2(cols, i == 0 ? images : static_cast<const S*>(a.act[i - 1]), B, l.H, l.W,
                            l.Ci, i == 0);
     }
     {
-      ProfileScope prof("matmul_forward");
+      ProfileScope prof("stem_matmul_forward");
       Backend::matmul_forward(a.conv[i], static_cast<const S*>(cols), w.stem[i].conv_w,
                               static_cast<const S*>(nullptr), R, l.Ci * 9, l.Co);
     }
     {
-      ProfileScope prof("layernorm_forward");
+      ProfileScope prof("stem_layernorm_forward");
       Backend::layernorm_forward(a.act[i], a.mean[i], a.rstd[i], static_cast<const S*>(a.conv[i]),
                                  w.stem[i].norm_w, w.stem[i].norm_b, R, l.Co, A(1e-6));
     }
     {
-      ProfileScope prof("relu_forward");
+      ProfileScope prof("stem_relu_forward");
       Backend::relu_forward(a.act[i], static_cast<const S*>(a.act[i]), R * l.Co);
     }
   }
-  ProfileScope prof("matmul_forward");
+  ProfileScope prof("stem_matmul_forward");
   const Index Np = Index(c.num_patches());
   Backend::matmul_forward(patch_out, static_cast<const S*>(a.act[k - 1]), w.patch_w, w.patch_b,
                           B * Np, layers[k - 1].Co, Index(c.embed_dim));
@@ -134,7 +137,7 @@ void stem_backward(const StemActs<S, A>& a, const ModelView<S>& w, const ModelVi
   const std::vector<StemLayer> layers = stem_layers(c);
   const size_t k = layers.size();
   {
-    ProfileScope prof("matmul_backward");
+    ProfileScope prof("stem_matmul_backward");
     const Index Np = Index(c.num_patches());
     Backend::matmul_backward(a.dx, g.patch_w, g.patch_b, dpatch_out, CS(a.act[k - 1]),
                              CS(w.patch_w), B * Np, layers[k - 1].Co, Index(c.embed_dim));
@@ -144,27 +147,27 @@ void stem_backward(const StemActs<S, A>& a, const ModelView<S>& w, const ModelVi
     const Index R = B * l.Ho * l.Wo;
     // dx holds d(act[i]) (B, Ho, Wo, Co).
     {
-      ProfileScope prof("relu_backward");
+      ProfileScope prof("stem_relu_backward");
       Backend::relu_backward(a.dx, CS(a.dx), CS(a.act[i]), R * l.Co);
     }
     Backend::zero(a.dy, R * l.Co);
     {
-      ProfileScope prof("layernorm_backward");
+      ProfileScope prof("stem_layernorm_backward");
       Backend::layernorm_backward(a.dy, g.stem[i].norm_w, g.stem[i].norm_b, CS(a.dx), CS(a.conv[i]),
                                   CS(w.stem[i].norm_w), CA(a.mean[i]), CA(a.rstd[i]), R, l.Co);
     }
     if (i > 0) {
-      ProfileScope prof("im2col3x3s2");  // recomputed: the deeper layers' rows are not kept
+      ProfileScope prof("stem_im2col3x3s2");  // recomputed: the deeper layers' rows are not kept
       Backend::im2col3x3s2(a.cols, CS(a.act[i - 1]), B, l.H, l.W, l.Ci, false);
     }
     {
-      ProfileScope prof("matmul_backward");
+      ProfileScope prof("stem_matmul_backward");
       Backend::matmul_backward(i > 0 ? a.dcols : static_cast<S*>(nullptr), g.stem[i].conv_w,
                                static_cast<A*>(nullptr), CS(a.dy), CS(i > 0 ? a.cols : a.cols0),
                                CS(w.stem[i].conv_w), R, l.Ci * 9, l.Co);
     }
     if (i > 0) {
-      ProfileScope prof("col2im3x3s2");  // d(act[i - 1]) (B, H, W, Ci) into dx
+      ProfileScope prof("stem_col2im3x3s2");  // d(act[i - 1]) (B, H, W, Ci) into dx
       Backend::col2im3x3s2(a.dx, CS(a.dcols), B, l.H, l.W, l.Ci);
     }
   }
