@@ -34,13 +34,13 @@ std::vector<Taps> plain_taps(Index in, Index out, Interp mode) {
       const Index x0 = std::min<Index>(Index(src), in - 1);
       const double l = src - double(x0);
       const Index x1 = std::min<Index>(x0 + 1, in - 1);
-      // Expressed over [x0, x0 + 2) with the second tap folded when clamped.
+      // Taps over [x0, x1]: one tap when the second is clamped onto the first (a second tap
+      // of weight 0 would still read one element past the grid, and 0 * NaN is NaN).
       t.first = x0;
-      t.w = {1 - l, 0};
       if (x1 == x0)
-        t.w[0] += l;
+        t.w = {1.0};
       else
-        t.w[1] = l;
+        t.w = {1 - l, l};
     } else {
       const Index x0 = Index(std::floor(src));
       const double f = src - double(x0);
