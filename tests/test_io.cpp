@@ -285,6 +285,13 @@ TEST_F(IoTest, SafetensorsRejectsEveryMalformedFile) {
       {"shape_float", st_bytes(one(R"("F32")", "[2.0]", "[0,8]"), d8), "non-negative"},
       {"shape_overflow",
        st_bytes(one(R"("F64")", "[4294967296,4294967296,4294967296]", "[0,8]"), d8), "too large"},
+      // Hardening review (issue 17): a zero dimension used to skip the size check, so these were
+      // accepted and numel() overflowed (UB) or a dimension read back negative.
+      {"shape_overflow_with_zero",
+       st_bytes(one(R"("F32")", "[4611686018427387904,4611686018427387904,0]", "[0,0]"), ""),
+       "too large"},
+      {"shape_dim_over_int64", st_bytes(one(R"("F32")", "[0,18446744073709551615]", "[0,0]"), ""),
+       "too large"},
       {"offsets_short", st_bytes(one(R"("F32")", "[2]", "[0]"), d8), "data_offsets"},
       {"offsets_negative", st_bytes(one(R"("F32")", "[2]", "[-8,0]"), d8), "data_offsets"},
       {"offsets_reversed", st_bytes(one(R"("F32")", "[0]", "[8,0]"), d8), "outside"},

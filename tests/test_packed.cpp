@@ -204,6 +204,17 @@ TEST(Packed, CorruptFilesAreErrors) {
   expect_error(patch(12, {7}), "format");
   expect_error(patch(16, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F}), "count");
   expect_error(patch(24, {0, 0, 0, 0}), "num_classes");
+  // 2^24 classes in a tiny name section: refused before reserving 2^24 strings (~512 MB).
+  {
+    write_bytes(bad, patch(24, {0, 0, 0, 1}));
+    try {
+      PackedReader r(bad.string());
+      ADD_FAILURE() << "no error for 2^24 classes";
+    } catch (const vit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("16777216 classes need at least"), std::string::npos)
+          << e.what();
+    }
+  }
   expect_error(patch(32, {0xFF, 0xFF, 0xFF}), "names_bytes");
   expect_error(patch(40, {0xFF, 0xFF, 0xFF, 0xFF}), "data_offset");
   expect_error(patch(48, {0, 0, 0, 0, 0, 0, 0, 0x80}), "index_offset");

@@ -319,6 +319,10 @@ void PackedReader::open(const std::string& path) {
     if (num_classes == 0 || num_classes > kMaxClasses)
       throw fail(fmt::format("bad class count {}", num_classes));
     if (names_bytes > size - kHeaderBytes) throw fail("class-name section runs past the end");
+    // Each name takes at least its 4-byte length: checked before reserving num_classes strings.
+    if (uint64_t(num_classes) * 4 > names_bytes)
+      throw fail(fmt::format("{} classes need at least {} bytes of names, the section has {}",
+                             num_classes, uint64_t(num_classes) * 4, names_bytes));
     if (data_offset_ < kHeaderBytes + names_bytes || data_offset_ > index_offset ||
         index_offset > size)
       throw fail("section offsets out of order or past the end (truncated?)");

@@ -99,11 +99,13 @@ IdxArray read_idx(const std::string& path) {
     total *= uint64_t(d);
   }
 
-  // Grow with the data actually present, so a lying header cannot force a huge allocation.
-  constexpr size_t kChunk = size_t(1) << 24;
+  // Grow with the data actually present, so a lying header cannot force a huge allocation:
+  // chunks start at 64 KiB and double up to 16 MiB (a tiny file costs no 16 MiB buffer).
+  constexpr size_t kFirstChunk = size_t(1) << 16, kMaxChunk = size_t(1) << 24;
   size_t have = 0;
   while (have < total) {
-    const size_t want = std::min<uint64_t>(kChunk, total - have);
+    const size_t chunk = std::min(kMaxChunk, std::max(kFirstChunk, have));
+    const size_t want = std::min<uint64_t>(chunk, total - have);
     a.data.resize(have + want);
     const size_t got = in.read(a.data.data() + have, want);
     have += got;

@@ -281,21 +281,22 @@ SafeTensors read_safetensors(const std::string& path) {
 
     const auto& shape = v["shape"];
     if (!shape.is_array()) throw bad(fmt::format("tensor '{}': shape is not a list", key));
+    // The product of the non-zero dimensions is bounded even when a zero makes the tensor
+    // empty: every later numel() (an Index product) must not overflow, whatever the order.
     bool has_zero = false;
+    uint64_t nonzero_numel = 1;
     for (const auto& d : shape) {
       if (!d.is_number_unsigned())
         throw bad(fmt::format("tensor '{}': shape entry {} is not a non-negative integer", key,
                               d.dump()));
-      has_zero |= d.get<uint64_t>() == 0;
-    }
-    uint64_t numel = has_zero ? 0 : 1;
-    for (const auto& d : shape) {
       const uint64_t dim = d.get<uint64_t>();
-      if (!has_zero && numel > kMaxNumel / dim)
+      has_zero |= dim == 0;
+      if (dim != 0 && nonzero_numel > kMaxNumel / dim)
         throw bad(fmt::format("tensor '{}': shape {} is too large", key, shape.dump()));
-      numel *= dim;
+      if (dim != 0) nonzero_numel *= dim;
       t.shape.push_back(Index(dim));
     }
+    const uint64_t numel = has_zero ? 0 : nonzero_numel;
 
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
