@@ -2,7 +2,7 @@
 # The libFuzzer targets of fuzz/ (one per parser of outside input), built with clang, ASan and
 # UBSan in build-fuzz/, and run from the seed corpus in fuzz/corpus/<target>/.
 #   bash scripts/fuzz.sh build                    configure and build only
-#   bash scripts/fuzz.sh short [SECONDS]          every target for SECONDS (default 12): CI
+#   bash scripts/fuzz.sh short [SECONDS]          every target for SECONDS (default 10): CI
 #   bash scripts/fuzz.sh campaign N [TARGET...]   every (or each named) target to N executions,
 #                                                 one after another; table in build-fuzz/campaign.md
 #   bash scripts/fuzz.sh run TARGET [ARGS...]     one target with your own libFuzzer arguments
@@ -43,7 +43,7 @@ case "$mode" in
     build
     ;;
   short)
-    secs="${2:-12}"
+    secs="${2:-10}"
     build
     failed=()
     for t in "${TARGETS[@]}"; do

@@ -20,6 +20,7 @@ if [ "$MODE" = test ]; then
     python3 python3-numpy python3-torch          # the reference implementation for the tests
     python3-pil python3-torchvision              # reference for the augmentation tests
     python3-skimage                              # photos for bench/compare_data.sh
+    clang libclang-rt-14-dev                     # libFuzzer + sanitizers (scripts/fuzz.sh)
   )
 fi
 missing=()

@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
+bash scripts/sanitize.sh
+bash scripts/fuzz.sh short
