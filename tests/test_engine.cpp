@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "backend/host.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "engine_test_util.h"
@@ -338,5 +339,26 @@ TEST(Engine, ResolveDeviceWithoutACudaBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Ffn, EngineTest, ::testing::Values(vit::Ffn::Mlp, vit::Ffn::Local),
                          [](const auto& info) { return std::string(vit::to_string(info.param)); });
+
+// The tolerances of the CUDA fp32 model test (test_cuda_model.cpp) are reachable: CPU fp32
+// against CPU fp64, which differ only in rounding as CUDA and CPU fp32 do, meets them.
+class EngineFp64 : public ::testing::TestWithParam<vit::test::Case> {};
+
+TEST_P(EngineFp64, Fp32MatchesFp64WithinTheGpuTolerances) {
+  const vit::ModelConfig c = vit::test::config_of(GetParam());
+  const Index B = 5;
+  vit::EngineOptions o = vit::test::engine_options("cpu", "fp32", c, B);
+  o.adamw.eps = vit::test::kComparisonAdamEps;
+  vit::ModelEngine<vit::CpuBackend<float>> f32(o);
+  vit::ModelEngine<vit::CpuBackend<double>> f64(o);
+  std::vector<float> p0(size_t(f32.table().total), 0.0f);
+  vit::init_params(p0.data(), f32.table(), c, 3);
+  const auto a = vit::test::train_three_steps(f64, p0, c, B);
+  const auto b = vit::test::train_three_steps(f32, p0, c, B);
+  vit::test::expect_three_steps_match(b, a, f32.table(), c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineFp64, ::testing::ValuesIn(vit::test::kComparisonCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
