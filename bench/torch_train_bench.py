@@ -173,6 +173,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="one JSON line (else key=value)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after timing, one more step under torch.profiler: its kernel table "
+                         "(self device time, top 30) on stderr")
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or a.warmup < 0:
         ap.error("--steps and --batch must be positive, --warmup non-negative")
@@ -321,6 +324,15 @@ def main():
         rec["peak_tflops"] = a.peak_tflops
         rec["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         rec["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+    if a.profile:
+        from torch.profiler import profile, ProfilerActivity
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda" else [])
+        with profile(activities=acts) as prof:
+            step()
+            sync()
+        key = "self_cuda_time_total" if a.device == "cuda" else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70),
+              file=sys.stderr)
     emit(rec, a.json)
     return 1 if "error" in rec else 0
 

@@ -19,7 +19,9 @@
 #                                                     ViT-S/16 and ViT-B/16 at batch 256, the
 #                                                     CIFAR-size ViT-Ti/4 at 1024, two rounds
 #   bash scripts/gpu_check.sh all [DEST]          everything (over 10 minutes on a GPU: dry runs)
-#   Also: info, ops, model, train, bench, compile, comma-separated (tests = info,ops,model,compile).
+#   Also: info, ops, model, train, repeat, bench, compile, comma-separated (tests =
+#   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
+#   and in fp32).
 #
 # DEST (default $OUT, else /tmp/gpu_check_out) receives at most four files per phase, named after
 # it: PHASE_summary.md (PASS/FAIL table, metrics, the tail of each failing log), PHASE_results.json
@@ -58,10 +60,10 @@ for p in ${phases//,/ }; do
     train-bench) groups+=" train bench" ;;
     all) groups+=" ops model train bench compile" ;;
     info) ;;
-    ops | model | train | bench | compile) groups+=" $p" ;;
+    ops | model | train | repeat | bench | compile) groups+=" $p" ;;
     *)
-      echo "gpu_check: unknown phase '$p' (tests, train-bench, all, info, ops, model, train, bench," \
-        "compile)" >&2
+      echo "gpu_check: unknown phase '$p' (tests, train-bench, all, info, ops, model, train, repeat," \
+        "bench, compile)" >&2
       exit 2
       ;;
   esac
@@ -575,6 +577,16 @@ if want train; then
     s_logits fmnist_tiny_cuda cuda bf16
   step h_logits_cpu_tiny train 150 "eval cpu logits vs timm (fp32 tol)" \
     s_logits fmnist_tiny_cuda cpu fp32
+fi
+
+if want repeat; then
+  # The recipe's spread: more seeds in bf16, and the default seed in fp32 (what bf16 costs).
+  for seed in ${GPU_CHECK_SEEDS:-1 2 3}; do
+    step "e_train_seed$seed" repeat 120 "train $(basename "$RECIPE") --seed $seed" \
+      s_train "fmnist_seed$seed" --seed "$seed"
+  done
+  step e_train_fp32 repeat 120 "train $(basename "$RECIPE") --precision fp32" \
+    s_train fmnist_fp32 --precision fp32
 fi
 
 BENCH_MODELS=("vit_small_patch16_224 256" "vit_base_patch16_224 256" "vit_tiny_patch4_32 1024")  # smallest last
