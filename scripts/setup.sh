@@ -21,6 +21,7 @@ if [ "$MODE" = test ]; then
     python3-pil python3-torchvision              # reference for the augmentation tests
     python3-skimage                              # photos for bench/compare_data.sh
     clang libclang-rt-14-dev                     # libFuzzer + sanitizers (scripts/fuzz.sh)
+    libopenmpi-dev openmpi-bin                   # data parallel on the CPU (mpirun tests)
   )
 fi
 missing=()

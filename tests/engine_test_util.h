@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct Case {  // a model of the engine comparisons
   double layer_scale;
   Stem stem = Stem::Patch;
 };
+
+inline void PrintTo(const Case& k, std::ostream* os) {
+  *os << k.name;
+}  // readable test names
 
 inline ModelConfig config_of(const Case& k) {
   ModelConfig c = model_preset("vit_fmnist_tiny");

@@ -14,12 +14,18 @@ Loader::Loader(const Source& src, Index batch, bool train, uint64_t seed, Loader
     : src_(src), B_(batch), train_(train), seed_(seed) {
   const Index n = src.size();
   VIT_CHECK(batch > 0, "loader: batch size must be positive");
+  VIT_CHECK(opt.shard_count >= 1 && opt.shard_rank >= 0 && opt.shard_rank < opt.shard_count &&
+                (train || opt.shard_count == 1),
+            "loader: bad shard (training only, 0 <= rank < count)");
+  shard_rank_ = opt.shard_rank;
+  shard_count_ = opt.shard_count;
+  const Index global = batch * shard_count_;  // samples of one global batch
   nb_ = opt.batches_per_epoch > 0 ? opt.batches_per_epoch
-                                  : (train ? n / batch : (n + batch - 1) / batch);
+                                  : (train ? n / global : (n + batch - 1) / batch);
   VIT_CHECK(opt.repeats >= 1, "loader: repeats must be >= 1");
   repeats_ = train ? opt.repeats : 1;
-  VIT_CHECK(nb_ * batch <= n + (train ? 0 : batch - 1),
-            fmt::format("loader: {} batches of {} exceed the {} samples", nb_, batch, n));
+  VIT_CHECK(nb_ * global <= n + (train ? 0 : batch - 1),
+            fmt::format("loader: {} batches of {} exceed the {} samples", nb_, global, n));
   const bool threaded = src.memory() == nullptr || opt.force_threads;
   if (!threaded) return;
   int w = opt.workers > 0 ? opt.workers : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -62,7 +68,7 @@ void Loader::indices(uint64_t epoch, Index k, std::vector<Index>& out) {
     }
     order = it->second;
   }
-  std::copy_n(order->begin() + k * B_, b, out.begin());
+  std::copy_n(order->begin() + (k * shard_count_ + shard_rank_) * B_, b, out.begin());
 }
 
 void Loader::build(Job& job) {

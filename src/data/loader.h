@@ -34,6 +34,10 @@ struct LoaderOptions {
   Index batches_per_epoch = 0;  // 0 = n / B (train, drop last) or ceil(n / B) (eval)
   bool force_threads = false;   // testing: use worker threads for in-memory sources too
   int repeats = 1;              // train: repeated augmentation (epoch_order_repeated)
+  // Train, data parallel: this rank's share of each global batch of shard_count * B samples.
+  // Batch k holds epoch_order[(k * shard_count + shard_rank) * B, + B), so the ranks together
+  // see exactly the one-rank order with the global batch.
+  int shard_rank = 0, shard_count = 1;
 };
 
 class Loader {
@@ -78,6 +82,7 @@ class Loader {
   const bool train_;
   const uint64_t seed_;
   int repeats_ = 1;
+  int shard_rank_ = 0, shard_count_ = 1;
   Index nb_ = 0;
   int prefetch_ = 0;
 

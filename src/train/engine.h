@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/cpu/adamw.h"
@@ -21,6 +22,10 @@ struct EngineOptions {
   int max_img_size = 0;            // the largest image size of the run (0 = cfg.img_size)
   AdamWConfig adamw;
   bool ema = false;  // keep an exponential moving average of the weights (model EMA)
+  // Data parallel: step() sums the gradients and the update's loss over the ranks first (each
+  // rank's loss_scale covers the global batch, so the sum is the global mean). Null or a world
+  // of one: a plain single-process engine. Host backends only, until the NCCL communicator.
+  std::shared_ptr<Comm> comm;
 };
 
 // Losses and grad norm of the updates since the previous read_stats(). An update whose loss or

@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "core/profile.h"
 #include "model/vit.h"
 #include "train/engine.h"
 
@@ -42,6 +43,12 @@ class ModelEngine : public Engine {
     Backend::zero(v_.data(), capacity());
     Backend::zero(stats_.data(), kNumStepStats);
     if (opt.ema) Backend::zero(ema_.data(), capacity());
+    if (opt.comm && opt.comm->size() > 1) {
+      VIT_CHECK(Backend::kHost,
+                "data parallel on the GPU needs the NCCL communicator, which is "
+                "not built yet: run one process per GPU job for now");
+      comm_ = opt.comm;
+    }
   }
 
   std::string description() const override { return Backend::name(); }
@@ -67,6 +74,7 @@ class ModelEngine : public Engine {
   void step(double lr) override {
     VIT_CHECK(micro_batches_ > 0, "engine: step() without a forward_backward()");
     ++steps_;
+    if (comm_) reduce_over_ranks();
     Backend::close_update_loss(stats_.data(), micro_batches_);
     Backend::adamw_step(model_.params.data(), model_.weights(), m_.data(), v_.data(),
                         model_.grads.data(), stats_.data(), table().total, table().num_decay,
@@ -156,6 +164,16 @@ class ModelEngine : public Engine {
 
  private:
   Index capacity() const { return Index(model_.params.size()); }
+  // Data parallel: the gradient sum and the update's loss over the ranks, before the update.
+  // The loss goes too so that a non-finite loss on one rank skips the update on every rank.
+  void reduce_over_ranks() {
+    if constexpr (Backend::kHost) {
+      ProfileScope prof("allreduce (data parallel)");
+      comm_->allreduce_sum(model_.grads.data(), size_t(table().total));
+      comm_->allreduce_sum(&stats_.data()[kLossPending], 1);
+      stats_.data()[kLossPending] /= double(comm_->size());
+    }
+  }
   void check_ema() const { VIT_CHECK(has_ema(), "engine: made without a model EMA"); }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,
@@ -202,7 +220,8 @@ class ModelEngine : public Engine {
   Buffer<double> stats_;  // (kNumStepStats) the updates' losses, grad norm, skips (StepStat)
   Buffer<Acc> ema_;       // (capacity) model EMA, table layout; empty without one
   int64_t steps_ = 0;
-  int micro_batches_ = 0;  // since the last step
+  int micro_batches_ = 0;       // since the last step
+  std::shared_ptr<Comm> comm_;  // data parallel (a world of more than one), else null
   int64_t updates_since_read_ = 0;
 };
 

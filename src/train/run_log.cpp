@@ -54,6 +54,7 @@ std::string make_run_dir(const std::string& output, const std::string& experimen
 }
 
 SummaryCsv::SummaryCsv(std::string path, int64_t first_epoch) : path_(std::move(path)) {
+  if (path_.empty()) return;  // in memory only
   std::ifstream in(path_);
   std::string line;
   if (in && std::getline(in, line)) {
@@ -75,6 +76,7 @@ void SummaryCsv::append(const SummaryRow& row) {
 }
 
 void SummaryCsv::rewrite() {
+  if (path_.empty()) return;
   std::string s =
       "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s,budget_s,"
       "fraction\n";
@@ -86,6 +88,7 @@ void SummaryCsv::rewrite() {
 }
 
 JsonlLog::JsonlLog(std::string path) {
+  if (path.empty()) return;  // writes nothing
   f_ = std::fopen(path.c_str(), "a+");
   if (!f_) throw Error(fmt::format("cannot open '{}' for writing", path));
   // "a+" reads from the start and writes at the end: look at the last byte.
@@ -102,6 +105,7 @@ JsonlLog::~JsonlLog() {
 }
 
 void JsonlLog::write(const nlohmann::json& j) {
+  if (!f_) return;
   // nlohmann writes NaN/inf (a diverged loss) as null; invalid UTF-8 in strings is replaced.
   const std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (std::fwrite(s.data(), 1, s.size(), f_) != s.size() || std::fflush(f_) != 0)

@@ -32,7 +32,7 @@ struct SummaryRow {
 // duplicated.
 class SummaryCsv {
  public:
-  SummaryCsv(std::string path, int64_t first_epoch);
+  SummaryCsv(std::string path, int64_t first_epoch);  // empty path: kept in memory only
   void append(const SummaryRow& row);
   const std::vector<SummaryRow>& rows() const { return rows_; }
 
@@ -46,7 +46,7 @@ class SummaryCsv {
 // a last line cut short by a kill is terminated first so the next object starts a fresh line.
 class JsonlLog {
  public:
-  explicit JsonlLog(std::string path);
+  explicit JsonlLog(std::string path);  // empty path: writes nothing
   ~JsonlLog();
   JsonlLog(const JsonlLog&) = delete;
   JsonlLog& operator=(const JsonlLog&) = delete;

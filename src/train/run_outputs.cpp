@@ -9,13 +9,14 @@ namespace vit {
 
 RunOutputs::RunOutputs(std::string dir, const ModelConfig& final_cfg, Metadata data_meta,
                        int64_t first_epoch, int64_t first_step, const std::string& plot_title)
-    : summary(dir + "/summary.csv", first_epoch),
-      log(dir + "/log.jsonl"),
+    : summary(dir.empty() ? dir : dir + "/summary.csv", first_epoch),
+      log(dir.empty() ? dir : dir + "/log.jsonl"),
       dir_(std::move(dir)),
       final_cfg_(final_cfg),
       final_table_(build_param_table(final_cfg)),
       data_meta_(std::move(data_meta)) {
   plot.title = plot_title;
+  if (!writes()) return;
   // A kill -9 inside a checkpoint write leaves its temp file: a resume clears them away.
   if (const int n = io::remove_stale_temp_files(dir_))
     fmt::print("Removed {} temp file(s) of writes interrupted in {}\n", n, dir_);
@@ -25,6 +26,7 @@ RunOutputs::RunOutputs(std::string dir, const ModelConfig& final_cfg, Metadata d
 
 void RunOutputs::write_run_files(const std::string& args_yaml,
                                  const std::vector<std::string>& classes) {
+  if (!writes()) return;
   io::write_file_atomic(dir_ + "/args.yaml", args_yaml);
   std::string lines;
   for (const auto& n : classes) lines += n + "\n";
@@ -33,6 +35,7 @@ void RunOutputs::write_run_files(const std::string& args_yaml,
 
 void RunOutputs::save_weights(const std::string& name, Engine& engine, const ModelConfig& current,
                               const Metadata& extra) {
+  if (!writes()) return;
   Metadata meta = data_meta_;
   for (const auto& [k, v] : extra) meta[k] = v;
   const std::vector<float> params = engine.read_params();
@@ -48,6 +51,7 @@ void RunOutputs::save_weights(const std::string& name, Engine& engine, const Mod
 
 void RunOutputs::save_state(Engine& engine, const ModelConfig& current, TrainState& st) {
   st.step = engine.num_steps();
+  if (!writes()) return;
   engine.read_moments(st.exp_avg, st.exp_avg_sq);
   st.ema = engine.has_ema() ? engine.read_ema() : std::vector<float>{};
   save_train_state(dir_ + "/state.safetensors", current, engine.table(),
@@ -55,6 +59,7 @@ void RunOutputs::save_state(Engine& engine, const ModelConfig& current, TrainSta
 }
 
 void RunOutputs::write_plot() {
+  if (!writes()) return;
   write_training_plot(dir_ + "/plot.png", plot);
 }
 

@@ -17,11 +17,13 @@ class RunOutputs {
  public:
   // Opens the logs of `dir` (a resumed run keeps its rows before `first_epoch` and rebuilds
   // its curves up to `first_step`). `data_meta`: what eval/export need to reproduce the input
-  // pipeline and name the classes, stored in every weights file.
+  // pipeline and name the classes, stored in every weights file. An empty `dir` writes nothing
+  // (the worker ranks of a data-parallel run: rank 0 writes).
   RunOutputs(std::string dir, const ModelConfig& final_cfg, Metadata data_meta, int64_t first_epoch,
              int64_t first_step, const std::string& plot_title);
 
   const std::string& dir() const { return dir_; }
+  bool writes() const { return !dir_.empty(); }
   void write_run_files(const std::string& args_yaml, const std::vector<std::string>& classes);
   // <dir>/<name>: the engine's weights mapped to the final size, with the data metadata and
   // `extra` (epoch, metric).

@@ -11,9 +11,11 @@
 namespace vit {
 
 TrainBatches::TrainBatches(const TrainArgs& args, const RunPlan& plan, const data::DataSplits& data,
-                           int img_size, int64_t step)
+                           int img_size, int64_t step, int rank, int world)
     : args_(args),
       plan_(plan),
+      B_(plan.batch / world),
+      cap_(plan.max_samples / world),
       C_(plan.final_cfg.in_chans),
       K_(plan.final_cfg.num_classes),
       Kd_(data.train->num_classes()),
@@ -24,19 +26,20 @@ TrainBatches::TrainBatches(const TrainArgs& args, const RunPlan& plan, const dat
       et_bc_(train_bc_),
       mix_(mixup_config(args)),
       // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
-      loader_(*data.train, plan.batch, true, uint64_t(args.seed),
-              {args.workers, 0, plan.updates_per_epoch * plan.accum, false, args.aug_repeats}) {
+      loader_(*data.train, plan.batch / world, true, uint64_t(args.seed),
+              {args.workers, 0, plan.updates_per_epoch * plan.accum, false, args.aug_repeats, rank,
+               world}) {
   et_bc_.img_size = plan.final_size;
   const Index F = plan.final_size;
-  if (plan.efficienttrain) full_images_.resize(plan.batch * C_ * F * F);
+  if (plan.efficienttrain) full_images_.resize(B_ * C_ * F * F);
   set_size(img_size, step);
 }
 
 void TrainBatches::set_size(int size, int64_t step) {
   size_ = size;
   train_bc_.img_size = size;
-  images_.assign(plan_.max_samples * C_ * size * size, 0.0f);
-  targets_.assign(plan_.max_samples * K_, 0.0f);
+  images_.assign(cap_ * C_ * size * size, 0.0f);
+  targets_.assign(cap_ * K_, 0.0f);
   make_replay(step);
 }
 
@@ -47,7 +50,7 @@ void TrainBatches::set_magnitude(double m) {
 
 void TrainBatches::make_replay(int64_t step) {
   if (plan_.replay <= 1) return;
-  const Index B = plan_.batch;
+  const Index B = B_;
   replay_ = std::make_unique<ReplayBuffer>(plan_.replay, int(std::min<Index>(32, B)), 4,
                                            mix_seed(args_.seed, uint64_t(step), 77));
   fresh_images_.assign(B * C_ * size_ * size_, 0.0f);
@@ -55,7 +58,7 @@ void TrainBatches::make_replay(int64_t step) {
 }
 
 void TrainBatches::load_fresh(int64_t epoch, Index mb, float* images, float* targets) {
-  const Index B = plan_.batch, S = size_, F = plan_.final_size;
+  const Index B = B_, S = size_, F = plan_.final_size;
   if (plan_.efficienttrain && S != F) {
     // ET++: the batch at the final size, then its low-frequency part at S (methods.md §2.3).
     loader_.load(uint64_t(epoch), mb, et_bc_, full_images_.data(), targets);
@@ -85,9 +88,9 @@ Index TrainBatches::load(int64_t epoch, Index mb, double* data_seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   load_fresh(epoch, mb, fresh, fresh_t);
   *data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!replaying) return plan_.batch;
-  replay_->push(fresh, fresh_t, int(plan_.batch), int(C_ * size_ * size_), int(K_));
-  return replay_->assemble(images_.data(), targets_.data(), int(plan_.max_samples));
+  if (!replaying) return B_;
+  replay_->push(fresh, fresh_t, int(B_), int(C_ * size_ * size_), int(K_));
+  return replay_->assemble(images_.data(), targets_.data(), int(cap_));
 }
 
 }  // namespace vit

@@ -17,9 +17,10 @@ namespace vit {
 
 class TrainBatches {
  public:
-  // `step`: the optimizer step the run starts at (seeds the replay buffer).
+  // `step`: the optimizer step the run starts at (seeds the replay buffer). Data parallel:
+  // this is rank `rank` of `world`, and it loads its 1/world share of each global batch.
   TrainBatches(const TrainArgs& args, const RunPlan& plan, const data::DataSplits& data,
-               int img_size, int64_t step);
+               int img_size, int64_t step, int rank = 0, int world = 1);
   int workers() const { return loader_.workers(); }
   // A new training size; the replay buffer restarts, seeded by `step`.
   void set_size(int size, int64_t step);
@@ -38,6 +39,7 @@ class TrainBatches {
 
   const TrainArgs& args_;
   const RunPlan& plan_;
+  Index B_, cap_;                       // this rank's batch and samples per forward pass
   Index C_, K_, Kd_;                    // input channels, model classes, data classes
   int size_;                            // S
   data::BatchConfig train_bc_, et_bc_;  // et_bc_: ET++ makes batches at the final size

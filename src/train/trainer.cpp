@@ -26,6 +26,7 @@
 #include "data/image_folder.h"
 #include "data/loader.h"
 #include "data/source.h"
+#include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/plot.h"
 #include "train/batch_config.h"
@@ -83,6 +84,21 @@ std::string state_path_of(const std::string& resume) {
   return p;
 }
 
+// What data parallelism (mpirun) supports so far: the global batch splits evenly over the
+// ranks, and every stop decision is one the ranks reach alike (no wall-clock budget, whose
+// clock each rank reads for itself; no replay buffer, which mixes samples across a batch).
+void check_data_parallel(const TrainArgs& args, const RunPlan& plan, int world) {
+  if (world == 1) return;
+  VIT_CHECK(plan.batch % world == 0 && plan.max_samples % world == 0,
+            fmt::format("data parallel: the batch size {} must be a multiple of the {} ranks",
+                        plan.batch, world));
+  VIT_CHECK(!plan.budget,
+            "data parallel: --budget is not supported yet (each rank reads its own "
+            "clock); use --epochs");
+  VIT_CHECK(plan.replay <= 1, "data parallel: --replay is not supported yet");
+  (void)args;
+}
+
 std::string format_duration(double s) {
   const long t = long(std::max(0.0, s));
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, int(t / 60 % 60), int(t % 60));
@@ -93,6 +109,11 @@ std::string format_duration(double s) {
 int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const std::string device = resolve_device(args.device);  // before any work: a clear error
   if (args.workers > 0) omp_set_num_threads(args.workers);
+  // Data parallel under mpirun: rank 0 prints, logs and writes; the others compute.
+  const std::shared_ptr<Comm> comm = make_comm();
+  const int rank = comm->rank(), world = comm->size();
+  if (rank > 0 && !std::freopen("/dev/null", "w", stdout))
+    throw Error("cannot silence stdout on a worker rank");
 
   const data::DataSplits data = data::load_data_dir(
       args.data_dir,
@@ -105,11 +126,13 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const Index n_train = data.train->size(), n_val = data.val->size();
   const ModelConfig& final_cfg = plan.final_cfg;
   const int F = plan.final_size;
-  const Index B = plan.batch, accum = plan.accum, upe = plan.updates_per_epoch;
+  check_data_parallel(args, plan, world);
+  // B, cap: this rank's samples per forward pass (the global batch is split over the ranks).
+  const Index B = plan.batch / world, accum = plan.accum, upe = plan.updates_per_epoch;
   const bool et = plan.efficienttrain, open_ended = plan.open_ended();
   const int eval_size = plan.eval_size, R = plan.replay;
   const std::optional<TimeBudget>& budget = plan.budget;
-  const Index cap = plan.max_samples;  // samples per forward pass with replay
+  const Index cap = plan.max_samples / world;  // samples per forward pass with replay
 
   std::optional<TrainState> resumed;
   std::string run_dir;
@@ -124,7 +147,9 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
                           "flags describe",
                           sp));
   } else {
-    run_dir = make_run_dir(args.output, args.experiment, final_cfg.name, final_cfg.img_size);
+    if (rank == 0)
+      run_dir = make_run_dir(args.output, args.experiment, final_cfg.name, final_cfg.img_size);
+    run_dir = broadcast_string(*comm, run_dir, 0);
   }
 
   EngineOptions engine_opt;
@@ -136,6 +161,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   engine_opt.adamw = AdamWConfig{0.9, 0.999, 1e-8, args.weight_decay, args.clip_grad};
   const bool ema = args.model_ema;
   engine_opt.ema = ema;
+  engine_opt.comm = comm;
   std::unique_ptr<Engine> engine = make_engine(engine_opt);
   TrainState st;
   if (resumed) {
@@ -160,7 +186,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const Metadata data_meta = {{"mean", nlohmann::json(data.mean).dump()},
                               {"std", nlohmann::json(data.std).dump()},
                               {"label_names", nlohmann::json(data.train->class_names()).dump()}};
-  RunOutputs out(run_dir, final_cfg, data_meta, st.epoch, st.step,
+  RunOutputs out(rank == 0 ? run_dir : std::string(), final_cfg, data_meta, st.epoch, st.step,
                  fmt::format("{} on {}", final_cfg.name, args.data_dir));
   out.write_run_files(st.args_yaml, data.train->class_names());
   ComputeBudget compute(double(args.epochs), int64_t(n_train), F);
@@ -177,6 +203,9 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
       final_cfg.name, engine->table().num_params, flops_per_img / 1e6, args.data_dir, n_train,
       n_val, cfg.num_classes, upe, B, accum, args.lr, run_dir);
   fmt::print("Device: {}\n", engine->description());
+  if (world > 1)
+    fmt::print("Data parallel: {} ranks ({}), {} samples per rank per micro-batch\n", world,
+               comm->name(), B);
   if (args.curriculum != "none" || budget || R > 1)
     fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
                args.curriculum,
@@ -199,7 +228,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   std::unique_ptr<GpuMonitor> gpu_monitor;
   if (engine->on_gpu()) gpu_monitor = std::make_unique<GpuMonitor>();
 
-  TrainBatches batches(args, plan, data, cfg.img_size, engine->num_steps());
+  TrainBatches batches(args, plan, data, cfg.img_size, engine->num_steps(), rank, world);
   if (batches.workers() > 0) {
     fmt::print("Data: {} ({}), {} loader workers\n", data.format, args.data_dir, batches.workers());
     std::fflush(stdout);
@@ -433,9 +462,9 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
         data_epoch += dt_data;
         const bool inject = injected(engine->num_steps() + 1);
         engine->forward_backward(batches.images(), batches.targets(), n,
-                                 inject ? std::nanf("") : 1.0f / float(n * accum),
+                                 inject ? std::nanf("") : 1.0f / float(n * accum * world),
                                  mix_seed(args.seed, uint64_t(engine->num_steps()), uint64_t(a)));
-        step_samples += n;
+        step_samples += n * world;  // the global batch
       }
       engine->step(lr);
       if (ema)

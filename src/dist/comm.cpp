@@ -1,0 +1,60 @@
+#include "dist/comm.h"
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "core/common.h"
+
+namespace vit {
+
+namespace {
+
+class SingleComm : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "single"; }
+  void allreduce_sum(float*, size_t) override {}
+  void allreduce_sum(double*, size_t) override {}
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+// OpenMPI's launcher sets OMPI_COMM_WORLD_SIZE in every rank's environment.
+int launcher_world_size() {
+  const char* s = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!s) s = std::getenv("PMI_SIZE");  // MPICH / Slurm's PMI
+  return s ? std::atoi(s) : 1;
+}
+
+}  // namespace
+
+std::shared_ptr<Comm> make_mpi_comm();  // comm_mpi.cpp, or the stub below
+
+std::shared_ptr<Comm> make_comm() {
+  if (launcher_world_size() <= 1) return std::make_shared<SingleComm>();
+  VIT_CHECK(mpi_available(),
+            "launched by mpirun with several ranks, but this vitrain was built without MPI "
+            "(install libopenmpi-dev and rebuild: bash scripts/setup.sh)");
+  return make_mpi_comm();
+}
+
+std::string broadcast_string(Comm& comm, std::string s, int root) {
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof(n), root);
+  s.resize(n);
+  if (n) comm.broadcast(s.data(), n, root);
+  return s;
+}
+
+#ifndef VIT_HAS_MPI
+bool mpi_available() {
+  return false;
+}
+std::shared_ptr<Comm> make_mpi_comm() {
+  return nullptr;
+}
+#endif
+
+}  // namespace vit

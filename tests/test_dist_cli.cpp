@@ -1,0 +1,149 @@
+// Data-parallel training under mpirun (OpenMPI, on the CPU): 2 and 3 ranks train the same run as
+// one rank with the same global batch (losses and weights within 1e-5 relative), a checkpoint
+// written by 2 ranks resumes on 1 and on 3, only rank 0 writes, and a batch the ranks cannot
+// share is one clear error. Skips where this build has no MPI or mpirun is missing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "cli_harness.h"
+#include "dist/comm.h"
+#include "model/params.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+using vit::Index;
+using vit::testing::RunResult;
+
+namespace {
+
+// Runs `vitrain ARGS` on `ranks` ranks through mpirun (1: without mpirun).
+RunResult run_ranks(int ranks, const std::string& args, const std::string& dir) {
+  if (ranks == 1) return vit::testing::run_vitrain(args, dir);
+  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
+  // --oversubscribe: more ranks than cores (CI has 2); one thread per rank (-j 1 in the flags).
+  // ASan builds (scripts/sanitize.sh): OpenMPI's own allocations at exit are not ours.
+  const std::string cmd = "mpirun -np " + std::to_string(ranks) +
+                          " --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 " + VIT_BINARY + " " +
+                          args + " > " + out + " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = vit::testing::slurp(out);
+  r.err = vit::testing::slurp(err);
+  return r;
+}
+
+class DistCli : public vit::testing::CliTest {
+ protected:
+  void SetUp() override {
+    if (!vit::mpi_available()) GTEST_SKIP() << "this build has no MPI (libopenmpi-dev)";
+    if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+    // CI runs as root; OpenMPI refuses that unless told. The shared-memory transport's
+    // single-copy mechanism needs ptrace rights that containers often lack.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    CliTest::SetUp();
+  }
+
+  // Global batch 48 splits over 1, 2 and 3 ranks; 512 / 48 = 10 updates an epoch. No drop path
+  // or mixup: their per-sample randomness depends on the rank layout.
+  std::string flags(const std::string& experiment, const std::string& extra = "") {
+    return "train --data-dir " + data_ + " --model vit_fmnist_tiny --img-size 8 --output " +
+           (dir_ / "out").string() + " --experiment " + experiment +
+           " -b 48 --epochs 3 --lr 2e-3 --warmup-epochs 1 --log-interval 1 -j 1 --seed 5 " +
+           "--hflip 0 --crop-pad 0 " + extra;
+  }
+
+  std::map<int64_t, double> losses(const std::string& experiment) {
+    std::map<int64_t, double> m;
+    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
+      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    return m;
+  }
+
+  void expect_same_losses(const std::string& got, const std::string& ref, size_t n) {
+    const auto a = losses(ref), b = losses(got);
+    ASSERT_EQ(a.size(), n);
+    ASSERT_EQ(b.size(), a.size());
+    for (const auto& [step, loss] : a) {
+      ASSERT_TRUE(b.count(step)) << "step " << step;
+      EXPECT_NEAR(b.at(step), loss, 1e-5 * std::fabs(loss)) << got << " step " << step;
+    }
+  }
+
+  // Per tensor, max |a - b| / max |a| <= 1e-5 over the final weights. The key third of each
+  // qkv bias is left out: its gradient is zero in exact arithmetic (softmax ignores a constant
+  // added to every key), so AdamW's lr g / (|g| + eps) turns the rounding noise of either run
+  // into steps of up to lr there (tests/engine_test_util.h; 3e-3 measured here).
+  void expect_same_weights(const std::string& got, const std::string& ref) {
+    const auto a = vit::load_weights((dir_ / "out" / ref / "last.safetensors").string());
+    const auto b = vit::load_weights((dir_ / "out" / got / "last.safetensors").string());
+    ASSERT_EQ(a.params.size(), b.params.size());
+    const Index C = a.cfg.embed_dim;
+    const vit::ParamTable table = vit::build_param_table(a.cfg);
+    for (const auto& spec : table.specs) {
+      const bool qkv_bias = spec.name.find("attn.qkv.bias") != std::string::npos;
+      double err = 0, scale = 1e-30;
+      for (Index i = spec.offset; i < spec.offset + spec.numel(); ++i) {
+        if (qkv_bias && i >= spec.offset + C && i < spec.offset + 2 * C) continue;
+        err = std::max(err, double(std::fabs(a.params[i] - b.params[i])));
+        scale = std::max(scale, double(std::fabs(a.params[i])));
+      }
+      EXPECT_LE(err / scale, 1e-5) << got << ": " << spec.name;
+    }
+  }
+};
+
+TEST_F(DistCli, TwoAndThreeRanksTrainTheOneRankRun) {
+  const RunResult one = run_ranks(1, flags("r1"), dir_.string());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  for (int ranks : {2, 3}) {
+    const std::string e = "r" + std::to_string(ranks);
+    const RunResult r = run_ranks(ranks, flags(e), dir_.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("Data parallel: " + std::to_string(ranks) + " ranks (mpi)"),
+              std::string::npos)
+        << r.out;
+    expect_same_losses(e, "r1", 30);
+    expect_same_weights(e, "r1");
+    // Rank 0 alone wrote: one run folder per run, and the eval rows agree.
+    const auto ev1 = vit::testing::read_log(dir_ / "out" / "r1", "eval");
+    const auto evn = vit::testing::read_log(dir_ / "out" / e, "eval");
+    ASSERT_EQ(evn.size(), ev1.size());
+    EXPECT_NEAR(evn.back().at("eval_top1").get<double>(), ev1.back().at("eval_top1").get<double>(),
+                1e-9);
+  }
+  size_t folders = 0;
+  for ([[maybe_unused]] const auto& d : fs::directory_iterator(dir_ / "out")) ++folders;
+  EXPECT_EQ(folders, 3u);
+}
+
+TEST_F(DistCli, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
+  ASSERT_EQ(run_ranks(1, flags("straight"), dir_.string()).exit_code, 0);
+  for (int ranks : {1, 3}) {
+    const std::string e = "from2_on" + std::to_string(ranks);
+    const RunResult a = run_ranks(2, flags(e, "--stop-after-updates 14"), dir_.string());
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const RunResult b =
+        run_ranks(ranks, "train --resume " + (dir_ / "out" / e).string(), dir_.string());
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    expect_same_losses(e, "straight", 30);
+    expect_same_weights(e, "straight");
+  }
+}
+
+TEST_F(DistCli, BatchTheRanksCannotShareIsOneClearError) {
+  const RunResult r = run_ranks(3, flags("bad", "-b 32"), dir_.string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("the batch size 32 must be a multiple of the 3 ranks"), std::string::npos)
+      << r.err;
+}
+
+}  // namespace
