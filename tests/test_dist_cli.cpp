@@ -3,12 +3,18 @@
 // written by 2 ranks resumes on 1 and on 3, only rank 0 writes, and a batch the ranks cannot
 // share is one clear error. Skips where this build has no MPI or mpirun is missing.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "cli_harness.h"
 #include "dist/comm.h"
@@ -20,6 +26,25 @@ using vit::Index;
 using vit::testing::RunResult;
 
 namespace {
+
+// The pid of the process that OpenMPI started as `rank` of a job whose command line holds
+// `marker`, or -1.
+pid_t find_rank(int rank, const std::string& marker) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& d : fs::directory_iterator("/proc")) {
+    const std::string name = d.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = vit::testing::slurp(d.path() / "cmdline");  // NUL-separated
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(marker) == std::string::npos || cmdline.rfind("mpirun", 0) == 0) continue;
+    std::string env = vit::testing::slurp(d.path() / "environ");
+    for (char& c : env)
+      if (c == '\0') c = '\n';
+    if (("\n" + env + "\n").find("\n" + want + "\n") != std::string::npos)
+      return pid_t(std::stol(name));
+  }
+  return -1;
+}
 
 // Runs `vitrain ARGS` on `ranks` ranks through mpirun (1: without mpirun).
 RunResult run_ranks(int ranks, const std::string& args, const std::string& dir) {
@@ -137,6 +162,48 @@ TEST_F(DistCli, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
     expect_same_losses(e, "straight", 30);
     expect_same_weights(e, "straight");
   }
+}
+
+// A rank killed with SIGKILL mid-run ends the job: mpirun stops the other rank, exits non-zero
+// and names the rank; the last checkpoint stays loadable.
+TEST_F(DistCli, KilledRankEndsEveryRankAndKeepsTheCheckpoint) {
+  const std::string exp = "killed";
+  const std::string err = (dir_ / "kill_err.txt").string();
+  const std::string cmd = "exec mpirun -np 2 --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 " +
+                          std::string(VIT_BINARY) + " " +
+                          flags(exp, "--epochs 500 --log-interval 100") + " > /dev/null 2> " + err;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path run = dir_ / "out" / exp;
+  for (int i = 0; i < 1200 && !fs::exists(run / "state.safetensors"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const pid_t victim = find_rank(1, "--experiment " + exp);
+  if (victim <= 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    FAIL() << "rank 1 not found";
+  }
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 600 && done == 0; ++i) {  // 60 s
+    done = waitpid(pid, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the job did not end within 60 s of its rank 1 being killed";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "status " << status;
+  const std::string msg = vit::testing::slurp(err);
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+  EXPECT_EQ(find_rank(0, "--experiment " + exp), -1) << "rank 0 still runs";
+  EXPECT_NO_THROW(vit::load_train_state((run / "state.safetensors").string()));
 }
 
 TEST_F(DistCli, BatchTheRanksCannotShareIsOneClearError) {
