@@ -45,6 +45,7 @@ enum ScratchSlot : int {
   kScratchAttScores = 0,  // attention: fp32 scores / dP of one head
   kScratchAttDs = 1,      // attention backward: dS of one head
   kScratchGemmBias = 2,   // GEMM: a 16-byte aligned copy of a bias for the cuBLASLt epilogue
+  kScratchFlash = 3,      // flash attention backward: Drow = rowsum(dout * out) (B, H, N) fp32
   kScratchNorm = 4,       // global grad norm partials
   kScratchDwconv = 5,     // dwconv dweight partials
   kScratchLayernorm = 6,  // layernorm dweight/dbias partials
@@ -103,6 +104,21 @@ void attention_forward(T* out, T* att, const T* qkv, Index B, Index N, Index H, 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, Index B, Index N,
                         Index H, Index D);
+
+// Fused attention (flash-style, flash_attention.cu): never materialises the (B, H, N, N)
+// matrices. Head dims D in {32, 48, 64, 96} (others throw), any N >= 1. T = bf16 runs the tile
+// products on tensor cores (WMMA, fp32 accumulation); T = float in plain fp32. Not yet used by
+// the model.
+// qkv (B, N, 3C) as in attention_forward (q | k | v, head h at columns h*D of each third);
+// out (B, N, C) overwritten; lse (B, H, N) fp32 row log-sum-exp of the scaled scores (saved for
+// backward).
+template <typename T>
+void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N, Index H, Index D);
+// dqkv (B, N, 3C) OVERWRITTEN from dout (B, N, C), qkv, out and lse of the forward.
+// Deterministic (no atomics).
+template <typename T>
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                              Index B, Index N, Index H, Index D);
 
 // Exact (erf) GELU and h-swish, elementwise over n values.
 template <typename T>

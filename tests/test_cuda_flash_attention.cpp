@@ -1,0 +1,189 @@
+// The fused flash attention (src/ops/cuda/flash_attention.cu) against the CPU reference, in both
+// storage modes, with the harness of test_cuda_ops.cpp (cuda_test_util.h): guard bytes around
+// every device buffer, outputs starting as 0x7f garbage (~3.4e38, so an unwritten element
+// fails), NaN/Inf checks, inputs rounded to bf16 first in the bf16 case.
+// The reference is cpu::attention_forward/backward in fp64 (the backward fed with its own fp64
+// probabilities) plus a fp64 log-sum-exp, so the tolerances measure the GPU's error alone.
+// Tolerances (|gpu - ref| <= rtol |ref| + atol max|ref|):
+//  * fp32: scores, statistics and products all fp32; the error is fp32 summation over D and N
+//    terms and exp2f's ~2 ulp: out/lse 1e-4 relative, dqkv 2e-4 (as the unfused op's test).
+//  * bf16 out and dqkv: the stored results are rounded to bf16 (2^-9 relative) and so are P and
+//    dS where they feed the tensor cores, each an error of ~2^-9 of a term: out 2e-2 / 8e-3,
+//    dqkv 3e-2 / 1.5e-2, the unfused attention test's values.
+//  * bf16 lse: the scores are exact products of bf16 values summed in fp32, so lse is as
+//    accurate as in fp32 mode: 1e-4.
+// Shapes: ViT-S heads (N = 197: a ragged 5-row last tile), every supported head dim, N = 1 and
+// 17 (one partial tile), N = 65 (a single-row last tile), odd B; one case with buffers offset by
+// one element (no 16-byte accesses). A second backward must give the same bits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "gpu_test_util.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops.h"
+
+namespace {
+
+using vit::Index;
+using bf16 = __nv_bfloat16;
+using namespace vit::test;  // DevBuf, rnd, expect_close, CudaTest: cuda_test_util.h
+namespace cpu = vit::cpu;
+namespace gpu = vit::cuda;
+
+template <typename T>
+class FlashAttention : public CudaTest {};
+TYPED_TEST_SUITE(FlashAttention, StorageTypes, TypeNames);
+
+struct Shape {
+  Index B, N, H, D;
+  size_t offset = 0;  // element offset of the T buffers: 1 = no 16-byte alignment
+};
+const std::vector<Shape> kShapes = {
+    {2, 197, 6, 64},     // ViT-S/16 heads
+    {3, 50, 3, 32},      // odd B, D = 32
+    {1, 17, 2, 48},      // one partial tile, D = 48
+    {2, 65, 4, 96},      // a 1-row last tile, D = 96
+    {5, 1, 1, 64},       // a single token
+    {2, 50, 3, 32, 1},   // misaligned buffers: the scalar load/store path
+    {1, 130, 2, 96, 1},  // misaligned, 3 tiles
+};
+
+std::string str(const Shape& s) {
+  return "B=" + std::to_string(s.B) + " N=" + std::to_string(s.N) + " H=" + std::to_string(s.H) +
+         " D=" + std::to_string(s.D) + " offset=" + std::to_string(s.offset);
+}
+
+struct Reference {
+  Vec out, lse, dqkv;  // (B, N, C), (B, H, N), (B, N, 3C)
+};
+
+// fp64 attention on the (already storage-rounded) inputs: the CPU ops for out and dqkv, and
+// lse[b, h, i] = log sum_j exp(q_i . k_j / sqrt(D)).
+Reference reference(const Vec& qkv, const Vec& dout, const Shape& s) {
+  const Index C = s.H * s.D, C3 = 3 * C;
+  const std::vector<double> q(qkv.begin(), qkv.end()), g(dout.begin(), dout.end());
+  std::vector<double> out(s.B * s.N * C), att(s.B * s.H * s.N * s.N), dq(q.size());
+  cpu::attention_forward(out.data(), att.data(), q.data(), s.B, s.N, s.H, s.D);
+  cpu::attention_backward(dq.data(), g.data(), q.data(), att.data(), s.B, s.N, s.H, s.D);
+  Vec lse(s.B * s.H * s.N);
+  const double scale = 1.0 / std::sqrt(double(s.D));
+  std::vector<double> row(s.N);
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.N; ++i) {
+        const double* qi = q.data() + (b * s.N + i) * C3 + h * s.D;
+        double mx = -INFINITY;
+        for (Index j = 0; j < s.N; ++j) {
+          const double* kj = q.data() + (b * s.N + j) * C3 + C + h * s.D;
+          double dot = 0;
+          for (Index d = 0; d < s.D; ++d) dot += qi[d] * kj[d];
+          row[j] = dot * scale;
+          mx = std::max(mx, row[j]);
+        }
+        double sum = 0;
+        for (Index j = 0; j < s.N; ++j) sum += std::exp(row[j] - mx);
+        lse[(b * s.H + h) * s.N + i] = float(mx + std::log(sum));
+      }
+  return {Vec(out.begin(), out.end()), lse, Vec(dq.begin(), dq.end())};
+}
+
+TYPED_TEST(FlashAttention, MatchesCpuReference) {
+  using T = TypeParam;
+  const Tol t_out = pick<T>({1e-4, 1e-5}, {2e-2, 8e-3});
+  const Tol t_lse = pick<T>({1e-4, 1e-5}, {1e-4, 1e-5});
+  const Tol t_dqkv = pick<T>({2e-4, 2e-5}, {3e-2, 1.5e-2});
+  uint64_t seed = 700;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(str(s));
+    const Index C = s.H * s.D;
+    const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
+    const Reference ref = reference(qkv, dout, s);
+    DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
+    DevBuf<T> d_out(s.B * s.N * C, "out", s.offset), d_dqkv(qkv.size(), "dqkv", s.offset);
+    DevBuf<float> d_lse(s.B * s.H * s.N, "lse");
+    gpu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.N, s.H, s.D);
+    gpu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                  s.B, s.N, s.H, s.D);
+    gpu::synchronize();
+    expect_close("out", d_out.download(), ref.out, t_out);
+    expect_close("lse", d_lse.download(), ref.lse, t_lse);
+    expect_close("dqkv", d_dqkv.download(), ref.dqkv, t_dqkv);
+  }
+}
+
+TYPED_TEST(FlashAttention, BackwardIsBitwiseReproducible) {
+  using T = TypeParam;
+  const Shape s = {3, 197, 6, 64};
+  const Index C = s.H * s.D;
+  DevBuf<T> d_qkv(rnd<T>(s.B * s.N * 3 * C, 801), "qkv"),
+      d_dout(rnd<T>(s.B * s.N * C, 802), "dout");
+  DevBuf<T> d_out(s.B * s.N * C, "out"), d_a(s.B * s.N * 3 * C, "dqkv 1"),
+      d_b(s.B * s.N * 3 * C, "dqkv 2");
+  DevBuf<float> d_lse(s.B * s.H * s.N, "lse");
+  gpu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.N, s.H, s.D);
+  for (DevBuf<T>* d : {&d_a, &d_b})
+    gpu::flash_attention_backward(d->get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                  s.B, s.N, s.H, s.D);
+  gpu::synchronize();
+  const Vec a = d_a.download(), b = d_b.download();  // exact: bf16 -> fp32 is injective
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+      << "two backward runs gave different dqkv bits";
+}
+
+TYPED_TEST(FlashAttention, RejectsUnsupportedHeadDim) {
+  using T = TypeParam;
+  T* none = nullptr;
+  EXPECT_THROW(gpu::flash_attention_forward(none, nullptr, none, 1, 8, 1, 40), vit::Error);
+  EXPECT_THROW(gpu::flash_attention_backward(none, none, none, none, nullptr, 1, 8, 1, 128),
+               vit::Error);
+}
+
+// ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
+// their tolerances of each other), and the time of each, printed for the record.
+TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
+  using T = TypeParam;
+  const Index B = 256, N = 197, H = 6, D = 64, C = H * D;
+  DevBuf<T> d_qkv(rnd<T>(B * N * 3 * C, 901), "qkv"), d_dout(rnd<T>(B * N * C, 902), "dout");
+  DevBuf<T> f_out(B * N * C, "flash out"), f_dqkv(B * N * 3 * C, "flash dqkv");
+  DevBuf<T> u_out(B * N * C, "out"), u_att(B * H * N * N, "att"), u_dqkv(B * N * 3 * C, "dqkv");
+  DevBuf<float> d_lse(B * H * N, "lse");
+  auto flash = [&] {
+    gpu::flash_attention_forward(f_out.get(), d_lse.get(), d_qkv.get(), B, N, H, D);
+    gpu::flash_attention_backward(f_dqkv.get(), d_dout.get(), d_qkv.get(), f_out.get(), d_lse.get(),
+                                  B, N, H, D);
+  };
+  auto unfused = [&] {
+    gpu::attention_forward(u_out.get(), u_att.get(), d_qkv.get(), B, N, H, D);
+    gpu::attention_backward(u_dqkv.get(), d_dout.get(), d_qkv.get(), u_att.get(), B, N, H, D);
+  };
+  auto ms = [](auto&& f) {
+    f();  // warm-up
+    gpu::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) f();
+    gpu::synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           5;
+  };
+  const double t_flash = ms(flash), t_unfused = ms(unfused);
+  std::printf("ViT-S/16 b256 attention fwd+bwd: flash %.2f ms, unfused %.2f ms\n", t_flash,
+              t_unfused);
+  // Each is within its tolerance of the exact result, so of each other within the sum.
+  const Tol t_out = pick<T>({2e-4, 2e-5}, {4e-2, 1.6e-2});
+  const Tol t_dqkv = pick<T>({4e-4, 4e-5}, {6e-2, 3e-2});
+  expect_close("out (flash vs unfused)", f_out.download(), u_out.download(), t_out);
+  expect_close("dqkv (flash vs unfused)", f_dqkv.download(), u_dqkv.download(), t_dqkv);
+}
+
+}  // namespace
