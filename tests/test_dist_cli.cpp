@@ -164,6 +164,32 @@ TEST_F(DistCli, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
   }
 }
 
+// ZeRO-1: the same run as one rank, unsharded; and its checkpoint (full moments, gathered from
+// the ranks' blocks) resumes unsharded on one rank and sharded on three.
+TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
+  ASSERT_EQ(run_ranks(1, flags("r1"), dir_.string()).exit_code, 0);
+  for (int ranks : {2, 3}) {
+    const std::string e = "zero" + std::to_string(ranks);
+    const RunResult r = run_ranks(ranks, flags(e, "--shard-optimizer"), dir_.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("sharded optimizer (ZeRO-1)"), std::string::npos) << r.out;
+    expect_same_losses(e, "r1", 30);
+    expect_same_weights(e, "r1");
+  }
+  const std::vector<std::pair<int, std::string>> resumes = {{1, ""}, {3, " --shard-optimizer"}};
+  for (const auto& [ranks, extra] : resumes) {
+    const std::string e = "zero2_on" + std::to_string(ranks);
+    const RunResult a =
+        run_ranks(2, flags(e, "--shard-optimizer --stop-after-updates 14"), dir_.string());
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const RunResult b =
+        run_ranks(ranks, "train --resume " + (dir_ / "out" / e).string() + extra, dir_.string());
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    expect_same_losses(e, "r1", 30);
+    expect_same_weights(e, "r1");
+  }
+}
+
 // A rank killed with SIGKILL mid-run ends the job: mpirun stops the other rank, exits non-zero
 // and names the rank; the last checkpoint stays loadable.
 TEST_F(DistCli, KilledRankEndsEveryRankAndKeepsTheCheckpoint) {

@@ -95,6 +95,10 @@ std::vector<Option> options(TrainArgs& a) {
        "its metric picks model_best",
        &a.model_ema},
       {"--model-ema-decay", "model_ema_decay", "EMA decay per update", &a.model_ema_decay},
+      {"--shard-optimizer", "shard_optimizer",
+       "data parallel (mpirun): ZeRO-1, each rank updates its block of the weights and AdamW "
+       "moments (reduce-scatter the gradients, all-gather the weights)",
+       &a.shard_optimizer},
       {"--model-ema-warmup", "model_ema_warmup",
        "EMA decay warm-up: 1 - (1 + step)^(-2/3), capped at --model-ema-decay",
        &a.model_ema_warmup},

@@ -1,5 +1,6 @@
 #include "dist/comm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
@@ -16,6 +17,10 @@ class SingleComm : public Comm {
   std::string name() const override { return "single"; }
   void allreduce_sum(float*, size_t) override {}
   void allreduce_sum(double*, size_t) override {}
+  void reduce_scatter_sum(float*, const std::vector<size_t>&) override {}
+  void reduce_scatter_sum(double*, const std::vector<size_t>&) override {}
+  void allgather(float*, const std::vector<size_t>&) override {}
+  void allgather(double*, const std::vector<size_t>&) override {}
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
@@ -38,6 +43,17 @@ std::shared_ptr<Comm> make_comm() {
             "launched by mpirun with several ranks, but this vitrain was built without MPI "
             "(install libopenmpi-dev and rebuild: bash scripts/setup.sh)");
   return make_mpi_comm();
+}
+
+std::vector<size_t> shard_counts(size_t n, int world, int rank, size_t* lo, size_t* hi) {
+  const size_t chunk = (n + size_t(world) * 64 - 1) / (size_t(world) * 64) * 64;
+  std::vector<size_t> counts(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const size_t a = std::min(n, size_t(r) * chunk), b = std::min(n, a + chunk);
+    counts[size_t(r)] = b - a;
+    if (r == rank) *lo = a, *hi = b;
+  }
+  return counts;
 }
 
 std::string broadcast_string(Comm& comm, std::string s, int root) {

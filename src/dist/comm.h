@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace vit {
 
@@ -19,6 +20,13 @@ class Comm {
   // reduction order is the implementation's (OpenMPI: fixed for a given world size and count).
   virtual void allreduce_sum(float* data, size_t n) = 0;
   virtual void allreduce_sum(double* data, size_t n) = 0;
+  // Blocks: counts[r] consecutive elements per rank r, in rank order, together the whole buffer.
+  // reduce_scatter_sum: afterwards this rank's block holds the sum over the ranks of that
+  // block (the other blocks are unspecified). allgather: every rank's block to every rank.
+  virtual void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) = 0;
+  virtual void reduce_scatter_sum(double* data, const std::vector<size_t>& counts) = 0;
+  virtual void allgather(float* data, const std::vector<size_t>& counts) = 0;
+  virtual void allgather(double* data, const std::vector<size_t>& counts) = 0;
   // bytes (n) of `root` to every rank.
   virtual void broadcast(void* data, size_t n, int root) = 0;
   virtual void barrier() = 0;
@@ -31,6 +39,11 @@ class Comm {
 std::shared_ptr<Comm> make_comm();
 // Whether this build can join an MPI job.
 bool mpi_available();
+
+// ZeRO-1's partition of n elements over `world` ranks: blocks of a multiple of 64 elements
+// (the last shorter, trailing ones possibly empty). Returns the counts; `lo`/`hi` receive
+// rank's block [lo, hi).
+std::vector<size_t> shard_counts(size_t n, int world, int rank, size_t* lo, size_t* hi);
 
 // A string of `root` (e.g. the run folder rank 0 created) to every rank.
 std::string broadcast_string(Comm& comm, std::string s, int root);

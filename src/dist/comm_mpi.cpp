@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "core/common.h"
 #include "dist/comm.h"
@@ -28,6 +30,42 @@ template <typename T, typename F>
 void chunked(T* data, size_t n, F&& f) {
   constexpr size_t kChunk = size_t(1) << 30;
   for (size_t off = 0; off < n; off += kChunk) f(data + off, int(std::min(kChunk, n - off)));
+}
+
+template <typename T>
+MPI_Datatype mpi_type() {
+  return sizeof(T) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
+}
+
+// MPI counts and displacements are int: ZeRO-1 blocks stay far below 2^31 elements.
+std::vector<int> to_int(const std::vector<size_t>& v, const char* what) {
+  std::vector<int> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    VIT_CHECK(v[i] <= size_t(INT_MAX), std::string(what) + ": block too large for MPI");
+    r[i] = int(v[i]);
+  }
+  return r;
+}
+
+template <typename T>
+void reduce_scatter_in_place(T* data, const std::vector<size_t>& counts, int rank) {
+  const std::vector<int> c = to_int(counts, "reduce_scatter");
+  size_t lo = 0;
+  for (int r = 0; r < rank; ++r) lo += counts[size_t(r)];
+  // In place, MPI leaves this rank's summed block at the start of the buffer.
+  mpi_ok(MPI_Reduce_scatter(MPI_IN_PLACE, data, c.data(), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD),
+         "reduce_scatter");
+  if (lo > 0) std::memmove(data + lo, data, counts[size_t(rank)] * sizeof(T));
+}
+
+template <typename T>
+void allgather_in_place(T* data, const std::vector<size_t>& counts) {
+  const std::vector<int> c = to_int(counts, "allgather");
+  std::vector<int> displs(c.size(), 0);
+  for (size_t r = 1; r < c.size(); ++r) displs[r] = displs[r - 1] + c[r - 1];
+  mpi_ok(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, c.data(), displs.data(),
+                        mpi_type<T>(), MPI_COMM_WORLD),
+         "allgather");
 }
 
 class MpiComm : public Comm {
@@ -62,6 +100,18 @@ class MpiComm : public Comm {
     chunked(data, n, [](double* p, int c) {
       mpi_ok(MPI_Allreduce(MPI_IN_PLACE, p, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "allreduce");
     });
+  }
+  void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) override {
+    reduce_scatter_in_place(data, counts, rank_);
+  }
+  void reduce_scatter_sum(double* data, const std::vector<size_t>& counts) override {
+    reduce_scatter_in_place(data, counts, rank_);
+  }
+  void allgather(float* data, const std::vector<size_t>& counts) override {
+    allgather_in_place(data, counts);
+  }
+  void allgather(double* data, const std::vector<size_t>& counts) override {
+    allgather_in_place(data, counts);
   }
   void broadcast(void* data, size_t n, int root) override {
     chunked(static_cast<char*>(data), n, [root](char* p, int c) {

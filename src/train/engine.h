@@ -26,6 +26,9 @@ struct EngineOptions {
   // rank's loss_scale covers the global batch, so the sum is the global mean). Null or a world
   // of one: a plain single-process engine. Host backends only, until the NCCL communicator.
   std::shared_ptr<Comm> comm;
+  // ZeRO-1 over `comm`: gradients reduce-scattered, each rank updates its block of the weights
+  // and keeps only that block of the AdamW moments, the weights all-gathered.
+  bool shard_optimizer = false;
 };
 
 // Losses and grad norm of the updates since the previous read_stats(). An update whose loss or

@@ -3,6 +3,8 @@
 #pragma once
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "core/profile.h"
@@ -22,8 +24,8 @@ class ModelEngine : public Engine {
   explicit ModelEngine(const EngineOptions& opt)
       : model_(opt.cfg, opt.max_batch, opt.max_img_size),
         adamw_(opt.adamw),
-        m_(size_t(capacity())),
-        v_(size_t(capacity())),
+        m_(size_t(moment_capacity(opt))),
+        v_(size_t(moment_capacity(opt))),
         stats_(kNumStepStats),
         ema_(opt.ema ? size_t(capacity()) : 0) {
     ModelConfig big = opt.cfg;
@@ -39,8 +41,8 @@ class ModelEngine : public Engine {
       for (auto& in : input_) in = Buffer<float>(size_t(image_capacity_ + B * big.num_classes));
       if constexpr (!std::is_same_v<Store, float>) images_ = Buffer<Store>(size_t(image_capacity_));
     }
-    Backend::zero(m_.data(), capacity());
-    Backend::zero(v_.data(), capacity());
+    Backend::zero(m_.data(), moment_capacity(opt));
+    Backend::zero(v_.data(), moment_capacity(opt));
     Backend::zero(stats_.data(), kNumStepStats);
     if (opt.ema) Backend::zero(ema_.data(), capacity());
     if (opt.comm && opt.comm->size() > 1) {
@@ -48,6 +50,7 @@ class ModelEngine : public Engine {
                 "data parallel on the GPU needs the NCCL communicator, which is "
                 "not built yet: run one process per GPU job for now");
       comm_ = opt.comm;
+      zero1_ = opt.shard_optimizer;
     }
   }
 
@@ -74,11 +77,15 @@ class ModelEngine : public Engine {
   void step(double lr) override {
     VIT_CHECK(micro_batches_ > 0, "engine: step() without a forward_backward()");
     ++steps_;
-    if (comm_) reduce_over_ranks();
-    Backend::close_update_loss(stats_.data(), micro_batches_);
-    Backend::adamw_step(model_.params.data(), model_.weights(), m_.data(), v_.data(),
-                        model_.grads.data(), stats_.data(), table().total, table().num_decay,
-                        adamw_, lr, steps_);
+    if (zero1_) {
+      sharded_step(lr);
+    } else {
+      if (comm_) reduce_over_ranks();
+      Backend::close_update_loss(stats_.data(), micro_batches_);
+      Backend::adamw_step(model_.params.data(), model_.weights(), m_.data(), v_.data(),
+                          model_.grads.data(), stats_.data(), table().total, table().num_decay,
+                          adamw_, lr, steps_);
+    }
     micro_batches_ = 0;
     ++updates_since_read_;
   }
@@ -121,6 +128,15 @@ class ModelEngine : public Engine {
   void read_moments(std::vector<float>& m, std::vector<float>& v) override {
     m.resize(size_t(table().total));
     v.resize(size_t(table().total));
+    if (zero1_) {  // collective: every rank's block to every rank
+      size_t lo = 0, hi = 0;
+      const std::vector<size_t> counts = shard(&lo, &hi);
+      Backend::download(m.data() + lo, m_.data(), Index(hi - lo));
+      Backend::download(v.data() + lo, v_.data(), Index(hi - lo));
+      comm_->allgather(m.data(), counts);
+      comm_->allgather(v.data(), counts);
+      return;
+    }
     Backend::download(m.data(), m_.data(), table().total);
     Backend::download(v.data(), v_.data(), table().total);
   }
@@ -128,8 +144,10 @@ class ModelEngine : public Engine {
                      int64_t steps) override {
     check_size(m, "first moments");
     check_size(v, "second moments");
-    Backend::upload(m_.data(), m.data(), table().total);
-    Backend::upload(v_.data(), v.data(), table().total);
+    size_t lo = 0, hi = size_t(table().total);
+    if (zero1_) shard(&lo, &hi);
+    Backend::upload(m_.data(), m.data() + lo, Index(hi - lo));
+    Backend::upload(v_.data(), v.data() + lo, Index(hi - lo));
     steps_ = steps;
   }
   bool has_ema() const override { return ema_.size() > 0; }
@@ -164,6 +182,54 @@ class ModelEngine : public Engine {
 
  private:
   Index capacity() const { return Index(model_.params.size()); }
+  bool sharding(const EngineOptions& opt) const {
+    return opt.shard_optimizer && opt.comm && opt.comm->size() > 1;
+  }
+  // AdamW moments: the whole buffer, or under ZeRO-1 the largest block a rank can own.
+  Index moment_capacity(const EngineOptions& opt) const {
+    if (!sharding(opt)) return capacity();
+    const Index w64 = Index(opt.comm->size()) * 64;
+    return (capacity() + w64 - 1) / w64 * 64;
+  }
+  // ZeRO-1: this rank's block [lo, hi) of the parameter buffer; returns every rank's size.
+  std::vector<size_t> shard(size_t* lo, size_t* hi) const {
+    return shard_counts(size_t(table().total), comm_->size(), comm_->rank(), lo, hi);
+  }
+  // ZeRO-1 update (host backends): the same AdamW as adamw_step on this rank's block, with the
+  // global grad norm and loss, then every rank's updated block to every rank.
+  void sharded_step(double lr) {
+    if constexpr (Backend::kHost) {
+      size_t lo = 0, hi = 0;
+      const std::vector<size_t> counts = shard(&lo, &hi);
+      Acc* grads = model_.grads.data();
+      Acc* params = model_.params.data();
+      double* stats = stats_.data();
+      {
+        ProfileScope prof("reduce-scatter (ZeRO-1)");
+        comm_->reduce_scatter_sum(grads, counts);
+      }
+      comm_->allreduce_sum(&stats[kLossPending], 1);
+      stats[kLossPending] /= double(comm_->size());
+      Backend::close_update_loss(stats, micro_batches_);
+      double sq = 0;
+#pragma omp parallel for reduction(+ : sq) schedule(static)
+      for (Index i = Index(lo); i < Index(hi); ++i) sq += double(grads[i]) * double(grads[i]);
+      comm_->allreduce_sum(&sq, 1);
+      stats[kGradNorm] = std::sqrt(sq);
+      judge_update(stats);
+      if (stats[kApply] == 0) return;  // every rank judges the same global loss and norm
+      const Index n = Index(hi - lo),
+                  decay = std::clamp(table().num_decay - Index(lo), Index(0), n);
+      cpu::adamw_update(params + lo, m_.data(), v_.data(), grads + lo, n, decay, adamw_, lr, steps_,
+                        clip_scale(adamw_, stats[kGradNorm]));
+      {
+        ProfileScope prof("all-gather (ZeRO-1)");
+        comm_->allgather(params, counts);
+      }
+      if constexpr (!std::is_same_v<Store, Acc>)
+        Backend::convert(model_.weights(), params, table().total);
+    }
+  }
   // Data parallel: the gradient sum and the update's loss over the ranks, before the update.
   // The loss goes too so that a non-finite loss on one rank skips the update on every rank.
   void reduce_over_ranks() {
@@ -174,7 +240,9 @@ class ModelEngine : public Engine {
       stats_.data()[kLossPending] /= double(comm_->size());
     }
   }
-  void check_ema() const { VIT_CHECK(has_ema(), "engine: made without a model EMA"); }
+  void check_ema() const {
+    VIT_CHECK(has_ema(), "engine: made without a model EMA");
+  }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,
               fmt::format("engine: {} have {} values, the model needs {}", what, x.size(),
@@ -222,6 +290,7 @@ class ModelEngine : public Engine {
   int64_t steps_ = 0;
   int micro_batches_ = 0;       // since the last step
   std::shared_ptr<Comm> comm_;  // data parallel (a world of more than one), else null
+  bool zero1_ = false;          // ZeRO-1 over comm_
   int64_t updates_since_read_ = 0;
 };
 

@@ -51,9 +51,10 @@ void RunOutputs::save_weights(const std::string& name, Engine& engine, const Mod
 
 void RunOutputs::save_state(Engine& engine, const ModelConfig& current, TrainState& st) {
   st.step = engine.num_steps();
-  if (!writes()) return;
+  // On every rank: with a sharded optimizer reading the moments is a collective.
   engine.read_moments(st.exp_avg, st.exp_avg_sq);
   st.ema = engine.has_ema() ? engine.read_ema() : std::vector<float>{};
+  if (!writes()) return;
   save_train_state(dir_ + "/state.safetensors", current, engine.table(),
                    engine.read_params().data(), st);
 }

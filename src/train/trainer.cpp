@@ -162,6 +162,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const bool ema = args.model_ema;
   engine_opt.ema = ema;
   engine_opt.comm = comm;
+  engine_opt.shard_optimizer = args.shard_optimizer;
   std::unique_ptr<Engine> engine = make_engine(engine_opt);
   TrainState st;
   if (resumed) {
@@ -204,8 +205,8 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
       n_val, cfg.num_classes, upe, B, accum, args.lr, run_dir);
   fmt::print("Device: {}\n", engine->description());
   if (world > 1)
-    fmt::print("Data parallel: {} ranks ({}), {} samples per rank per micro-batch\n", world,
-               comm->name(), B);
+    fmt::print("Data parallel: {} ranks ({}), {} samples per rank per micro-batch{}\n", world,
+               comm->name(), B, args.shard_optimizer ? ", sharded optimizer (ZeRO-1)" : "");
   if (args.curriculum != "none" || budget || R > 1)
     fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
                args.curriculum,
