@@ -142,8 +142,12 @@ TEST_F(DistCli, TwoAndThreeRanksTrainTheOneRankRun) {
     const auto ev1 = vit::testing::read_log(dir_ / "out" / "r1", "eval");
     const auto evn = vit::testing::read_log(dir_ / "out" / e, "eval");
     ASSERT_EQ(evn.size(), ev1.size());
+    // Eval is split over the ranks (batches r, r + W, ...) and summed: the same counts, the
+    // loss up to the order of its sum.
     EXPECT_NEAR(evn.back().at("eval_top1").get<double>(), ev1.back().at("eval_top1").get<double>(),
                 1e-9);
+    const double l1 = ev1.back().at("eval_loss").get<double>();
+    EXPECT_NEAR(evn.back().at("eval_loss").get<double>(), l1, 1e-5 * l1);
   }
   size_t folders = 0;
   for ([[maybe_unused]] const auto& d : fs::directory_iterator(dir_ / "out")) ++folders;

@@ -188,6 +188,37 @@ TEST(Loader, BatchesDoNotDependOnTheWorkerCount) {
   }
 }
 
+// Data parallel: each of W train shards holds its rank's slice of the global batch, and an eval
+// loader striding over batches (rank r asks for r, r + W, ...) gives the sequential batches.
+TEST(Loader, ShardsPartitionTheGlobalBatchAndEvalStridesKeepBatches) {
+  TempDir t;
+  write_folder(t.path, 3, 8, 3);
+  const FolderSource src(index_image_folder((t.path / "train").string()));
+  const BatchConfig cfg = train_cfg(16);
+  const Batch global = direct(src, 6, 9, 1, 1, cfg);  // batch 1 of epoch 1, 6 samples
+  const Index per = Index(global.images.size()) / 6;
+  for (int rank = 0; rank < 3; ++rank) {
+    LoaderOptions o;
+    o.workers = 2;
+    o.shard_rank = rank;
+    o.shard_count = 3;
+    Loader l(src, 2, true, 9, o);
+    EXPECT_EQ(l.batches_per_epoch(), 4);  // 24 / 6
+    const Batch b = load(l, src, 1, 1, cfg);
+    const std::vector<float> want(global.images.begin() + rank * 2 * per,
+                                  global.images.begin() + (rank + 1) * 2 * per);
+    EXPECT_EQ(b.images, want) << "rank " << rank;
+  }
+  const FolderSource val(index_image_folder((t.path / "val").string(), src.class_names()));
+  Loader seq(val, 2, false, 0, {1});
+  LoaderOptions o;
+  o.workers = 3;
+  o.stride = 2;
+  Loader strided(val, 2, false, 0, o);
+  for (Index k = 1; k < seq.batches_per_epoch(); k += 2)
+    EXPECT_TRUE(load(strided, val, 0, k, eval_cfg(16)) == load(seq, val, 0, k, eval_cfg(16))) << k;
+}
+
 TEST(Loader, InMemoryBatchesAreMakeBatchBitwise) {
   ImageDataset d;
   d.n = 20;

@@ -19,6 +19,8 @@ Loader::Loader(const Source& src, Index batch, bool train, uint64_t seed, Loader
             "loader: bad shard (training only, 0 <= rank < count)");
   shard_rank_ = opt.shard_rank;
   shard_count_ = opt.shard_count;
+  VIT_CHECK(opt.stride >= 1 && (!train || opt.stride == 1), "loader: bad stride (eval only)");
+  stride_ = opt.stride;
   const Index global = batch * shard_count_;  // samples of one global batch
   nb_ = opt.batches_per_epoch > 0 ? opt.batches_per_epoch
                                   : (train ? n / global : (n + batch - 1) / batch);
@@ -110,8 +112,8 @@ Loader::JobPtr Loader::find_job(uint64_t epoch, Index k, const BatchConfig& cfg)
 }
 
 bool Loader::next_key(uint64_t& epoch, Index& k) const {
-  if (k + 1 < nb_) {
-    ++k;
+  if (k + stride_ < nb_) {
+    k += stride_;
     return true;
   }
   if (!train_) return false;  // eval: one pass

@@ -38,6 +38,8 @@ struct LoaderOptions {
   // Batch k holds epoch_order[(k * shard_count + shard_rank) * B, + B), so the ranks together
   // see exactly the one-rank order with the global batch.
   int shard_rank = 0, shard_count = 1;
+  // Eval, data parallel: the caller asks for batches k, k + stride, ..., so prefetch those.
+  int stride = 1;
 };
 
 class Loader {
@@ -82,7 +84,7 @@ class Loader {
   const bool train_;
   const uint64_t seed_;
   int repeats_ = 1;
-  int shard_rank_ = 0, shard_count_ = 1;
+  int shard_rank_ = 0, shard_count_ = 1, stride_ = 1;
   Index nb_ = 0;
   int prefetch_ = 0;
 

@@ -5,6 +5,7 @@
 
 #include "data/batch.h"
 #include "data/source.h"
+#include "dist/comm.h"
 #include "train/engine.h"
 
 namespace vit {
@@ -16,8 +17,10 @@ struct EvalResult {
 
 // `logits` (n, K), if not null, receives every sample's logits. Streamed sources are decoded by
 // `workers` loader threads (0 = all cores); an unreadable sample counts as its replacement
-// (data/source_batch.h), with the replacement's label.
-EvalResult evaluate(Engine& model, const data::Source& d, const data::BatchConfig& cfg,
-                    Index batch, std::vector<float>* logits = nullptr, int workers = 0);
+// (data/source_batch.h), with the replacement's label. With `comm` (data parallel, every rank
+// holding the same weights) rank r evaluates batches r, r + W, ... and the sums are all-reduced:
+// every rank gets the result (no logits then).
+EvalResult evaluate(Engine& model, const data::Source& d, const data::BatchConfig& cfg, Index batch,
+                    std::vector<float>* logits = nullptr, int workers = 0, Comm* comm = nullptr);
 
 }  // namespace vit

@@ -286,7 +286,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   eval_cfg.img_size = eval_size;
   auto run_eval = [&]() -> EvalResult {
     if (cfg.img_size == eval_size)
-      return evaluate(*engine, *data.val, eval_bc, B, nullptr, args.workers);
+      return evaluate(*engine, *data.val, eval_bc, B, nullptr, args.workers, comm.get());
     if (!eval_engine) {
       EngineOptions o = engine_opt;
       o.cfg = eval_cfg;
@@ -298,7 +298,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
     map_buffer(cfg, engine->table(), engine->read_params().data(), eval_cfg, eval_engine->table(),
                p.data(), false);
     eval_engine->write_params(p);
-    return evaluate(*eval_engine, *data.val, eval_bc, B, nullptr, args.workers);
+    return evaluate(*eval_engine, *data.val, eval_bc, B, nullptr, args.workers, comm.get());
   };
   auto save_state = [&](int64_t epoch, int64_t update_in_epoch) {
     st.epoch = epoch;
