@@ -236,6 +236,50 @@ TEST_F(DistCli, KilledRankEndsEveryRankAndKeepsTheCheckpoint) {
   EXPECT_NO_THROW(vit::load_train_state((run / "state.safetensors").string()));
 }
 
+// A rank that hangs (SIGSTOP) leaves the others waiting in a collective: past --dist-timeout
+// they end with a message naming the rank and the operation, and mpirun ends the job.
+TEST_F(DistCli, HungRankEndsTheJobAfterTheTimeout) {
+  const std::string exp = "hung";
+  const std::string err = (dir_ / "hung_err.txt").string();
+  const std::string cmd = "exec mpirun -np 2 --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 " +
+                          std::string(VIT_BINARY) + " " +
+                          flags(exp, "--epochs 500 --log-interval 100 --dist-timeout 3") +
+                          " > /dev/null 2> " + err;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path run = dir_ / "out" / exp;
+  for (int i = 0; i < 1200 && !fs::exists(run / "state.safetensors"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const pid_t victim = find_rank(1, "--experiment " + exp);
+  if (victim <= 0 || kill(victim, SIGSTOP) != 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    FAIL() << "rank 1 not found";
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 600 && done == 0; ++i) {  // 60 s
+    done = waitpid(pid, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (done == 0) {
+    kill(victim, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the job still ran 60 s after its rank 1 stopped";
+  }
+  kill(victim, SIGKILL);  // in case mpirun left it stopped
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "status " << status;
+  const std::string msg = vit::testing::slurp(err);
+  EXPECT_NE(msg.find("rank 0: MPI"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did not finish within 3 s (--dist-timeout)"), std::string::npos) << msg;
+  EXPECT_NO_THROW(vit::load_train_state((run / "state.safetensors").string()));
+}
+
 TEST_F(DistCli, BatchTheRanksCannotShareIsOneClearError) {
   const RunResult r = run_ranks(3, flags("bad", "-b 32"), dir_.string());
   EXPECT_NE(r.exit_code, 0);

@@ -95,6 +95,10 @@ std::vector<Option> options(TrainArgs& a) {
        "its metric picks model_best",
        &a.model_ema},
       {"--model-ema-decay", "model_ema_decay", "EMA decay per update", &a.model_ema_decay},
+      {"--dist-timeout", "dist_timeout",
+       "data parallel: seconds a collective may wait for the other ranks before this rank ends "
+       "with a message (0 = forever)",
+       &a.dist_timeout},
       {"--shard-optimizer", "shard_optimizer",
        "data parallel (mpirun): ZeRO-1, each rank updates its block of the weights and AdamW "
        "moments (reduce-scatter the gradients, all-gather the weights)",

@@ -32,6 +32,9 @@ class Comm {
   virtual void barrier() = 0;
   // Ends every rank of the job with `code` (after an error on one rank).
   [[noreturn]] virtual void abort(int code) = 0;
+  // A collective that has not finished after `seconds` (a rank died or hangs) ends this rank
+  // with one message naming it and the operation; 0 = wait forever.
+  virtual void set_timeout(double seconds) { (void)seconds; }
 };
 
 // The world this process runs in: MPI when launched by mpirun with more than one rank (needs a

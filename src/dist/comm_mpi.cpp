@@ -4,10 +4,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/common.h"
@@ -68,6 +72,59 @@ void allgather_in_place(T* data, const std::vector<size_t>& counts) {
          "allgather");
 }
 
+// Ends the process when one collective outlasts the timeout: MPI's blocking collectives would
+// otherwise wait forever for a rank that hangs. A thread of its own, which never calls MPI;
+// exiting without MPI_Finalize makes mpirun end the other ranks.
+class Watchdog {
+ public:
+  explicit Watchdog(int rank) : rank_(rank), thread_([this] { loop(); }) {}
+  ~Watchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+  void set_timeout(double s) { timeout_ms_ = int64_t(s * 1000); }
+  void begin(const char* op) {
+    op_ = op;
+    start_ms_ = now_ms();
+  }
+  void end() { start_ms_ = 0; }
+
+ private:
+  static int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void loop() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int64_t t0 = start_ms_, limit = timeout_ms_;
+      if (t0 == 0 || limit <= 0 || now_ms() - t0 <= limit) continue;
+      std::fprintf(stderr,
+                   "vitrain: rank %d: MPI %s did not finish within %.0f s (--dist-timeout): "
+                   "another rank died or hangs; ending this rank\n",
+                   rank_, op_.load(), double(limit) / 1000.0);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+  }
+  const int rank_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> start_ms_{0}, timeout_ms_{0};
+  std::atomic<const char*> op_{""};
+  std::thread thread_;
+};
+
+// Marks one collective for the watchdog.
+class Timed {
+ public:
+  Timed(Watchdog* w, const char* op) : w_(w) { w_->begin(op); }
+  ~Timed() { w_->end(); }
+
+ private:
+  Watchdog* w_;
+};
+
 class MpiComm : public Comm {
  public:
   MpiComm() {
@@ -82,8 +139,10 @@ class MpiComm : public Comm {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    watchdog_ = std::make_unique<Watchdog>(rank_);
   }
   ~MpiComm() override {
+    watchdog_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
@@ -91,34 +150,45 @@ class MpiComm : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
+  void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
   void allreduce_sum(float* data, size_t n) override {
+    Timed t(watchdog_.get(), "all-reduce");
     chunked(data, n, [](float* p, int c) {
       mpi_ok(MPI_Allreduce(MPI_IN_PLACE, p, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "allreduce");
     });
   }
   void allreduce_sum(double* data, size_t n) override {
+    Timed t(watchdog_.get(), "all-reduce");
     chunked(data, n, [](double* p, int c) {
       mpi_ok(MPI_Allreduce(MPI_IN_PLACE, p, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "allreduce");
     });
   }
   void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) override {
+    Timed t(watchdog_.get(), "reduce-scatter");
     reduce_scatter_in_place(data, counts, rank_);
   }
   void reduce_scatter_sum(double* data, const std::vector<size_t>& counts) override {
+    Timed t(watchdog_.get(), "reduce-scatter");
     reduce_scatter_in_place(data, counts, rank_);
   }
   void allgather(float* data, const std::vector<size_t>& counts) override {
+    Timed t(watchdog_.get(), "all-gather");
     allgather_in_place(data, counts);
   }
   void allgather(double* data, const std::vector<size_t>& counts) override {
+    Timed t(watchdog_.get(), "all-gather");
     allgather_in_place(data, counts);
   }
   void broadcast(void* data, size_t n, int root) override {
+    Timed t(watchdog_.get(), "broadcast");
     chunked(static_cast<char*>(data), n, [root](char* p, int c) {
       mpi_ok(MPI_Bcast(p, c, MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
     });
   }
-  void barrier() override { mpi_ok(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  void barrier() override {
+    Timed t(watchdog_.get(), "barrier");
+    mpi_ok(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+  }
   [[noreturn]] void abort(int code) override {
     std::fflush(nullptr);
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -127,6 +197,7 @@ class MpiComm : public Comm {
 
  private:
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace

@@ -57,6 +57,7 @@ struct TrainArgs {
   bool model_ema = false;           // timm's --model-ema: an EMA of the weights
   double model_ema_decay = 0.9998;  // timm's default
   bool shard_optimizer = false;     // ZeRO-1 under mpirun (docs/distributed.md)
+  double dist_timeout = 600;        // seconds a collective may wait (0 = forever)
   bool model_ema_warmup = false;    // timm ModelEmaV3's decay warm-up (gamma 1, power 2/3)
   int max_bad_steps = 10;       // this many consecutive non-finite (skipped) updates stop the run
   int workers = 0;              // threads; 0 = all cores

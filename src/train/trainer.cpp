@@ -112,6 +112,8 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   // Data parallel under mpirun: rank 0 prints, logs and writes; the others compute.
   const std::shared_ptr<Comm> comm = make_comm();
   const int rank = comm->rank(), world = comm->size();
+  VIT_CHECK(args.dist_timeout >= 0, "--dist-timeout must be >= 0 seconds");
+  comm->set_timeout(args.dist_timeout);
   if (rank > 0 && !std::freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a worker rank");
 
