@@ -194,90 +194,91 @@ TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
   }
 }
 
+// A 2-rank job of many epochs in the background, and its rank 1 once the first checkpoint is
+// written: what a failing rank does to the job.
+struct BackgroundJob {
+  pid_t mpirun = -1, rank1 = -1;
+  fs::path run;
+  std::string err;  // the job's stderr file
+};
+
+// Ends `job` if it still runs (a failed test must not leave ranks behind).
+void end_job(const BackgroundJob& job) {
+  if (job.rank1 > 0) kill(job.rank1, SIGKILL);
+  if (job.mpirun > 0 && waitpid(job.mpirun, nullptr, WNOHANG) == 0) {
+    kill(job.mpirun, SIGKILL);
+    waitpid(job.mpirun, nullptr, 0);
+  }
+}
+
+// The exit status of `pid` within `seconds`, or -1 when it still runs.
+int wait_for_exit(pid_t pid, int seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return -1;
+}
+
+class DistJob : public DistCli {
+ protected:
+  BackgroundJob start(const std::string& exp, const std::string& extra) {
+    BackgroundJob job;
+    job.run = dir_ / "out" / exp;
+    job.err = (dir_ / (exp + "_err.txt")).string();
+    const std::string cmd = "exec mpirun -np 2 --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 " +
+                            std::string(VIT_BINARY) + " " +
+                            flags(exp, "--epochs 500 --log-interval 100 " + extra) +
+                            " > /dev/null 2> " + job.err;
+    job.mpirun = fork();
+    if (job.mpirun == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 1200 && !fs::exists(job.run / "state.safetensors"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    job.rank1 = find_rank(1, "--experiment " + exp);
+    return job;
+  }
+};
+
 // A rank killed with SIGKILL mid-run ends the job: mpirun stops the other rank, exits non-zero
 // and names the rank; the last checkpoint stays loadable.
-TEST_F(DistCli, KilledRankEndsEveryRankAndKeepsTheCheckpoint) {
-  const std::string exp = "killed";
-  const std::string err = (dir_ / "kill_err.txt").string();
-  const std::string cmd = "exec mpirun -np 2 --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 " +
-                          std::string(VIT_BINARY) + " " +
-                          flags(exp, "--epochs 500 --log-interval 100") + " > /dev/null 2> " + err;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const fs::path run = dir_ / "out" / exp;
-  for (int i = 0; i < 1200 && !fs::exists(run / "state.safetensors"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const pid_t victim = find_rank(1, "--experiment " + exp);
-  if (victim <= 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+TEST_F(DistJob, KilledRankEndsEveryRankAndKeepsTheCheckpoint) {
+  const BackgroundJob job = start("killed", "");
+  ASSERT_GT(job.mpirun, 0);
+  if (job.rank1 <= 0 || kill(job.rank1, SIGKILL) != 0) {
+    end_job(job);
     FAIL() << "rank 1 not found";
   }
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  int status = 0;
-  pid_t done = 0;
-  for (int i = 0; i < 600 && done == 0; ++i) {  // 60 s
-    done = waitpid(pid, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the job did not end within 60 s of its rank 1 being killed";
-  }
+  const int status = wait_for_exit(job.mpirun, 60);
+  end_job(job);
+  ASSERT_NE(status, -1) << "the job did not end within 60 s of its rank 1 being killed";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "status " << status;
-  const std::string msg = vit::testing::slurp(err);
+  const std::string msg = vit::testing::slurp(job.err);
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
-  EXPECT_EQ(find_rank(0, "--experiment " + exp), -1) << "rank 0 still runs";
-  EXPECT_NO_THROW(vit::load_train_state((run / "state.safetensors").string()));
+  EXPECT_EQ(find_rank(0, "--experiment killed"), -1) << "rank 0 still runs";
+  EXPECT_NO_THROW(vit::load_train_state((job.run / "state.safetensors").string()));
 }
 
 // A rank that hangs (SIGSTOP) leaves the others waiting in a collective: past --dist-timeout
 // they end with a message naming the rank and the operation, and mpirun ends the job.
-TEST_F(DistCli, HungRankEndsTheJobAfterTheTimeout) {
-  const std::string exp = "hung";
-  const std::string err = (dir_ / "hung_err.txt").string();
-  const std::string cmd = "exec mpirun -np 2 --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 " +
-                          std::string(VIT_BINARY) + " " +
-                          flags(exp, "--epochs 500 --log-interval 100 --dist-timeout 3") +
-                          " > /dev/null 2> " + err;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const fs::path run = dir_ / "out" / exp;
-  for (int i = 0; i < 1200 && !fs::exists(run / "state.safetensors"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const pid_t victim = find_rank(1, "--experiment " + exp);
-  if (victim <= 0 || kill(victim, SIGSTOP) != 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+TEST_F(DistJob, HungRankEndsTheJobAfterTheTimeout) {
+  const BackgroundJob job = start("hung", "--dist-timeout 3");
+  ASSERT_GT(job.mpirun, 0);
+  if (job.rank1 <= 0 || kill(job.rank1, SIGSTOP) != 0) {
+    end_job(job);
     FAIL() << "rank 1 not found";
   }
-  int status = 0;
-  pid_t done = 0;
-  for (int i = 0; i < 600 && done == 0; ++i) {  // 60 s
-    done = waitpid(pid, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (done == 0) {
-    kill(victim, SIGKILL);
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the job still ran 60 s after its rank 1 stopped";
-  }
-  kill(victim, SIGKILL);  // in case mpirun left it stopped
+  const int status = wait_for_exit(job.mpirun, 60);
+  end_job(job);  // also the stopped rank, should mpirun have left it
+  ASSERT_NE(status, -1) << "the job still ran 60 s after its rank 1 stopped";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "status " << status;
-  const std::string msg = vit::testing::slurp(err);
+  const std::string msg = vit::testing::slurp(job.err);
   EXPECT_NE(msg.find("rank 0: MPI"), std::string::npos) << msg;
   EXPECT_NE(msg.find("did not finish within 3 s (--dist-timeout)"), std::string::npos) << msg;
-  EXPECT_NO_THROW(vit::load_train_state((run / "state.safetensors").string()));
+  EXPECT_NO_THROW(vit::load_train_state((job.run / "state.safetensors").string()));
 }
 
 TEST_F(DistCli, BatchTheRanksCannotShareIsOneClearError) {
