@@ -3,7 +3,8 @@
 # to check the CUDA backend on the device machine, which has the CUDA 13 driver and toolkit,
 # PyTorch and timm, but none of our Debian libraries and no network. Writes gpu_bundle/
 # (git-ignored):
-#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model (when it builds)
+#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model and bin/test_cuda_flash_attention
+#                       (the last two when they build)
 #                       portable x86-64 builds (no -march=native), sm_80 + sm_90
 #   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
 #                       yaml-cpp, fmt, libpng, FFTW, libgomp, the GCC 12 C++ runtime ...); not
@@ -29,27 +30,32 @@ OUT=gpu_bundle
 FMNIST_DIR="${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVIT_NATIVE=OFF -DVIT_CUDA=ON >/dev/null
+  # No MPI: the device image has no OpenMPI libraries, and data parallel on the GPU waits for
+  # NCCL anyway.
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVIT_NATIVE=OFF -DVIT_CUDA=ON \
+    -DVIT_MPI=OFF >/dev/null
   if ! grep -q 'test_cuda_ops' "$BUILD/build.ninja"; then
     echo "gpu_bundle: no CUDA toolkit found (nvcc), so there are no GPU tests to bundle" >&2
     exit 1
   fi
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
-  # The model test is optional: it is new, and a bundle without it still checks the rest.
-  if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -Eq '^(tests/)?test_cuda_model:'; then
-    cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_model ||
-      echo "gpu_bundle: WARNING: test_cuda_model failed to build; bundling without it" >&2
-  else
-    echo "gpu_bundle: no test_cuda_model target yet; bundling without it" >&2
-  fi
+  # The model and fused-attention tests are optional: a bundle without them checks the rest.
+  for t in test_cuda_model test_cuda_flash_attention; do
+    if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -Eq "^(tests/)?$t:"; then
+      cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
+        echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
+    else
+      echo "gpu_bundle: no $t target; bundling without it" >&2
+    fi
+  done
 fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-for b in vitrain tests/test_cuda_ops tests/test_cuda_model; do
+for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention; do
   if [ -x "$BUILD/$b" ]; then
     cp "$BUILD/$b" "$OUT/bin/"
-  elif [ "$b" != tests/test_cuda_model ]; then
+  elif [ "$b" = vitrain ] || [ "$b" = tests/test_cuda_ops ]; then
     echo "gpu_bundle: $BUILD/$b is missing" >&2
     exit 1
   fi

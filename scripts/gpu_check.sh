@@ -4,7 +4,8 @@
 # (scripts/gpu_bundle.sh) carried along. Two entry points, each made to fit one 10-minute call:
 #
 #   bash scripts/gpu_check.sh tests [DEST]        (a) GPU, driver and tool versions
-#                                                 (b) op harness, VIT_REQUIRE_GPU=1: fp32, then bf16
+#                                                 (b) op harness, VIT_REQUIRE_GPU=1: fp32, then bf16,
+#                                                     then the fused attention's test
 #                                                 (c) compute-sanitizer memcheck on two op subsets
 #                                                 (d) test_cuda_model (CUDA vs CPU model)
 #                                                 then, with the time left, (f)+(g) compile:
@@ -549,6 +550,8 @@ if want ops; then
   step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
     s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*'
   step b_ops_bf16 ops 150 "op harness bf16" s_gtest test_cuda_ops 'CudaOps/bf16.*'
+  step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \
+    s_gtest test_cuda_flash_attention ""
   # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
   # 2-byte-aligned operands).
   step c_memcheck_kernels ops 150 "memcheck: own kernels fp32, runtime, AdamW" \
