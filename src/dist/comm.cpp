@@ -22,8 +22,6 @@ class SingleComm : public Comm {
   void allgather(float*, const std::vector<size_t>&) override {}
   void allgather(double*, const std::vector<size_t>&) override {}
   void broadcast(void*, size_t, int) override {}
-  void barrier() override {}
-  [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 
 // OpenMPI's launcher sets OMPI_COMM_WORLD_SIZE in every rank's environment.

@@ -29,9 +29,6 @@ class Comm {
   virtual void allgather(double* data, const std::vector<size_t>& counts) = 0;
   // bytes (n) of `root` to every rank.
   virtual void broadcast(void* data, size_t n, int root) = 0;
-  virtual void barrier() = 0;
-  // Ends every rank of the job with `code` (after an error on one rank).
-  [[noreturn]] virtual void abort(int code) = 0;
   // A collective that has not finished after `seconds` (a rank died or hangs) ends this rank
   // with one message naming it and the operation; 0 = wait forever.
   virtual void set_timeout(double seconds) { (void)seconds; }

@@ -185,15 +185,6 @@ class MpiComm : public Comm {
       mpi_ok(MPI_Bcast(p, c, MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
     });
   }
-  void barrier() override {
-    Timed t(watchdog_.get(), "barrier");
-    mpi_ok(MPI_Barrier(MPI_COMM_WORLD), "barrier");
-  }
-  [[noreturn]] void abort(int code) override {
-    std::fflush(nullptr);
-    MPI_Abort(MPI_COMM_WORLD, code);
-    std::exit(code);
-  }
 
  private:
   int rank_ = 0, size_ = 1;

@@ -208,12 +208,9 @@ class ModelEngine : public Engine {
         ProfileScope prof("reduce-scatter (ZeRO-1)");
         comm_->reduce_scatter_sum(grads, counts);
       }
-      comm_->allreduce_sum(&stats[kLossPending], 1);
-      stats[kLossPending] /= double(comm_->size());
+      reduce_loss_over_ranks();
       Backend::close_update_loss(stats, micro_batches_);
-      double sq = 0;
-#pragma omp parallel for reduction(+ : sq) schedule(static)
-      for (Index i = Index(lo); i < Index(hi); ++i) sq += double(grads[i]) * double(grads[i]);
+      double sq = grad_sum_of_squares(grads + lo, Index(hi - lo));
       comm_->allreduce_sum(&sq, 1);
       stats[kGradNorm] = std::sqrt(sq);
       judge_update(stats);
@@ -231,18 +228,20 @@ class ModelEngine : public Engine {
     }
   }
   // Data parallel: the gradient sum and the update's loss over the ranks, before the update.
-  // The loss goes too so that a non-finite loss on one rank skips the update on every rank.
   void reduce_over_ranks() {
     if constexpr (Backend::kHost) {
       ProfileScope prof("allreduce (data parallel)");
       comm_->allreduce_sum(model_.grads.data(), size_t(table().total));
-      comm_->allreduce_sum(&stats_.data()[kLossPending], 1);
-      stats_.data()[kLossPending] /= double(comm_->size());
+      reduce_loss_over_ranks();
     }
   }
-  void check_ema() const {
-    VIT_CHECK(has_ema(), "engine: made without a model EMA");
+  // The update's loss as the mean over the ranks, so that a non-finite loss on one rank skips
+  // the update on every rank.
+  void reduce_loss_over_ranks() {
+    comm_->allreduce_sum(&stats_.data()[kLossPending], 1);
+    stats_.data()[kLossPending] /= double(comm_->size());
   }
+  void check_ema() const { VIT_CHECK(has_ema(), "engine: made without a model EMA"); }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,
               fmt::format("engine: {} have {} values, the model needs {}", what, x.size(),

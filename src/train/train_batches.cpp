@@ -26,7 +26,7 @@ TrainBatches::TrainBatches(const TrainArgs& args, const RunPlan& plan, const dat
       et_bc_(train_bc_),
       mix_(mixup_config(args)),
       // Batch u of an epoch holds micro-batches u*accum .. u*accum+accum-1 of the loader.
-      loader_(*data.train, plan.batch / world, true, uint64_t(args.seed),
+      loader_(*data.train, B_, true, uint64_t(args.seed),
               {args.workers, 0, plan.updates_per_epoch * plan.accum, false, args.aug_repeats, rank,
                world}) {
   et_bc_.img_size = plan.final_size;

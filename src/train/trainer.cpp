@@ -87,7 +87,7 @@ std::string state_path_of(const std::string& resume) {
 // What data parallelism (mpirun) supports so far: the global batch splits evenly over the
 // ranks, and every stop decision is one the ranks reach alike (no wall-clock budget, whose
 // clock each rank reads for itself; no replay buffer, which mixes samples across a batch).
-void check_data_parallel(const TrainArgs& args, const RunPlan& plan, int world) {
+void check_data_parallel(const RunPlan& plan, int world) {
   if (world == 1) return;
   VIT_CHECK(plan.batch % world == 0 && plan.max_samples % world == 0,
             fmt::format("data parallel: the batch size {} must be a multiple of the {} ranks",
@@ -96,7 +96,6 @@ void check_data_parallel(const TrainArgs& args, const RunPlan& plan, int world) 
             "data parallel: --budget is not supported yet (each rank reads its own "
             "clock); use --epochs");
   VIT_CHECK(plan.replay <= 1, "data parallel: --replay is not supported yet");
-  (void)args;
 }
 
 std::string format_duration(double s) {
@@ -128,7 +127,7 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const Index n_train = data.train->size(), n_val = data.val->size();
   const ModelConfig& final_cfg = plan.final_cfg;
   const int F = plan.final_size;
-  check_data_parallel(args, plan, world);
+  check_data_parallel(plan, world);
   // B, cap: this rank's samples per forward pass (the global batch is split over the ranks).
   const Index B = plan.batch / world, accum = plan.accum, upe = plan.updates_per_epoch;
   const bool et = plan.efficienttrain, open_ended = plan.open_ended();

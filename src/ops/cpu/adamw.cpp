@@ -6,11 +6,16 @@
 namespace vit {
 
 template <typename T>
-double global_grad_norm(const T* grads, Index n) {
+double grad_sum_of_squares(const T* grads, Index n) {
   double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
   for (Index i = 0; i < n; ++i) sum += double(grads[i]) * double(grads[i]);
-  return std::sqrt(sum);
+  return sum;
+}
+
+template <typename T>
+double global_grad_norm(const T* grads, Index n) {
+  return std::sqrt(grad_sum_of_squares(grads, n));
 }
 
 double clip_scale(const AdamWConfig& cfg, double norm) {
@@ -48,6 +53,8 @@ template void adamw_update<double>(double*, double*, double*, const double*, Ind
 
 }  // namespace cpu
 
+template double grad_sum_of_squares<float>(const float*, Index);
+template double grad_sum_of_squares<double>(const double*, Index);
 template double global_grad_norm<float>(const float*, Index);
 template double global_grad_norm<double>(const double*, Index);
 

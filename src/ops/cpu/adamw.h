@@ -66,7 +66,10 @@ VIT_HOST_DEVICE inline void judge_update(double* stats) {
   }
 }
 
-// sqrt(sum g^2) with fp64 accumulation, parallel.
+// sum g^2 with fp64 accumulation, parallel (a ZeRO-1 rank sums its block, then the ranks').
+template <typename T>
+double grad_sum_of_squares(const T* grads, Index n);
+// sqrt(sum g^2): the global grad norm of one buffer.
 template <typename T>
 double global_grad_norm(const T* grads, Index n);
 
