@@ -8,7 +8,8 @@
 //    tolerances (logits, losses and weights 1e-4, first gradients 1e-5 relative per tensor) are
 //    derived there and met by CPU fp32 against fp64 (Engine.Fp32MatchesFp64...), and still catch
 //    any real indexing or layout error (those are O(1)).
-//  * bf16 vs emulation: both round to bf16 at the same points, so they differ only where an
+//  * bf16 vs emulation (fused attention, and again unfused): both round to bf16 at the same points,
+//  so they differ only where an
 //    fp32 summation-order difference moves a value across a bf16 rounding boundary: one bf16
 //    ulp (2^-8 relative) on a few elements, which the next ops average. Logits: 4 ulps of the
 //    largest logit (1.6e-2). Losses: 2e-3 relative. Weights after three updates: Adam moves
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "engine_test_util.h"
 #include "gpu_test_util.h"
@@ -70,8 +72,9 @@ TEST_P(CudaModel, Fp32MatchesTheCpuReference) {
   vit::test::expect_three_steps_match(g, a, cpu->table(), c);
 }
 
-TEST_P(CudaModel, Bf16MatchesTheEmulation) {
-  const vit::ModelConfig c = config_of(GetParam());
+// Both engines make the same fused/unfused attention choice (src/ops/attention_choice.h):
+// these models have D = 32, so fused unless VIT_FLASH_ATTENTION=0.
+void expect_bf16_matches_emulation(const vit::ModelConfig& c) {
   const Index B = 5;
   auto emu = engine_on("emu", "bf16", c, B);
   auto gpu = engine_on("cuda", "bf16", c, B);
@@ -92,6 +95,17 @@ TEST_P(CudaModel, Bf16MatchesTheEmulation) {
   }
   EXPECT_GE(dot / std::sqrt(na * ng), 0.99) << "direction of the weight updates";
   EXPECT_LE(worst, 3 * 2 * 3.2 * kThreeStepsLr) << "largest weight difference after three updates";
+}
+
+TEST_P(CudaModel, Bf16MatchesTheEmulation) {
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  expect_bf16_matches_emulation(config_of(GetParam()));
+}
+
+TEST_P(CudaModel, Bf16MatchesTheEmulationUnfusedAttention) {
+  ::setenv("VIT_FLASH_ATTENTION", "0", 1);
+  expect_bf16_matches_emulation(config_of(GetParam()));
+  ::unsetenv("VIT_FLASH_ATTENTION");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::ValuesIn(vit::test::kComparisonCases),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/host.h"
 #include "core/bf16.h"
@@ -126,6 +127,51 @@ TEST_P(EngineTest, Bf16EmulationTrainsCloseToFp32) {
     ne += de * de;
   }
   EXPECT_GT(dot / std::sqrt(na * ne), 0.95) << "cosine of the fp32 and bf16 weight updates";
+}
+
+// The emulation, like the CUDA backend, runs the fused attention for head dims the kernels
+// support (here D = 32) unless VIT_FLASH_ATTENTION=0; other head dims run unfused. Fused and
+// unfused are the same attention rounded at different points: three updates agree within the
+// bf16 tolerance of the test above, and the fused arena holds no (B, H, N, N) probabilities.
+TEST(Engine, EmulationFusedAttentionTrainsLikeUnfused) {
+  const auto c = small_config(vit::Ffn::Local, vit::Classifier::Token);
+  ASSERT_EQ(c.head_dim(), 32);
+  const Index B = 6;
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  vit::ModelEngine<vit::EmuBackend> fused(options("emu", c, B));
+  ::setenv("VIT_FLASH_ATTENTION", "0", 1);
+  vit::ModelEngine<vit::EmuBackend> unfused(options("emu", c, B));
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  EXPECT_TRUE(fused.model().fused_attention());
+  EXPECT_FALSE(unfused.model().fused_attention());
+  const Index N = c.num_tokens(), H = c.num_heads;
+  // Per layer the arena trades B H N N bf16 probabilities for B H N fp32 statistics (each slot
+  // rounded up to 256 bytes).
+  const double saved = double(unfused.model().arena_bytes()) - double(fused.model().arena_bytes());
+  EXPECT_NEAR(saved, double(c.depth * B * H * (N * N * 2 - N * 4)), c.depth * 2 * 256.0);
+
+  const auto p0 = initial_params(fused.table(), c);
+  fused.write_params(p0);
+  unfused.write_params(p0);
+  for (int step = 0; step < 3; ++step) {
+    const Batch b = make_batch(c, B, 200 + step);
+    for (vit::Engine* e :
+         {static_cast<vit::Engine*>(&fused), static_cast<vit::Engine*>(&unfused)}) {
+      e->zero_grad();
+      e->forward_backward(b.images.data(), b.targets.data(), B, 1.0f / B, 3);
+      e->step(2e-3);
+    }
+    const vit::TrainStats f = fused.read_stats(), u = unfused.read_stats();
+    EXPECT_NEAR(f.last_loss, u.last_loss, 1e-2 * std::fabs(u.last_loss)) << "update " << step;
+    EXPECT_NEAR(f.grad_norm, u.grad_norm, 3e-2 * u.grad_norm) << "update " << step;
+  }
+  EXPECT_NE(fused.read_params(), unfused.read_params()) << "the two paths should round apart";
+
+  vit::ModelConfig odd = c;  // D = 24: no fused kernel, so neither backend fuses
+  odd.num_heads = 4;
+  odd.validate();
+  vit::ModelEngine<vit::EmuBackend> unsupported(options("emu", odd, B));
+  EXPECT_FALSE(unsupported.model().fused_attention());
 }
 
 // The mixed-precision bookkeeping: the master weights stay fp32 (not bf16-representable after

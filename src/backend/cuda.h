@@ -25,8 +25,11 @@ struct CudaBackend {
   }
   static double peak_bytes() { return double(cuda::device_peak_bytes()); }
 
+  static constexpr bool kFusedAttention = true;
 #define VIT_FORWARD_CUDA(name) VIT_FORWARD_OP(::vit::cuda, name)
   VIT_LAYER_OPS(VIT_FORWARD_CUDA)
+  VIT_FORWARD_CUDA(flash_attention_forward)
+  VIT_FORWARD_CUDA(flash_attention_backward)
 #undef VIT_FORWARD_CUDA
 
   template <class U>

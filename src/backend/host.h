@@ -20,6 +20,7 @@
 
 #include "core/bf16.h"
 #include "core/common.h"
+#include "ops/attention_choice.h"
 #include "ops/cpu/adamw.h"
 #include "ops/cpu/ema.h"
 #include "ops/cpu/ops.h"
@@ -118,6 +119,7 @@ template <typename T>
 struct CpuBackend : HostMemory {
   using Store = T;
   using Acc = T;
+  static constexpr bool kFusedAttention = false;  // the reference saves the probabilities
   static const char* name() { return sizeof(T) == 8 ? "cpu fp64" : "cpu"; }
 #define VIT_FORWARD_CPU(name) VIT_FORWARD_OP(::vit::cpu, name)
   VIT_LAYER_OPS(VIT_FORWARD_CPU)
@@ -140,9 +142,12 @@ struct CpuBackend : HostMemory {
 struct EmuBackend : HostMemory {
   using Store = bf16;
   using Acc = float;
+  static constexpr bool kFusedAttention = true;  // as the CUDA backend
   static const char* name() { return "cpu bf16 emulation"; }
 #define VIT_FORWARD_EMU(name) VIT_FORWARD_OP(::vit::emu, name)
   VIT_LAYER_OPS(VIT_FORWARD_EMU)
+  VIT_FORWARD_EMU(flash_attention_forward)
+  VIT_FORWARD_EMU(flash_attention_backward)
 #undef VIT_FORWARD_EMU
   // dst (n) = src (n) rounded to bf16: the weight copy from the master weights.
   static void convert(Store* dst, const Acc* src, Index n) {

@@ -37,6 +37,8 @@ class VitModel {
   Index max_batch() const { return max_batch_; }
   int max_img_size() const { return max_img_size_; }
   size_t arena_bytes() const { return plan_.total_bytes(); }
+  // Whether attention runs fused (no (B, H, N, N) probabilities; src/ops/attention_choice.h).
+  bool fused_attention() const { return fused_attention_; }
 
   // Switches to another image size (a multiple of the patch size, at most max_img_size). The
   // table is rebuilt; the buffers stay. The caller remaps the parameters (resize_model).
@@ -70,13 +72,16 @@ class VitModel {
   void forward_block(int l, Index B, const Acc* s1, const Acc* s2);
   void backward_block(int l, Index B, const Acc* s1, const Acc* s2);
   void draw_drop_path(Index B, uint64_t seed);
+  void attention_forward(int l, Index B);
+  void attention_backward(int l, Index B);
 
   ModelConfig cfg_;
   ParamTable table_;
   Index max_batch_;
   int max_img_size_;
-  Index capacity_ = 0;  // elements of params / grads / weight copy
-  Buffer<Store> lowp_;  // (capacity) the weight copy when Store != Acc
+  bool fused_attention_;  // decided once: the arena holds the state of one kind
+  Index capacity_ = 0;    // elements of params / grads / weight copy
+  Buffer<Store> lowp_;    // (capacity) the weight copy when Store != Acc
   ArenaPlan plan_;
   Buffer<std::byte> arena_;
   std::unique_ptr<Acts> acts_;

@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "model/conv_stem.h"
 #include "model/vit.h"
+#include "ops/attention_choice.h"
 
 namespace vit {
 
@@ -18,7 +19,8 @@ struct BlockActs {
   S* ln1 = nullptr;                            // (B, N, C)
   A *ln1_mean = nullptr, *ln1_rstd = nullptr;  // (B*N)
   S* qkv = nullptr;                            // (B, N, 3C)
-  S* att = nullptr;                            // (B, H, N, N) softmax probabilities
+  S* att = nullptr;                            // (B, H, N, N) softmax probabilities (unfused)
+  A* lse = nullptr;                            // (B, H, N) row log-sum-exp (fused attention)
   S* atty = nullptr;                           // (B, N, C) heads concatenated, before proj
   S* proj = nullptr;                           // (B, N, C) attention branch output
   S* r1 = nullptr;                             // (B, N, C) residual after the attention branch
@@ -72,7 +74,8 @@ VitModel<Backend>::VitModel(const ModelConfig& cfg, Index max_batch, int max_img
     : cfg_(cfg),
       table_(build_param_table(cfg)),
       max_batch_(max_batch),
-      max_img_size_(max_img_size > 0 ? max_img_size : cfg.img_size) {
+      max_img_size_(max_img_size > 0 ? max_img_size : cfg.img_size),
+      fused_attention_(Backend::kFusedAttention && use_flash_attention(cfg.head_dim())) {
   VIT_CHECK(max_batch > 0, "batch size must be positive");
   VIT_CHECK(max_img_size_ >= cfg.img_size && max_img_size_ % cfg.patch_size == 0,
             "model: the largest image size must be a multiple of the patch size and at least "
@@ -133,7 +136,10 @@ void VitModel<Backend>::plan_arena() {
     slot(b.ln1_mean, "ln1_mean", B * N);
     slot(b.ln1_rstd, "ln1_rstd", B * N);
     slot(b.qkv, "qkv", B * N * 3 * C);
-    slot(b.att, "att", B * H * N * N);
+    if (fused_attention_)
+      slot(b.lse, "lse", B * H * N);
+    else
+      slot(b.att, "att", B * H * N * N);
     slot(b.atty, "atty", B * N * C);
     slot(b.proj, "proj", B * N * C);
     slot(b.r1, "r1", B * N * C);
@@ -315,6 +321,42 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
                                  K);
 }
 
+// Attention core of block l: (B, N, 3C) qkv -> (B, N, C) atty, saving the probabilities
+// (unfused) or the row log-sum-exp (fused) for the backward.
+template <class Backend>
+void VitModel<Backend>::attention_forward(int l, Index B) {
+  const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
+  const BlockActs<Store, Acc>& b = acts_->blocks[l];
+  if constexpr (Backend::kFusedAttention) {
+    if (fused_attention_) {
+      ProfileScope prof("flash_attention_forward");
+      Backend::flash_attention_forward(b.atty, b.lse, static_cast<const Store*>(b.qkv), B, N, H, D);
+      return;
+    }
+  }
+  ProfileScope prof("attention_forward");
+  Backend::attention_forward(b.atty, b.att, static_cast<const Store*>(b.qkv), B, N, H, D);
+}
+
+// d(atty) in datty -> d(qkv) in dqkv (overwritten); the fused backward also reads atty.
+template <class Backend>
+void VitModel<Backend>::attention_backward(int l, Index B) {
+  const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
+  Acts& a = *acts_;
+  const BlockActs<Store, Acc>& b = a.blocks[l];
+  using CS = const Store*;
+  if constexpr (Backend::kFusedAttention) {
+    if (fused_attention_) {
+      ProfileScope prof("flash_attention_backward");
+      Backend::flash_attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.atty),
+                                        static_cast<const Acc*>(b.lse), B, N, H, D);
+      return;
+    }
+  }
+  ProfileScope prof("attention_backward");
+  Backend::attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.att), B, N, H, D);
+}
+
 template <class Backend>
 void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* s2) {
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
@@ -334,10 +376,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     Backend::matmul_forward(b.qkv, static_cast<const Store*>(b.ln1), bw.qkv_w, bw.qkv_b, BN, C,
                             3 * C);
   }
-  {
-    ProfileScope prof("attention_forward");
-    Backend::attention_forward(b.atty, b.att, static_cast<const Store*>(b.qkv), B, N, H, D);
-  }
+  attention_forward(l, B);
   {
     ProfileScope prof("matmul_forward");
     Backend::matmul_forward(b.proj, static_cast<const Store*>(b.atty), bw.proj_w, bw.proj_b, BN, C,
@@ -512,10 +551,7 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
     Backend::matmul_backward(a.datty, bg.proj_w, bg.proj_b, CS(a.dbranch), CS(b.atty),
                              CS(bw.proj_w), BN, C, C);
   }
-  {
-    ProfileScope prof("attention_backward");
-    Backend::attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.att), B, N, H, D);
-  }
+  attention_backward(l, B);
   {
     ProfileScope prof("matmul_backward");
     Backend::matmul_backward(a.dln, bg.qkv_w, bg.qkv_b, CS(a.dqkv), CS(b.ln1), CS(bw.qkv_w), BN, C,

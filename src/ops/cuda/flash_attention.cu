@@ -25,6 +25,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/attention_choice.h"
 #include "ops/cuda/common.cuh"
 
 namespace vit::cuda {
@@ -34,7 +35,9 @@ namespace {
 namespace wmma = nvcuda::wmma;
 
 constexpr int kRows = 64;  // rows a block owns (queries, or keys in the dK/dV kernel)
-constexpr int kCols = 64;  // rows of the streamed tiles (keys, or queries in the dK/dV kernel)
+// Rows of the streamed tiles (keys, or queries in the dK/dV kernel); the online softmax
+// rescales at their boundaries, and the CPU emulation walks the same tiles.
+constexpr int kCols = int(kFlashTile);
 constexpr int kWarps = kRows / 16;
 constexpr int kThreads = kWarps * 32;
 constexpr int kHalf = kCols / 2;  // score columns per lane in the softmax: a lane pair per row

@@ -18,6 +18,11 @@
 //  * attention_forward: the probabilities att are rounded and the P @ V GEMM reads the rounded
 //    values; scores stay fp32. attention_backward: dS is rounded and the dQ / dK GEMMs read
 //    it; dP stays fp32.
+//  * flash_attention_forward: keys in tiles of kFlashTile; per tile the unnormalised
+//    probabilities exp2(s - running max) are rounded for the P @ V product, the running sum
+//    adds them unrounded, out = round(O / sum). flash_attention_backward: P recomputed from
+//    lse in fp32 and rounded for dV = P^T dO; dS = P (dP - rowsum(dO * out)) scale rounded
+//    for dQ and dK.
 //  * im2patches, im2col3x3s2, embed_tokens_backward's dpatch_out, token pooling, ReLU: exact.
 //  * col2im3x3s2: the (at most 4) taps summed in fp32 in (kh, kw) order, then one rounding.
 #pragma once
@@ -50,6 +55,15 @@ void attention_forward(bf16* out, bf16* att, const bf16* qkv, Index B, Index N, 
 // dqkv (B, N, 3*H*D) overwrite.
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, Index B,
                         Index N, Index H, Index D);
+
+// The fused (flash-style) attention of src/ops/cuda/flash_attention.cu, its rounding points
+// reproduced (see flash_attention.cpp): out (B, N, H*D) and lse (B, H, N) fp32, the natural-log
+// log-sum-exp of each row's scaled scores, from qkv (B, N, 3*H*D).
+void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H,
+                             Index D);
+// dqkv (B, N, 3*H*D) overwrite, from the forward's out and lse (the probabilities recomputed).
+void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                              const float* lse, Index B, Index N, Index H, Index D);
 
 // Exact (erf) GELU and h-swish, elementwise over n values.
 void gelu_forward(bf16* out, const bf16* inp, Index n);
