@@ -18,7 +18,7 @@ int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
   std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem = "patch";
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
-  bool json = false;
+  bool json = false, profile = false;
   app.add_option("--model", model_name, "model preset");
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
@@ -32,6 +32,9 @@ int run_bench(int argc, char** argv) {
   app.add_option("--precision", precision, "cuda: bf16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_flag("--json", json, "print one JSON line instead of text");
+  app.add_flag("--profile", profile,
+               "per-op table of the timed steps on stderr: ms per step, share, achieved "
+               "TFLOP/s or GB/s (device times on the GPU; also VIT_PROFILE=1)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -41,6 +44,7 @@ int run_bench(int argc, char** argv) {
     throw Error(fmt::format("bench: {}", e.what()));
   }
   if (threads > 0) omp_set_num_threads(threads);
+  if (profile) Profile::set_enabled(true);  // before the engine: it picks the timer
 
   ModelConfig cfg = model_preset(model_name);
   if (img_size > 0) cfg.img_size = img_size;
@@ -62,7 +66,8 @@ int run_bench(int argc, char** argv) {
   auto step = [&] {
     engine->zero_grad();
     engine->forward_backward(images.data(), targets.data(), batch, 1.0f / float(batch), 0);
-    ProfileScope prof("adamw");
+    // AdamW reads params, grads, m, v and writes params, m, v: 7 fp32 per parameter.
+    ProfileScope prof("adamw", {0.0, 28.0 * double(engine->table().total)});
     engine->step(1e-4);
   };
   for (int i = 0; i < warmup; ++i) step();
@@ -73,7 +78,7 @@ int run_bench(int argc, char** argv) {
   const TrainStats ts = engine->read_stats();  // waits for the timed steps
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   VIT_CHECK(std::isfinite(ts.loss_sum), "bench: the loss is not finite");
-  if (Profile::enabled()) Profile::print(stderr);
+  if (Profile::enabled()) Profile::print(stderr, steps);
   const double img_per_s = double(batch) * steps / sec;
   const double gflops = 3.0 * cfg.forward_flops_per_image() * img_per_s / 1e9;
   const bool gpu = engine->on_gpu();

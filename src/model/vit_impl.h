@@ -8,6 +8,7 @@
 #include "core/profile.h"
 #include "core/rng.h"
 #include "model/conv_stem.h"
+#include "model/op_work.h"
 #include "model/vit.h"
 #include "ops/attention_choice.h"
 
@@ -263,6 +264,7 @@ void VitModel<Backend>::draw_drop_path(Index B, uint64_t seed) {
 template <class Backend>
 void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B, bool train,
                                 uint64_t seed) {
+  using W = ModelOpWork<Store>;  // op work for the profile
   VIT_CHECK(B > 0 && B <= max_batch_, "batch larger than the model was allocated for");
   const ModelConfig& c = cfg_;
   const Index N = c.num_tokens(), C = c.embed_dim, K = c.num_classes, Np = c.num_patches();
@@ -282,11 +284,11 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
       Backend::im2patches(a.patches, images, B, Index(c.in_chans), Index(c.img_size),
                           Index(c.img_size), P);
     }
-    ProfileScope prof("matmul_forward");
+    ProfileScope prof("matmul_forward", W::matmul_forward(B * Np, F, C));
     Backend::matmul_forward(a.patch_out, a.patches, w_.patch_w, w_.patch_b, B * Np, F, C);
   }
   {
-    ProfileScope prof("embed_tokens_forward");
+    ProfileScope prof("embed_tokens_forward", W::elementwise(B * N * C, 2));
     Backend::embed_tokens_forward(a.res[0], a.patch_out, w_.cls, w_.pos, B, N, pre, C);
   }
 
@@ -300,18 +302,18 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
 
   // Classifier: pool (class token or patch mean), norm, head.
   {
-    ProfileScope prof("pool_forward");
+    ProfileScope prof("pool_forward", W::elementwise(B * N * C, 1));
     Backend::pool_forward(a.pooled, static_cast<const Store*>(a.res[c.depth]), B, N, pre, C,
                           c.classifier == Classifier::Avg);
   }
   {
-    ProfileScope prof("layernorm_forward");
+    ProfileScope prof("layernorm_forward", W::elementwise(B * C, 2));
     Backend::layernorm_forward(a.pooled_norm, a.pool_mean, a.pool_rstd,
                                static_cast<const Store*>(a.pooled), w_.norm_w, w_.norm_b, B, C,
                                Acc(1e-6));
   }
   {
-    ProfileScope prof("matmul_forward");
+    ProfileScope prof("matmul_forward", W::matmul_forward(B, C, K));
     Backend::matmul_forward(a.logits, static_cast<const Store*>(a.pooled_norm), w_.head_w,
                             w_.head_b, B, C, K);
   }
@@ -325,40 +327,43 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
 // (unfused) or the row log-sum-exp (fused) for the backward.
 template <class Backend>
 void VitModel<Backend>::attention_forward(int l, Index B) {
+  using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   const BlockActs<Store, Acc>& b = acts_->blocks[l];
   if constexpr (Backend::kFusedAttention) {
     if (fused_attention_) {
-      ProfileScope prof("flash_attention_forward");
+      ProfileScope prof("flash_attention_forward", W::attention(B, N, H, D, 2, 4, true));
       Backend::flash_attention_forward(b.atty, b.lse, static_cast<const Store*>(b.qkv), B, N, H, D);
       return;
     }
   }
-  ProfileScope prof("attention_forward");
+  ProfileScope prof("attention_forward", W::attention(B, N, H, D, 2, 4, false));
   Backend::attention_forward(b.atty, b.att, static_cast<const Store*>(b.qkv), B, N, H, D);
 }
 
 // d(atty) in datty -> d(qkv) in dqkv (overwritten); the fused backward also reads atty.
 template <class Backend>
 void VitModel<Backend>::attention_backward(int l, Index B) {
+  using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc>& b = a.blocks[l];
   using CS = const Store*;
   if constexpr (Backend::kFusedAttention) {
     if (fused_attention_) {
-      ProfileScope prof("flash_attention_backward");
+      ProfileScope prof("flash_attention_backward", W::attention(B, N, H, D, 5, 6, true));
       Backend::flash_attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.atty),
                                         static_cast<const Acc*>(b.lse), B, N, H, D);
       return;
     }
   }
-  ProfileScope prof("attention_backward");
+  ProfileScope prof("attention_backward", W::attention(B, N, H, D, 4, 7, false));
   Backend::attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.att), B, N, H, D);
 }
 
 template <class Backend>
 void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* s2) {
+  using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc>& b = a.blocks[l];
@@ -367,34 +372,34 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
 
   // Attention branch.
   {
-    ProfileScope prof("layernorm_forward");
+    ProfileScope prof("layernorm_forward", W::elementwise(BN * C, 2));
     Backend::layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, bw.norm1_w, bw.norm1_b, BN, C,
                                Acc(1e-6));
   }
   {
-    ProfileScope prof("matmul_forward");
+    ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, 3 * C));
     Backend::matmul_forward(b.qkv, static_cast<const Store*>(b.ln1), bw.qkv_w, bw.qkv_b, BN, C,
                             3 * C);
   }
   attention_forward(l, B);
   {
-    ProfileScope prof("matmul_forward");
+    ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, C));
     Backend::matmul_forward(b.proj, static_cast<const Store*>(b.atty), bw.proj_w, bw.proj_b, BN, C,
                             C);
   }
   {
-    ProfileScope prof("residual_forward");
+    ProfileScope prof("residual_forward", W::elementwise(BN * C, 3));
     Backend::residual_forward(b.r1, x, static_cast<const Store*>(b.proj), bw.ls1, s1, B, N, C);
   }
 
   // FFN branch.
   {
-    ProfileScope prof("layernorm_forward");
+    ProfileScope prof("layernorm_forward", W::elementwise(BN * C, 2));
     Backend::layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, static_cast<const Store*>(b.r1),
                                bw.norm2_w, bw.norm2_b, BN, C, Acc(1e-6));
   }
   {
-    ProfileScope prof("matmul_forward");
+    ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, M));
     Backend::matmul_forward(b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w, bw.fc1_b, BN, C, M);
   }
   const Store* hidden;
@@ -402,32 +407,32 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     // Linear -> h-swish -> depthwise 3x3 on the grid -> h-swish -> Linear. The class-token
     // row leaves the conv as 0 and fc2 has no bias, so the class token bypasses the FFN.
     {
-      ProfileScope prof("hswish_forward");
+      ProfileScope prof("hswish_forward", W::elementwise(BN * M, 2));
       Backend::hswish_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
     }
     {
-      ProfileScope prof("dwconv3x3_forward");
+      ProfileScope prof("dwconv3x3_forward", W::dwconv(B, g * g, M, 1, 2));
       Backend::dwconv3x3_forward(b.dw, static_cast<const Store*>(b.act1), bw.dw_w, B, N, pre, g, g,
                                  M);
     }
     {
-      ProfileScope prof("hswish_forward");
+      ProfileScope prof("hswish_forward", W::elementwise(BN * M, 2));
       Backend::hswish_forward(b.act2, static_cast<const Store*>(b.dw), BN * M);
     }
     hidden = b.act2;
   } else {
     {
-      ProfileScope prof("gelu_forward");
+      ProfileScope prof("gelu_forward", W::elementwise(BN * M, 2));
       Backend::gelu_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
     }
     hidden = b.act1;
   }
   {
-    ProfileScope prof("matmul_forward");
+    ProfileScope prof("matmul_forward", W::matmul_forward(BN, M, C));
     Backend::matmul_forward(b.fc2, hidden, bw.fc2_w, bw.fc2_b, BN, M, C);
   }
   {
-    ProfileScope prof("residual_forward");
+    ProfileScope prof("residual_forward", W::elementwise(BN * C, 3));
     Backend::residual_forward(a.res[l + 1], static_cast<const Store*>(b.r1),
                               static_cast<const Store*>(b.fc2), bw.ls2, s2, B, N, C);
   }
@@ -435,6 +440,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
 
 template <class Backend>
 void VitModel<Backend>::backward(Acc loss_scale) {
+  using W = ModelOpWork<Store>;  // op work for the profile
   VIT_CHECK(has_targets_, "backward() needs a forward() with targets");
   const ModelConfig& c = cfg_;
   const Index B = batch_, N = c.num_tokens(), C = c.embed_dim, K = c.num_classes;
@@ -449,14 +455,14 @@ void VitModel<Backend>::backward(Acc loss_scale) {
                                     loss_scale, B, K);
   }
   {
-    ProfileScope prof("matmul_backward");
+    ProfileScope prof("matmul_backward", W::matmul_backward(B, C, K));
     Backend::matmul_backward(
         a.dpooled_norm, g_.head_w, g_.head_b, static_cast<const Store*>(a.dlogits),
         static_cast<const Store*>(a.pooled_norm), static_cast<const Store*>(w_.head_w), B, C, K);
   }
   Backend::zero(a.dpooled, B * C);
   {
-    ProfileScope prof("layernorm_backward");
+    ProfileScope prof("layernorm_backward", W::elementwise(B * C, 4));
     Backend::layernorm_backward(
         a.dpooled, g_.norm_w, g_.norm_b, static_cast<const Store*>(a.dpooled_norm),
         static_cast<const Store*>(a.pooled), static_cast<const Store*>(w_.norm_w),
@@ -464,7 +470,7 @@ void VitModel<Backend>::backward(Acc loss_scale) {
   }
   Backend::zero(a.dres, BN * C);
   {
-    ProfileScope prof("pool_backward");
+    ProfileScope prof("pool_backward", W::elementwise(B * N * C, 2));
     Backend::pool_backward(a.dres, static_cast<const Store*>(a.dpooled), B, N, pre, C,
                            c.classifier == Classifier::Avg);
   }
@@ -477,7 +483,7 @@ void VitModel<Backend>::backward(Acc loss_scale) {
 
   // Embedding.
   {
-    ProfileScope prof("embed_tokens_backward");
+    ProfileScope prof("embed_tokens_backward", W::elementwise(B * N * C, 2));
     Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Store*>(a.dres),
                                    B, N, pre, C);
   }
@@ -485,7 +491,7 @@ void VitModel<Backend>::backward(Acc loss_scale) {
     stem_backward<Backend>(a.stem, w_, g_, static_cast<const Store*>(a.dpatch_out), B, c);
     return;
   }
-  ProfileScope prof("matmul_backward");
+  ProfileScope prof("matmul_backward", W::matmul_backward(B * Np, F, C, false));
   Backend::matmul_backward(
       static_cast<Store*>(nullptr), g_.patch_w, g_.patch_b, static_cast<const Store*>(a.dpatch_out),
       static_cast<const Store*>(a.patches), static_cast<const Store*>(w_.patch_w), B * Np, F, C);
@@ -493,6 +499,7 @@ void VitModel<Backend>::backward(Acc loss_scale) {
 
 template <class Backend>
 void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc* s2) {
+  using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc>& b = a.blocks[l];
@@ -503,62 +510,62 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
 
   // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
   {
-    ProfileScope prof("residual_backward");
+    ProfileScope prof("residual_backward", W::elementwise(BN * C, 3));
     Backend::residual_backward(a.dbranch, bg.ls2, CS(a.dres), CS(b.fc2), CS(bw.ls2), s2, B, N, C);
   }
   const Store* hidden = local ? b.act2 : b.act1;
   {
-    ProfileScope prof("matmul_backward");
+    ProfileScope prof("matmul_backward", W::matmul_backward(BN, M, C));
     Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, CS(a.dbranch), hidden, CS(bw.fc2_w), BN,
                              M, C);
   }
   if (local) {
     {
-      ProfileScope prof("hswish_backward");
+      ProfileScope prof("hswish_backward", W::elementwise(BN * M, 3));
       Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.dw), BN * M);
     }
     {
-      ProfileScope prof("dwconv3x3_backward");
+      ProfileScope prof("dwconv3x3_backward", W::dwconv(B, g * g, M, 2, 3));
       Backend::dwconv3x3_backward(a.dhid_a, bg.dw_w, CS(a.dhid_b), CS(b.act1), CS(bw.dw_w), B, N,
                                   pre, g, g, M);
     }
     {
-      ProfileScope prof("hswish_backward");
+      ProfileScope prof("hswish_backward", W::elementwise(BN * M, 3));
       Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
     }
   } else {
-    ProfileScope prof("gelu_backward");
+    ProfileScope prof("gelu_backward", W::elementwise(BN * M, 3));
     Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
   }
   {
-    ProfileScope prof("matmul_backward");
+    ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, M));
     Backend::matmul_backward(a.dln, bg.fc1_w, bg.fc1_b, CS(a.dhid_b), CS(b.ln2), CS(bw.fc1_w), BN,
                              C, M);
   }
   {
-    ProfileScope prof("layernorm_backward");
+    ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));
     Backend::layernorm_backward(a.dres, bg.norm2_w, bg.norm2_b, CS(a.dln), CS(b.r1), CS(bw.norm2_w),
                                 CA(b.ln2_mean), CA(b.ln2_rstd), BN, C);
   }
 
   // Attention branch; dres now holds d(r1) and, through the identity path, d(block input).
   {
-    ProfileScope prof("residual_backward");
+    ProfileScope prof("residual_backward", W::elementwise(BN * C, 3));
     Backend::residual_backward(a.dbranch, bg.ls1, CS(a.dres), CS(b.proj), CS(bw.ls1), s1, B, N, C);
   }
   {
-    ProfileScope prof("matmul_backward");
+    ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, C));
     Backend::matmul_backward(a.datty, bg.proj_w, bg.proj_b, CS(a.dbranch), CS(b.atty),
                              CS(bw.proj_w), BN, C, C);
   }
   attention_backward(l, B);
   {
-    ProfileScope prof("matmul_backward");
+    ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, 3 * C));
     Backend::matmul_backward(a.dln, bg.qkv_w, bg.qkv_b, CS(a.dqkv), CS(b.ln1), CS(bw.qkv_w), BN, C,
                              3 * C);
   }
   {
-    ProfileScope prof("layernorm_backward");
+    ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));
     Backend::layernorm_backward(a.dres, bg.norm1_w, bg.norm1_b, CS(a.dln), CS(a.res[l]),
                                 CS(bw.norm1_w), CA(b.ln1_mean), CA(b.ln1_rstd), BN, C);
   }

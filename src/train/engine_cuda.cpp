@@ -3,6 +3,7 @@
 #include "train/engine_cuda.h"
 
 #include "backend/cuda.h"
+#include "core/profile.h"
 #include "model/vit_impl.h"
 #include "train/engine_impl.h"
 
@@ -13,6 +14,7 @@ template class VitModel<CudaBackend<cuda::bf16>>;
 
 namespace {
 std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& opt) {
+  if (Profile::enabled()) cuda::install_profile_timer();  // device times, not launch times
   if (opt.precision == "fp32") return std::make_unique<ModelEngine<CudaBackend<float>>>(opt);
   VIT_CHECK(opt.precision == "bf16",
             fmt::format("--precision {}: use bf16 or fp32", opt.precision));

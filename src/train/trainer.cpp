@@ -559,8 +559,8 @@ int run_train(const TrainArgs& args, const std::string& args_yaml) {
     if (tty) fmt::print("\n");
     take_stats(epoch, u);  // updates not yet read (a budget stop between log points)
     const double train_seconds = elapsed() - t_epoch0;
-    if (Profile::enabled()) {  // VIT_PROFILE=1: where this epoch's time went
-      Profile::print(stdout);
+    if (Profile::enabled()) {  // VIT_PROFILE=1: where this epoch's time went, per update
+      Profile::print(stdout, int(std::max<int64_t>(1, u - first_update)));
       Profile::reset();
     }
     const double train_loss = loss_count ? loss_sum / loss_count : 0.0;

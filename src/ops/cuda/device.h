@@ -46,6 +46,9 @@ void close_update_loss(double* stats, int micro_batches);
 
 std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"
 
+// Makes the op profile (core/profile.h) time ops with CUDA events on the op stream.
+void install_profile_timer();
+
 // An owning device array of n elements of U (uninitialised).
 template <class U>
 class DeviceBuffer {
