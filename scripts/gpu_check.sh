@@ -305,6 +305,23 @@ s_vbench() {
   return "$rc"
 }
 
+# Args: model, batch. vitrain bench with the unfused attention (what the fused one pays).
+s_vbench_unfused() {
+  VIT_FLASH_ATTENTION=0 s_vbench "$@"
+}
+
+# Args: model, batch. The per-op table of a vitrain step (CUDA-event device times) into the
+# logs; the note names the three slowest ops.
+s_vprofile() {
+  need_bin vitrain
+  local out="$LOGS/$STEP_ID.profile.txt" rc
+  vt bench --device "$DEVICE" --model "$1" -b "$2" --steps 5 --warmup 3 --profile >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  note "$(grep -A3 '^op ' "$out" | tail -n 3 | awk '{printf "%s %s ms/step (%s); ", $1, $2, $3}')"
+  return "$rc"
+}
+
 # Args: model, batch, mode (eager|compile).
 s_tbench() {
   local out="$WORK/$STEP_ID.out" rc extra=()
@@ -326,7 +343,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_export s_logits \
-  s_vbench s_tbench
+  s_vbench s_vbench_unfused s_vprofile s_tbench
 
 # ---------------------------------------------------------------------------------------------
 # The runner.
@@ -607,13 +624,19 @@ if want bench; then
       s=$(short "$m")
       if [ "$r" = 1 ]; then
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
+        step "f_unfused_${s}_r$r" bench 120 "vitrain bench unfused attention $m b$b" \
+          s_vbench_unfused "$m" "$b"
         step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
       else
         step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
+        step "f_unfused_${s}_r$r" bench 120 "vitrain bench unfused attention $m b$b" \
+          s_vbench_unfused "$m" "$b"
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
       fi
     done
   done
+  read -r m b <<<"${BENCH_MODELS[0]}"
+  step "h_profile_$(short "$m")" bench 120 "vitrain bench --profile $m b$b" s_vprofile "$m" "$b"
 fi
 if want compile; then
   # The last (smallest) model first: max-autotune's compile time grows with the model, and the

@@ -10,6 +10,7 @@
 
 #include "core/profile.h"
 #include "core/rng.h"
+#include "ops/attention_choice.h"
 #include "train/engine.h"
 
 namespace vit {
@@ -86,12 +87,15 @@ int run_bench(int argc, char** argv) {
   const double mfu = gflops * 1e9 / 989e12;
   const double mem_gib = engine->device_memory_bytes() / double(1 << 30);
   const bool conv_stem = cfg.stem == Stem::Conv;
+  // The CPU reference always runs unfused; the GPU and its emulation fuse where they can.
+  const bool fused = eo.device != "cpu" && use_flash_attention(cfg.head_dim());
   if (json) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
-        "\"threads\":{},\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},\"gflops\":{:.2f}{}{}}}\n",
-        eo.device, engine->description(), model_name, batch, omp_get_max_threads(), img_per_s,
-        1e3 * sec / steps, gflops,
+        "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
+        "\"gflops\":{:.2f}{}{}}}\n",
+        eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
+        fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops,
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "");
   } else {
