@@ -1,10 +1,13 @@
 #include "dist/comm.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
 #include "core/common.h"
+#include "dist/launch_env.h"
 
 namespace vit {
 
@@ -36,7 +39,18 @@ int launcher_world_size() {
 std::shared_ptr<Comm> make_mpi_comm();  // comm_mpi.cpp, or the stub below
 
 std::shared_ptr<Comm> make_comm() {
-  if (launcher_world_size() <= 1) return std::make_shared<SingleComm>();
+  if (launcher_world_size() <= 1) {
+    // torchrun / srun without MPI: their ranks meet over TCP (tcp_exchange.h) to set up NCCL,
+    // the GPU's collectives, which this engine does not use yet; the CPU's are MPI's.
+    const LaunchEnv env = read_launch_env();
+    VIT_CHECK(
+        env.size <= 1,
+        fmt::format("launched by {} with {} ranks: data parallel runs under mpirun "
+                    "(mpirun -np {} vitrain train ...); {} and srun jobs need the NCCL "
+                    "communicator, not built yet",
+                    launcher_name(env.launcher), env.size, env.size, launcher_name(env.launcher)));
+    return std::make_shared<SingleComm>();
+  }
   VIT_CHECK(mpi_available(),
             "launched by mpirun with several ranks, but this vitrain was built without MPI "
             "(install libopenmpi-dev and rebuild: bash scripts/setup.sh)");

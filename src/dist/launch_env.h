@@ -1,0 +1,30 @@
+// Where this process sits in a multi-process job, read from its launcher's environment:
+//  * mpirun (OpenMPI): OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK; MPI itself bootstraps.
+//  * torchrun (--no-python): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+//  * Slurm srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; MASTER_ADDR / MASTER_PORT from the
+//    environment (the batch script exports them, as for torchrun under Slurm).
+// torchrun and srun jobs have no MPI: the ranks meet over TCP at MASTER_ADDR:MASTER_PORT
+// (tcp_exchange.h). The local rank picks the GPU.
+#pragma once
+#include <map>
+#include <string>
+
+namespace vit {
+
+enum class Launcher { None, Mpi, Torchrun, Slurm };
+
+struct LaunchEnv {
+  Launcher launcher = Launcher::None;
+  int rank = 0, size = 1, local_rank = 0;
+  std::string master_addr;  // torchrun / Slurm only
+  int master_port = 0;
+};
+
+const char* launcher_name(Launcher l);
+
+// Reads the launcher's variables from `env` (the process environment when nullptr); throws
+// vit::Error with one line naming the variable when they are missing or inconsistent.
+// OpenMPI's take precedence (mpirun may run under Slurm), then torchrun's, then Slurm's.
+LaunchEnv read_launch_env(const std::map<std::string, std::string>* env = nullptr);
+
+}  // namespace vit
