@@ -3,7 +3,8 @@
 # to check the CUDA backend on the device machine, which has the CUDA 13 driver and toolkit,
 # PyTorch and timm, but none of our Debian libraries and no network. Writes gpu_bundle/
 # (git-ignored):
-#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model and bin/test_cuda_flash_attention
+#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model, bin/test_cuda_flash_attention and
+#   bin/test_cuda_nccl
 #                       (the last two when they build)
 #                       portable x86-64 builds (no -march=native), sm_80 + sm_90
 #   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
@@ -40,7 +41,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   fi
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
   # The model and fused-attention tests are optional: a bundle without them checks the rest.
-  for t in test_cuda_model test_cuda_flash_attention; do
+  for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl; do
     if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -Eq "^(tests/)?$t:"; then
       cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
         echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
@@ -52,7 +53,8 @@ fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention; do
+for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention \
+  tests/test_cuda_nccl; do
   if [ -x "$BUILD/$b" ]; then
     cp "$BUILD/$b" "$OUT/bin/"
   elif [ "$b" = vitrain ] || [ "$b" = tests/test_cuda_ops ]; then
@@ -67,13 +69,13 @@ if ! ldd "$OUT/bin/vitrain" | grep -q libcublasLt; then
 fi
 
 # Every library ldd resolves, except glibc (ABI-bound to the loader), the vDSO and CUDA's own
-# libraries (the device machine's driver and toolkit provide libcuda and libcublasLt; cudart is
-# linked statically; NVML is dlopen'ed from the driver).
+# libraries (the device machine's driver and toolkit provide libcuda, libcublasLt and libnccl,
+# 200+ MB each; cudart is linked statically; NVML is dlopen'ed from the driver).
 for bin in "$OUT"/bin/*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
   sort -u | while read -r name path; do
     case "$name" in
       linux-vdso* | ld-linux* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so*) ;;
-      libcuda.so* | libcublas* | libcudart* | libnvidia-ml*) ;;
+      libcuda.so* | libcublas* | libcudart* | libnvidia-ml* | libnccl*) ;;
       # The GCC 12 C++ runtime only as a fallback: the device image's is newer, and tools that
       # run under LD_LIBRARY_PATH (compute-sanitizer) may need the newer one.
       libstdc++* | libgcc_s*) mkdir -p "$OUT/lib/fallback" && cp -L "$path" "$OUT/lib/fallback/" ;;
@@ -102,30 +104,36 @@ cp scripts/gpu_check.sh "$OUT/gpu_check.sh"
 
 cat >"$OUT/env.sh" <<'EOF'
 # Sourced by run.sh and scripts/gpu_check.sh on the device machine (bash). Unpacks the bundled
-# libraries, finds the machine's libcublasLt.so.13 and sets, exported:
+# libraries, finds the machine's libcublasLt.so.13 and libnccl.so.2 and sets, exported:
 #   VIT_BUNDLE           this folder
 #   VIT_LD_LIBRARY_PATH  what our binaries need in LD_LIBRARY_PATH; only for them: PyTorch must
 #                        keep its own (newer) libraries
 #   VIT_CUBLASLT_DIR     where libcublasLt.so.13 was found ("" if nowhere)
 # Returns 2, with a message, when a bundled binary would not start.
+# The folder holding library $1: the CUDA toolkit's, else any copy on the machine (PyTorch's
+# pip wheels); "" if none.
+vit_find_lib() {
+  local d f
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/$1" ]; then echo "$d"; return; fi
+  done
+  f=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name "$1" -print 2>/dev/null |
+      head -n 1)
+  [ -n "$f" ] && dirname "$f"
+}
 vit_bundle_env() {
   VIT_BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" d f b missing
+  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" nccl="" b missing
   if ! { rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$VIT_BUNDLE/libs.tar.xz"; }; then
     echo "env.sh: cannot unpack $VIT_BUNDLE/libs.tar.xz" >&2
     return 2
   fi
-  # libcublasLt.so.13: the CUDA toolkit's, else any copy on the machine (PyTorch's pip wheels).
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
-    if [ -e "$d/libcublasLt.so.13" ]; then lt="$d"; break; fi
-  done
-  if [ -z "$lt" ]; then
-    f=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name 'libcublasLt.so.13' -print \
-        2>/dev/null | head -n 1)
-    [ -n "$f" ] && lt="$(dirname "$f")"
-  fi
+  lt=$(vit_find_lib libcublasLt.so.13)
+  nccl=$(vit_find_lib libnccl.so.2)
   VIT_CUBLASLT_DIR="$lt"
-  VIT_LD_LIBRARY_PATH="$libs/lib${lt:+:$lt}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  VIT_LD_LIBRARY_PATH="$libs/lib${lt:+:$lt}"
+  [ -n "$nccl" ] && [ "$nccl" != "$lt" ] && VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH:$nccl"
+  VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   missing=""
   for b in "$VIT_BUNDLE"/bin/*; do
     LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1 | grep -q 'not found' && missing=1
@@ -136,7 +144,7 @@ vit_bundle_env() {
     echo "env.sh: using the bundled C++ runtime"
   fi
   export VIT_BUNDLE VIT_LD_LIBRARY_PATH VIT_CUBLASLT_DIR
-  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}"
+  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}; libnccl: ${nccl:-NOT FOUND}"
   for b in "$VIT_BUNDLE"/bin/*; do
     if LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1 | grep 'not found'; then
       echo "env.sh: $(basename "$b") misses the shared libraries above" >&2

@@ -578,6 +578,7 @@ if want ops; then
 fi
 if want model; then
   step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""
+  step d_nccl model 90 "test_cuda_nccl (NCCL world of one)" s_gtest test_cuda_nccl ""
 fi
 
 if want train; then

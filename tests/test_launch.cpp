@@ -201,9 +201,9 @@ TEST(TcpExchange, StrayConnectionsAreIgnored) {
   EXPECT_EQ(r1[0].blob, "abc");
 }
 
-// Until the NCCL communicator exists, a torchrun job of several ranks stops at once with one
-// line that says how to launch instead (never trains N copies of the same run).
-TEST(LaunchCli, TorchrunJobIsRefusedWithOneLine) {
+// On the CPU a torchrun job of several ranks stops at once with one line that says how to
+// launch instead (never trains N copies of the same run); torchrun and srun are for GPU jobs.
+TEST(LaunchCli, TorchrunCpuJobIsRefusedWithOneLine) {
   vit::testing::TempDir dir;
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("RANK", "0", 1);
@@ -213,7 +213,9 @@ TEST(LaunchCli, TorchrunJobIsRefusedWithOneLine) {
       vit::testing::run_vitrain("train --epochs 1 --output " + dir.str(), dir.str());
   for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("launched by torchrun with 2 ranks: data parallel runs under mpirun"),
+  EXPECT_NE(r.err.find(
+                "launched by torchrun with 2 ranks on the CPU: data parallel on the CPU runs under "
+                "mpirun"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

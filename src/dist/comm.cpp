@@ -40,15 +40,14 @@ std::shared_ptr<Comm> make_mpi_comm();  // comm_mpi.cpp, or the stub below
 
 std::shared_ptr<Comm> make_comm() {
   if (launcher_world_size() <= 1) {
-    // torchrun / srun without MPI: their ranks meet over TCP (tcp_exchange.h) to set up NCCL,
-    // the GPU's collectives, which this engine does not use yet; the CPU's are MPI's.
+    // torchrun / srun without MPI launch GPU jobs (NCCL, make_run_comm); the CPU's
+    // collectives are MPI's.
     const LaunchEnv env = read_launch_env();
-    VIT_CHECK(
-        env.size <= 1,
-        fmt::format("launched by {} with {} ranks: data parallel runs under mpirun "
-                    "(mpirun -np {} vitrain train ...); {} and srun jobs need the NCCL "
-                    "communicator, not built yet",
-                    launcher_name(env.launcher), env.size, env.size, launcher_name(env.launcher)));
+    VIT_CHECK(env.size <= 1,
+              fmt::format("launched by {} with {} ranks on the CPU: data parallel on the CPU "
+                          "runs under mpirun (mpirun -np {} vitrain train ...); torchrun and "
+                          "srun launch GPU jobs",
+                          launcher_name(env.launcher), env.size, env.size));
     return std::make_shared<SingleComm>();
   }
   VIT_CHECK(mpi_available(),

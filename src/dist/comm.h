@@ -1,7 +1,7 @@
 // Collectives between the ranks of a data-parallel run. The trainer and the engine talk to this
 // interface only: one process is a world of one (every collective a no-op); under `mpirun` the
-// MPI implementation (comm_mpi.cpp, OpenMPI on host buffers) joins the job. The NCCL twin for
-// device buffers is still to come, so a GPU engine refuses worlds larger than one.
+// MPI implementation (comm_mpi.cpp, OpenMPI on host buffers) joins the job. GPU jobs use the
+// NCCL implementation (comm_nccl.cpp, device or host buffers), under mpirun, torchrun or srun.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -20,6 +20,12 @@ class Comm {
   // reduction order is the implementation's (OpenMPI: fixed for a given world size and count).
   virtual void allreduce_sum(float* data, size_t n) = 0;
   virtual void allreduce_sum(double* data, size_t n) = 0;
+  // In place: data (n) = the mean over the ranks (the sum, then divided by size() here; NCCL
+  // averages on the device).
+  virtual void allreduce_mean(double* data, size_t n) {
+    allreduce_sum(data, n);
+    for (size_t i = 0; i < n; ++i) data[i] /= double(size());
+  }
   // Blocks: counts[r] consecutive elements per rank r, in rank order, together the whole buffer.
   // reduce_scatter_sum: afterwards this rank's block holds the sum over the ranks of that
   // block (the other blocks are unspecified). allgather: every rank's block to every rank.

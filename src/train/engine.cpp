@@ -29,6 +29,21 @@ std::string resolve_device(const std::string& device) {
   throw Error(fmt::format("--device cuda: no usable GPU: {}; use --device cpu", why));
 }
 
+std::shared_ptr<Comm> make_run_comm(const std::string& device, double timeout_s) {
+  if (device != "cuda") return make_comm();
+  const LaunchEnv env = read_launch_env();
+  if (env.size <= 1) return make_comm();
+  VIT_CHECK(g_cuda.make_nccl_comm,
+            fmt::format("launched by {} with {} ranks on the GPU, but this vitrain was built "
+                        "without NCCL (it comes with the CUDA toolkit: rebuild where "
+                        "/usr/local/cuda has nccl.h)",
+                        launcher_name(env.launcher), env.size));
+  // Under mpirun, MPI carries NCCL's id; it must outlive the NCCL world, so it stays.
+  static std::shared_ptr<Comm> mpi;
+  if (env.launcher == Launcher::Mpi && !mpi) mpi = make_comm();
+  return g_cuda.make_nccl_comm(env, mpi.get(), timeout_s);
+}
+
 std::unique_ptr<Engine> make_engine(const EngineOptions& opt) {
   if (opt.device == "cpu") return std::make_unique<ModelEngine<CpuBackend<float>>>(opt);
   if (opt.device == "emu") return std::make_unique<ModelEngine<EmuBackend>>(opt);

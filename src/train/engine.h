@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/launch_env.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/cpu/adamw.h"
@@ -24,7 +25,8 @@ struct EngineOptions {
   bool ema = false;  // keep an exponential moving average of the weights (model EMA)
   // Data parallel: step() sums the gradients and the update's loss over the ranks first (each
   // rank's loss_scale covers the global batch, so the sum is the global mean). Null or a world
-  // of one: a plain single-process engine. Host backends only, until the NCCL communicator.
+  // of one: a plain single-process engine, except a NCCL world of one, which runs its
+  // collectives (one GPU tests the path). GPU engines need a NCCL world.
   std::shared_ptr<Comm> comm;
   // ZeRO-1 over `comm`: gradients reduce-scattered, each rank updates its block of the weights
   // and keeps only that block of the AdamW moments, the weights all-gathered.
@@ -106,8 +108,17 @@ std::string resolve_device(const std::string& device);
 struct CudaEngineHooks {
   int (*device_count)(std::string* why) = nullptr;
   std::unique_ptr<Engine> (*make)(const EngineOptions&) = nullptr;
+  // The NCCL world (dist/comm_nccl.h); null in builds without NCCL.
+  std::shared_ptr<Comm> (*make_nccl_comm)(const LaunchEnv&, Comm* bootstrap,
+                                          double timeout_s) = nullptr;
 };
 void register_cuda_engine(const CudaEngineHooks& hooks);
 bool cuda_engine_linked();
+
+// The world of this process for a run on `device` (resolved: cpu, emu or cuda): one process
+// is a world of one; on the CPU, mpirun's ranks meet through MPI; on the GPU through NCCL
+// (bootstrapped by MPI under mpirun, over TCP under torchrun / srun). Clear errors where the
+// build lacks what the launch needs. `timeout_s`: --dist-timeout.
+std::shared_ptr<Comm> make_run_comm(const std::string& device, double timeout_s);
 
 }  // namespace vit

@@ -4,6 +4,7 @@
 
 #include "backend/cuda.h"
 #include "core/profile.h"
+#include "dist/comm_nccl.h"
 #include "model/vit_impl.h"
 #include "train/engine_impl.h"
 
@@ -26,6 +27,9 @@ void register_cuda_backend() {
   CudaEngineHooks hooks;
   hooks.device_count = [](std::string* why) { return cuda::device_count(why); };
   hooks.make = &make_cuda_engine;
+#ifdef VIT_HAS_NCCL
+  hooks.make_nccl_comm = &make_nccl_comm;
+#endif
   register_cuda_engine(hooks);
 }
 

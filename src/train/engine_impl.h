@@ -45,10 +45,13 @@ class ModelEngine : public Engine {
     Backend::zero(v_.data(), moment_capacity(opt));
     Backend::zero(stats_.data(), kNumStepStats);
     if (opt.ema) Backend::zero(ema_.data(), capacity());
-    if (opt.comm && opt.comm->size() > 1) {
-      VIT_CHECK(Backend::kHost,
-                "data parallel on the GPU needs the NCCL communicator, which is "
-                "not built yet: run one process per GPU job for now");
+    // A NCCL world of one still runs its collectives, so one GPU tests the data-parallel path.
+    if (opt.comm && (opt.comm->size() > 1 || opt.comm->name() == "nccl")) {
+      VIT_CHECK(Backend::kHost || opt.comm->name() == "nccl",
+                "data parallel on the GPU needs the NCCL communicator (this vitrain was built "
+                "without NCCL)");
+      VIT_CHECK(Backend::kHost || !opt.shard_optimizer,
+                "--shard-optimizer is not supported on the GPU yet (plain data parallel is)");
       comm_ = opt.comm;
       zero1_ = opt.shard_optimizer;
     }
@@ -228,19 +231,16 @@ class ModelEngine : public Engine {
     }
   }
   // Data parallel: the gradient sum and the update's loss over the ranks, before the update.
+  // On the GPU both are NCCL collectives on device buffers, ordered after the backward pass on
+  // the op stream (no host sync).
   void reduce_over_ranks() {
-    if constexpr (Backend::kHost) {
-      ProfileScope prof("allreduce (data parallel)");
-      comm_->allreduce_sum(model_.grads.data(), size_t(table().total));
-      reduce_loss_over_ranks();
-    }
+    ProfileScope prof("allreduce (data parallel)");
+    comm_->allreduce_sum(model_.grads.data(), size_t(table().total));
+    reduce_loss_over_ranks();
   }
   // The update's loss as the mean over the ranks, so that a non-finite loss on one rank skips
   // the update on every rank.
-  void reduce_loss_over_ranks() {
-    comm_->allreduce_sum(&stats_.data()[kLossPending], 1);
-    stats_.data()[kLossPending] /= double(comm_->size());
-  }
+  void reduce_loss_over_ranks() { comm_->allreduce_mean(stats_.data() + kLossPending, 1); }
   void check_ema() const { VIT_CHECK(has_ema(), "engine: made without a model EMA"); }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,

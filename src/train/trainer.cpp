@@ -108,10 +108,11 @@ std::string format_duration(double s) {
 int run_train(const TrainArgs& args, const std::string& args_yaml) {
   const std::string device = resolve_device(args.device);  // before any work: a clear error
   if (args.workers > 0) omp_set_num_threads(args.workers);
-  // Data parallel under mpirun: rank 0 prints, logs and writes; the others compute.
-  const std::shared_ptr<Comm> comm = make_comm();
-  const int rank = comm->rank(), world = comm->size();
+  // Data parallel (mpirun; torchrun / srun on GPUs): rank 0 prints, logs and writes; the
+  // others compute.
   VIT_CHECK(args.dist_timeout >= 0, "--dist-timeout must be >= 0 seconds");
+  const std::shared_ptr<Comm> comm = make_run_comm(device, args.dist_timeout);
+  const int rank = comm->rank(), world = comm->size();
   comm->set_timeout(args.dist_timeout);
   if (rank > 0 && !std::freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a worker rank");
