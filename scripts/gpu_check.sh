@@ -309,6 +309,10 @@ s_vbench() {
 s_vbench_unfused() {
   VIT_FLASH_ATTENTION=0 s_vbench "$@"
 }
+# Args: model, batch. vitrain bench with the mma.sync fused attention (VIT_FLASH_MMA=1).
+s_vbench_mma() {
+  VIT_FLASH_MMA=1 s_vbench "$@"
+}
 
 # Args: model, batch. The per-op table of a vitrain step (CUDA-event device times) into the
 # logs; the note names the three slowest ops.
@@ -343,7 +347,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_export s_logits \
-  s_vbench s_vbench_unfused s_vprofile s_tbench
+  s_vbench s_vbench_unfused s_vbench_mma s_vprofile s_tbench
 
 # ---------------------------------------------------------------------------------------------
 # The runner.
@@ -569,6 +573,8 @@ if want ops; then
   step b_ops_bf16 ops 150 "op harness bf16" s_gtest test_cuda_ops 'CudaOps/bf16.*'
   step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \
     s_gtest test_cuda_flash_attention ""
+  step b_flash_mma ops 120 "fused flash attention, mma.sync kernels (VIT_FLASH_MMA=1)" \
+    s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=1
   # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
   # 2-byte-aligned operands).
   step c_memcheck_kernels ops 150 "memcheck: own kernels fp32, runtime, AdamW" \
@@ -578,6 +584,8 @@ if want ops; then
 fi
 if want model; then
   step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""
+  step d_model_mma model 120 "test_cuda_model bf16 vs emulation, mma.sync attention" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_MMA=1
   step d_nccl model 90 "test_cuda_nccl (NCCL world of one)" s_gtest test_cuda_nccl ""
 fi
 
@@ -623,15 +631,22 @@ if want bench; then
     for mb in "${BENCH_MODELS[@]}"; do
       read -r m b <<<"$mb"
       s=$(short "$m")
+      # The attention variants (unfused; mma.sync kernels) on the first model only (ViT-S).
+      variants=()
+      [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma)
       if [ "$r" = 1 ]; then
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
-        step "f_unfused_${s}_r$r" bench 120 "vitrain bench unfused attention $m b$b" \
-          s_vbench_unfused "$m" "$b"
+        for var in "${variants[@]}"; do
+          step "f_${var}_${s}_r$r" bench 120 "vitrain bench $var attention $m b$b" \
+            "s_vbench_$var" "$m" "$b"
+        done
         step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
       else
         step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
-        step "f_unfused_${s}_r$r" bench 120 "vitrain bench unfused attention $m b$b" \
-          s_vbench_unfused "$m" "$b"
+        for var in "${variants[@]}"; do
+          step "f_${var}_${s}_r$r" bench 120 "vitrain bench $var attention $m b$b" \
+            "s_vbench_$var" "$m" "$b"
+        done
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
       fi
     done

@@ -16,8 +16,9 @@
 // Measured (H100, ViT-S/16 b256, one layer, bf16, ncu): forward 0.38 ms, Drow 0.08, dK/dV 0.73,
 // dQ 0.50; cuDNN does the whole in ~0.4. Next, in likely order of gain: mma.sync m16n8k16 with S
 // and P kept in registers (WMMA's opaque accumulator layout forces the shared-memory round trip
-// of every score tile), cp.async double-buffered tile loads, fewer registers and less shared
-// memory in dK/dV (3 blocks per SM now), and 16-byte loads in the Drow kernel.
+// of every score tile) -- written in flash_attention_mma.cu, chosen for bf16 by VIT_FLASH_MMA=1
+// until a GPU run has checked and timed it --, cp.async double-buffered tile loads, and 16-byte
+// loads in the Drow kernel.
 #include <mma.h>
 
 #include <cmath>
@@ -25,24 +26,17 @@
 #include <string>
 #include <type_traits>
 
-#include "ops/attention_choice.h"
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/flash_common.cuh"
+#include "ops/cuda/flash_mma.cuh"
 
 namespace vit::cuda {
 
 namespace {
 
 namespace wmma = nvcuda::wmma;
+using namespace flash;  // kRows, load_tile, BlockPos, ...: flash_common.cuh
 
-constexpr int kRows = 64;  // rows a block owns (queries, or keys in the dK/dV kernel)
-// Rows of the streamed tiles (keys, or queries in the dK/dV kernel); the online softmax
-// rescales at their boundaries, and the CPU emulation walks the same tiles.
-constexpr int kCols = int(kFlashTile);
-constexpr int kWarps = kRows / 16;
-constexpr int kThreads = kWarps * 32;
 constexpr int kHalf = kCols / 2;  // score columns per lane in the softmax: a lane pair per row
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Shared-memory strides (elements). Padding keeps rows 16-byte multiples (uint4 stores, WMMA
 // ldm: 8 bf16 / 4 fp32) and shifts banks between rows; every 16-row block then starts on a
@@ -50,7 +44,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <typename T, int D>
 struct Layout {
   static constexpr int kVec = 16 / int(sizeof(T));         // elements per 16-byte access
-  static constexpr int ldt = D + kVec;                     // (kRows, D) tiles of q, k, v, dO
+  static constexpr int ldt = kTileLd<T, D>;                // (kRows, D) tiles of q, k, v, dO
   static constexpr int ldp = kCols + kVec;                 // (kRows, kCols) P / dS tiles
   static constexpr int lds = (D > kCols ? D : kCols) + 4;  // (kRows, max(D, kCols)) fp32 scratch
   static constexpr size_t tile = size_t(kRows) * ldt * sizeof(T);
@@ -216,30 +210,6 @@ struct Warp<float, D> {
 // ---------------------------------------------------------------------------------------------
 // Global <-> shared memory
 
-template <typename T>
-__device__ __forceinline__ T zero_of() {
-  return from_f32<T>(0.0f);
-}
-
-// s (kRows, D) shared, row stride D + kVec = g rows [0, valid) (row stride ldg); the rest 0.
-// The whole block takes part; `vec`: g and ldg allow 16-byte accesses.
-template <typename T, int D>
-__device__ __forceinline__ void load_tile(T* s, const T* g, int ldg, int valid, bool vec) {
-  constexpr int kVec = Layout<T, D>::kVec, kChunks = D / kVec, ld = Layout<T, D>::ldt;
-  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
-    const int r = idx / kChunks, c = (idx % kChunks) * kVec;
-    T* dst = s + r * ld + c;
-    if (vec) {
-      uint4 x = make_uint4(0u, 0u, 0u, 0u);
-      if (r < valid) x = *reinterpret_cast<const uint4*>(g + r * ldg + c);
-      *reinterpret_cast<uint4*>(dst) = x;
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) dst[e] = r < valid ? g[r * ldg + c + e] : zero_of<T>();
-    }
-  }
-}
-
 // g rows [0, valid) (row stride ldg) = s (16, D) fp32 shared (row stride lds) as T; one warp.
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(T* g, int ldg, const float* s, int lds, int valid,
@@ -260,17 +230,6 @@ __device__ __forceinline__ void store_rows(T* g, int ldg, const float* s, int ld
     }
   }
 }
-
-// Where a block is: blockIdx.x = (b * H + h) * tiles + tile.
-struct BlockPos {
-  int bh, b, h, row0;
-  __device__ BlockPos(int H, int tiles) {
-    bh = blockIdx.x / tiles;
-    row0 = (blockIdx.x % tiles) * kRows;
-    b = bh / H;
-    h = bh % H;
-  }
-};
 
 // ---------------------------------------------------------------------------------------------
 // Kernels
@@ -538,52 +497,6 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------------------
 // Host side
 
-// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KB default), once per device
-// and kernel: a host-side attribute, never enqueued, so it is safe while capturing a graph.
-template <auto kKernel>
-void allow_smem(size_t bytes) {
-  static thread_local int done_on = -1;  // the device it was set on
-  int dev = 0;
-  VIT_CUDA_CHECK(cudaGetDevice(&dev));
-  if (done_on == dev) return;
-  VIT_CUDA_CHECK(
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  done_on = dev;
-}
-
-// Calls f(std::integral_constant<int, D>) for the supported head dims.
-template <typename F>
-void with_head_dim(Index D, F&& f) {
-  switch (D) {
-    case 32:
-      return f(std::integral_constant<int, 32>());
-    case 48:
-      return f(std::integral_constant<int, 48>());
-    case 64:
-      return f(std::integral_constant<int, 64>());
-    case 96:
-      return f(std::integral_constant<int, 96>());
-    default:
-      VIT_CHECK(false, "flash attention: head dim " + std::to_string(D) + " not supported");
-  }
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// Supported head dims, and shapes the kernels' 32-bit index math can hold (checked before any
-// launch); returns the number of 64-row tiles.
-int check_shape(Index B, Index N, Index H, Index D) {
-  VIT_CHECK(B >= 1 && N >= 1 && H >= 1, "flash attention: empty shape");
-  VIT_CHECK(D == 32 || D == 48 || D == 64 || D == 96,
-            "flash attention: head dim " + std::to_string(D) + " not supported (32, 48, 64 or 96)");
-  const Index tiles = (N + kRows - 1) / kRows;
-  VIT_CHECK(Index(kRows) * 3 * H * D < (Index(1) << 31) && B * H * tiles < (Index(1) << 31),
-            "flash attention: shape too large for 32-bit tile indices");
-  return int(tiles);
-}
-
 }  // namespace
 
 template <typename T>
@@ -591,6 +504,9 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N,
   const int tiles = check_shape(B, N, H, D);
   const float scale_log2 = kLog2e / std::sqrt(float(D));
   const bool vec = aligned16(out) && aligned16(qkv);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (flash_mma_enabled()) return flash_mma_forward(out, lse, qkv, B, N, H, D, tiles, vec);
+  }
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
     constexpr size_t bytes = Layout<T, kD>::forward_bytes;
@@ -612,6 +528,10 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   flash_drow_kernel<T><<<blocks_for(B * N * H, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream()>>>(
       drow, dout, out, B * N * H, int(N), int(H), int(D));
   VIT_CUDA_LAUNCHED();
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (flash_mma_enabled())
+      return flash_mma_backward(dqkv, dout, qkv, lse, drow, B, N, H, D, tiles, vec);
+  }
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
     constexpr size_t dkv_bytes = Layout<T, kD>::dkv_bytes, dq_bytes = Layout<T, kD>::dq_bytes;

@@ -1,0 +1,18 @@
+// The mma.sync fused attention (flash_attention_mma.cu), which flash_attention.cu's entry
+// points dispatch to for bf16 when flash_mma_enabled() (VIT_FLASH_MMA=1). Shapes are checked
+// and `tiles` = ceil(N / 64) computed by the caller; drow (B, H, N) = rowsum(dO * out) too.
+#pragma once
+#include <cuda_bf16.h>
+
+#include "core/common.h"
+
+namespace vit::cuda {
+
+bool flash_mma_enabled();
+void flash_mma_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, Index B, Index N,
+                       Index H, Index D, int tiles, bool vec);
+void flash_mma_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                        const float* lse, const float* drow, Index B, Index N, Index H, Index D,
+                        int tiles, bool vec);
+
+}  // namespace vit::cuda
