@@ -14,19 +14,12 @@
 #include <vector>
 
 #include "ops/cpu/blas.h"
+#include "ops/emu/attention_head.h"
 #include "ops/emu/ops.h"
 
 namespace vit::emu {
 
 namespace {
-
-// buf resized to n and filled with src (n) widened (exact). thread_local buffers passed in
-// here are reused from call to call.
-float* widened(std::vector<float>& buf, const bf16* src, Index n) {
-  buf.resize(size_t(n));
-  convert(buf.data(), src, n);
-  return buf.data();
-}
 
 // Softmax of each row of p (N, N) in place, each probability rounded to bf16 as the CUDA
 // kernel stores it: exp(s - max) * (1 / sum) in fp32, then one rounding.
@@ -72,9 +65,8 @@ void attention_forward(bf16* out, bf16* att, const bf16* qkv, Index B, Index N, 
 #pragma omp for collapse(2) schedule(static)
     for (Index b = 0; b < B; ++b) {
       for (Index h = 0; h < H; ++h) {
-        const float* q = qkv32 + b * N * C3 + h * D;  // q, k, v (N, D), row stride 3C
-        const float* k = q + C;
-        const float* v = q + 2 * C;
+        const AttentionHead hd(qkv32, nullptr, nullptr, b, h, N, H, D);
+        const float *q = hd.q, *k = hd.k, *v = hd.v;
         cpu::gemm(false, true, N, N, D, scale, q, C3, k, C3, 0.0f, p, N);
         softmax_rows_rounded(p, N);
         bf16* a = att + (b * H + h) * N * N;                  // (N, N)
@@ -106,14 +98,10 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
 #pragma omp for collapse(2) schedule(static)
     for (Index b = 0; b < B; ++b) {
       for (Index h = 0; h < H; ++h) {
-        const float* q = qkv32 + b * N * C3 + h * D;  // q, k, v (N, D), row stride 3C
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* dq = dqkv32 + b * N * C3 + h * D;  // dq, dk, dv (N, D), row stride 3C
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const float* dO = dout32 + b * N * C + h * D;  // (N, D), row stride C
-        const bf16* a = att + (b * H + h) * N * N;     // (N, N)
+        const AttentionHead hd(qkv32, dqkv32, dout32, b, h, N, H, D);
+        const float *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
+        float *dq = hd.dq, *dk = hd.dk, *dv = hd.dv;
+        const bf16* a = att + (b * H + h) * N * N;  // (N, N)
         for (Index i = 0; i < N * N; ++i) p[i] = float(a[i]);
         cpu::gemm(true, false, N, D, N, 1.0f, p, N, dO, C, 0.0f, dv, C3);  // dV = P^T dO
         cpu::gemm(false, true, N, N, D, 1.0f, dO, C, v, C3, 0.0f, ds, N);  // dP = dO V^T

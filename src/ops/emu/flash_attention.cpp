@@ -17,6 +17,7 @@
 
 #include "ops/attention_choice.h"
 #include "ops/cpu/blas.h"
+#include "ops/emu/attention_head.h"
 #include "ops/emu/ops.h"
 
 namespace vit::emu {
@@ -25,12 +26,6 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-float* widened(std::vector<float>& buf, const bf16* src, Index n) {
-  buf.resize(size_t(n));
-  convert(buf.data(), src, n);
-  return buf.data();
-}
 
 // One head's forward. s (N, N) holds the raw scores q k^T on entry (clobbered); pt (N, T)
 // and pv (N, D) are scratch; o (N, D), row stride ldo, receives out in fp32; lse (N).
@@ -90,12 +85,10 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, In
 #pragma omp for collapse(2) schedule(static)
     for (Index b = 0; b < B; ++b) {
       for (Index h = 0; h < H; ++h) {
-        const float* q = qkv32 + b * N * C3 + h * D;  // q, k, v (N, D), row stride 3C
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        cpu::gemm(false, true, N, N, D, 1.0f, q, C3, k, C3, 0.0f, s_buf.data(), N);
+        const AttentionHead a(qkv32, nullptr, nullptr, b, h, N, H, D);
+        cpu::gemm(false, true, N, N, D, 1.0f, a.q, C3, a.k, C3, 0.0f, s_buf.data(), N);
         flash_head_forward(out32 + b * N * C + h * D, C, lse + (b * H + h) * N, s_buf.data(),
-                           pt_buf.data(), pv_buf.data(), v, C3, N, D, scale_log2);
+                           pt_buf.data(), pv_buf.data(), a.v, C3, N, D, scale_log2);
       }
     }
   }
@@ -123,13 +116,9 @@ void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
 #pragma omp for collapse(2) schedule(static)
     for (Index b = 0; b < B; ++b) {
       for (Index h = 0; h < H; ++h) {
-        const float* q = qkv32 + b * N * C3 + h * D;  // q, k, v (N, D), row stride 3C
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* dq = dqkv32 + b * N * C3 + h * D;  // dq, dk, dv (N, D), row stride 3C
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const float* dO = dout32 + b * N * C + h * D;                      // (N, D), row stride C
+        const AttentionHead hd(qkv32, dqkv32, dout32, b, h, N, H, D);
+        const float *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
+        float *dq = hd.dq, *dk = hd.dk, *dv = hd.dv;
         const float* o = out32 + b * N * C + h * D;                        // (N, D), row stride C
         const float* lse_bh = lse + (b * H + h) * N;                       // (N)
         cpu::gemm(false, true, N, N, D, 1.0f, q, C3, k, C3, 0.0f, p, N);   // S = Q K^T
