@@ -23,6 +23,7 @@
 #include "data/packed.h"
 #include "data/source.h"
 #include "data/source_batch.h"
+#include "data/stage_clock.h"
 #include "temp_dir.h"
 
 using namespace vit;
@@ -488,4 +489,46 @@ TEST(Loader, RepeatedAugmentationRepeatsSamplesWithFreshAugmentation) {
   Loader plain_loader(src, B, true, 9, {1});
   const Batch p = load(plain_loader, src, 1, 0, train_cfg(S));
   EXPECT_TRUE(std::equal(b.images.begin(), b.images.begin() + per_img, p.images.begin()));
+}
+
+// bench-data's stage clock: with it on, every sample of a streamed batch is read, decoded,
+// laid out and augmented once (one call each), the batch copied once to the caller; packed data
+// has no separate read (memory-mapped); with it off nothing is counted.
+TEST(StageClock, CountsEveryStageOfAStreamedBatch) {
+  TempDir t;
+  write_folder(t.path, 2, 6, 1);
+  const FolderIndex idx = index_image_folder((t.path / "train").string());
+  ::testing::internal::CaptureStderr();
+  write_packed((t.path / "train.vitpack").string(), idx, 0, true, 90, 1);
+  ::testing::internal::GetCapturedStderr();
+  const FolderSource folder(idx);
+  const PackedSource packed((t.path / "train.vitpack").string());
+  const Index B = 5;
+  auto calls = [](Stage s) { return stage_clock_totals().calls[int(s)]; };
+
+  stage_clock_enable(false);
+  stage_clock_reset();
+  direct(folder, B, 1, 0, 0, train_cfg(16));
+  EXPECT_EQ(calls(Stage::Decode), 0) << "off: nothing counted";
+
+  stage_clock_enable(true);
+  stage_clock_reset();
+  direct(folder, B, 1, 0, 0, train_cfg(16));
+  for (Stage s : {Stage::Read, Stage::Decode, Stage::Layout, Stage::Augment})
+    EXPECT_EQ(calls(s), B) << stage_name(s);
+  EXPECT_GT(stage_clock_totals().seconds[int(Stage::Decode)], 0.0);
+
+  stage_clock_reset();
+  direct(packed, B, 1, 0, 0, train_cfg(16));
+  EXPECT_EQ(calls(Stage::Read), 0) << "packed sets are memory-mapped";
+  EXPECT_EQ(calls(Stage::Decode), B);
+
+  stage_clock_reset();
+  {
+    Loader l(folder, B, true, 1, {2});
+    load(l, folder, 0, 0, train_cfg(16));
+    EXPECT_EQ(calls(Stage::Copy), 1) << "the batch to the caller";
+    EXPECT_GE(calls(Stage::Augment), B) << "worker threads count too (and may prefetch more)";
+  }
+  stage_clock_enable(false);
 }

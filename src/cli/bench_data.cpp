@@ -6,12 +6,13 @@
 #include <algorithm>
 #include <chrono>
 
-#include "train/batch_config.h"
 #include "cli/train_args.h"
 #include "core/common.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/source.h"
+#include "data/stage_clock.h"
+#include "train/batch_config.h"
 
 namespace vit {
 
@@ -61,20 +62,37 @@ int run_bench_data(int argc, char** argv) {
   auto load = [&](Index i) {
     loader.load(uint64_t(i / nb), i % nb, cfg, images.data(), targets.data());
   };
+  data::stage_clock_enable(true);
   load(0);  // warm-up: starts the workers, fills the page cache
+  // The workers may already build the next batches: the stage sums cover whatever they did
+  // from here to the end, which is the timed window up to the prefetch of its last batches.
+  data::stage_clock_reset();
   const auto t0 = std::chrono::steady_clock::now();
   for (Index i = 1; i <= batches; ++i) load(i);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const data::StageTotals st = data::stage_clock_totals();
+  data::stage_clock_enable(false);
   const double ips = double(batch) * batches / sec;
   const int w = std::max(1, loader.workers());
+  // Shares of the workers' time (workers x wall); what no stage holds is queueing, idling and
+  // the loop's own bookkeeping. The copy runs in the caller's thread, outside the workers.
+  std::string shares, shares_json;
+  for (int i = 0; i < data::kNumStages; ++i) {
+    const auto stage = data::Stage(i);
+    const double share = 100.0 * st.seconds[i] / (sec * w);
+    shares += fmt::format("{}{} {:.1f}%", i ? ", " : "", data::stage_name(stage), share);
+    shares_json += fmt::format(",\"{}_pct\":{:.2f}", data::stage_name(stage), share);
+  }
   if (json)
     fmt::print(
         "{{\"impl\":\"vitrain\",\"format\":\"{}\",\"img_size\":{},\"workers\":{},"
-        "\"img_per_s\":{:.1f},\"img_per_s_per_worker\":{:.1f}}}\n",
-        d.format, img_size, w, ips, ips / w);
+        "\"img_per_s\":{:.1f},\"img_per_s_per_worker\":{:.1f}{}}}\n",
+        d.format, img_size, w, ips, ips / w, shares_json);
   else
-    fmt::print("{} {}: {} px, {} workers: {:.1f} img/s ({:.1f} per worker), {} unreadable\n",
-               d.format, data_dir, img_size, w, ips, ips / w, d.train->unreadable_count());
+    fmt::print(
+        "{} {}: {} px, {} workers: {:.1f} img/s ({:.1f} per worker), {} unreadable\n"
+        "  share of worker time: {}\n",
+        d.format, data_dir, img_size, w, ips, ips / w, d.train->unreadable_count(), shares);
   return 0;
 }
 

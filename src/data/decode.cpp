@@ -16,6 +16,7 @@
 #include <jpeglib.h>
 
 #include "core/common.h"
+#include "data/stage_clock.h"
 
 namespace vit::data {
 
@@ -377,14 +378,19 @@ Image decode_image(const uint8_t* bytes, size_t n, int min_side_hint) {
 }
 
 Image decode_image_file(const std::string& path, int min_side_hint) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw Error(fmt::format("{}: cannot open image file", path));
-  const std::streamoff size = f.tellg();
-  std::vector<uint8_t> buf(size > 0 ? size_t(size) : 0);
-  f.seekg(0);
-  if (size > 0 && !f.read(reinterpret_cast<char*>(buf.data()), size))
-    throw Error(fmt::format("{}: read error", path));
+  std::vector<uint8_t> buf;
+  {
+    StageScope clock(Stage::Read);
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f) throw Error(fmt::format("{}: cannot open image file", path));
+    const std::streamoff size = f.tellg();
+    buf.resize(size > 0 ? size_t(size) : 0);
+    f.seekg(0);
+    if (size > 0 && !f.read(reinterpret_cast<char*>(buf.data()), size))
+      throw Error(fmt::format("{}: read error", path));
+  }
   try {
+    StageScope clock(Stage::Decode);
     return decode_image(buf.data(), buf.size(), min_side_hint);
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", path, e.what()));

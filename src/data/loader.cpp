@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "data/source_batch.h"
+#include "data/stage_clock.h"
 
 namespace vit::data {
 
@@ -178,6 +179,7 @@ void Loader::load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images
     jobs_.erase(std::find(jobs_.begin(), jobs_.end(), job));
   }
   if (job->error) std::rethrow_exception(job->error);
+  StageScope clock(Stage::Copy);
   std::memcpy(images, job->images.data(), job->images.size() * sizeof(float));
   std::memcpy(targets, job->targets.data(), job->targets.size() * sizeof(float));
   if (labels) std::memcpy(labels, job->labels.data(), job->labels.size() * sizeof(int32_t));

@@ -16,6 +16,7 @@
 #include "core/common.h"
 #include "core/fatal_signal.h"
 #include "data/decode.h"
+#include "data/stage_clock.h"
 
 namespace vit::data {
 
@@ -376,6 +377,7 @@ void PackedReader::open(const std::string& path) {
 }
 
 Image PackedReader::decode(size_t i, int min_side_hint) const {
+  StageScope clock(Stage::Decode);  // memory-mapped: the page reads happen in here too
   const PackedEntry& e = entry(i);
   const uint8_t* src = data(i);
   if (e.mode == 0) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "data/decode.h"
+#include "data/stage_clock.h"
 
 namespace vit::data {
 
@@ -30,6 +31,7 @@ size_t Source::unreadable_count() const {
 }
 
 void to_planar(const Image& img, Planar& out) {
+  StageScope clock(Stage::Layout);
   out.c = img.c;
   out.h = img.h;
   out.w = img.w;

@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "data/randaugment.h"
+#include "data/stage_clock.h"
 
 namespace vit::data {
 
@@ -56,7 +57,10 @@ void make_source_batch(const Source& src, const Index* indices, Index B, const B
     VIT_CHECK(px.c == C, fmt::format("sample {} has {} channels, expected {}", used, px.c, C));
     // The slot's own stream, so a replaced sample is not a copy of its other occurrence.
     Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));
-    timm_sample(px.px.data(), C, px.h, px.w, cfg, ra.get(), train, rng, images + b * C * S * S);
+    {
+      StageScope clock(Stage::Augment);
+      timm_sample(px.px.data(), C, px.h, px.w, cfg, ra.get(), train, rng, images + b * C * S * S);
+    }
     const int32_t label = src.label(used);
     smoothed_one_hot(label, K, cfg.smoothing, targets + b * K);
     if (labels) labels[b] = label;
