@@ -1,8 +1,8 @@
 // The NCCL communicator (src/dist/comm_nccl.cpp) at world size one, on one GPU: the same code
 // path as a multi-GPU job (bootstrap, collectives on device and host buffers, the engine's
-// gradient all-reduce and loss mean), whose sums over one rank change nothing, so the engine
-// must train bitwise as without a communicator. Label `gpu`; skips without a device (fails
-// under VIT_REQUIRE_GPU=1) and in builds without NCCL.
+// gradient all-reduce and loss mean, ZeRO-1's reduce-scatter / norm / all-gather), whose sums
+// over one rank change nothing, so the engine must train bitwise as without a communicator. Label
+// `gpu`; skips without a device (fails under VIT_REQUIRE_GPU=1) and in builds without NCCL.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -80,6 +80,32 @@ TEST_F(NcclWorldOfOne, EngineTrainsBitwiseAsWithoutCommunicator) {
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
       << "an all-reduce over one rank must not change the update";
+#endif
+}
+
+// ZeRO-1 over a NCCL world of one: one block holding everything, so the same update as the
+// fused step (the norm's partial sums and their order are the same, the root taken after the
+// all-reduce), and the bf16 copy converted after the all-gather: bitwise the plain engine.
+TEST_F(NcclWorldOfOne, ShardedOptimizerTrainsBitwiseAsThePlainEngine) {
+#ifdef VIT_HAS_NCCL
+  const vit::ModelConfig c = vit::test::config_of(vit::test::kComparisonCases[0]);
+  const Index B = 5;
+  vit::EngineOptions o = vit::test::engine_options("cuda", "bf16", c, B);
+  auto plain = vit::make_engine(o);
+  o.comm = world_of_one();
+  o.shard_optimizer = true;
+  auto zero1 = vit::make_engine(o);
+  std::vector<float> p0(size_t(plain->table().total), 0.0f);
+  vit::init_params(p0.data(), plain->table(), c, 4);
+  const auto a = vit::test::train_three_steps(*plain, p0, c, B);
+  const auto b = vit::test::train_three_steps(*zero1, p0, c, B);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0);
+  std::vector<float> ma, va, mb, vb;
+  plain->read_moments(ma, va);
+  zero1->read_moments(mb, vb);  // gathered from the blocks (one here)
+  EXPECT_EQ(ma, mb);
+  EXPECT_EQ(va, vb);
 #endif
 }
 

@@ -94,6 +94,21 @@ struct CudaBackend {
   // once for a skipped update) that also writes the bf16 copy; the clip scale is computed on
   // the device from the norm (no host sync per step). Whether the update was applied is known
   // only on the device: returns true.
+  // ZeRO-1 on the device (see HostMemory::sharded_adamw): every rank's sum of squares over
+  // NCCL, the root, the verdict and AdamW on the block, all on the device; the bf16 copy is the
+  // caller's (after the all-gather). Whether the update was applied is known only on the
+  // device: returns true (an all-gather of unchanged blocks is harmless).
+  static bool sharded_adamw(float* params, float* m, float* v, const float* grads, double* stats,
+                            Index n, Index num_decay, const AdamWConfig& cfg, double lr, Index step,
+                            Comm& comm) {
+    cuda::grad_sum_of_squares(stats + kGradNorm, grads, n);
+    comm.allreduce_sum(stats + kGradNorm, 1);
+    cuda::sqrt_in_place(stats + kGradNorm);
+    cuda::judge_update(stats);
+    cuda::adamw_step<T>(params, static_cast<T*>(nullptr), m, v, grads, stats + kGradNorm,
+                        stats + kApply, n, num_decay, cfg, lr, step);
+    return true;
+  }
   static bool adamw_step(float* params, Store* lowp, float* m, float* v, const float* grads,
                          double* stats, Index n, Index num_decay, const AdamWConfig& cfg, double lr,
                          Index step) {

@@ -20,6 +20,7 @@
 
 #include "core/bf16.h"
 #include "core/common.h"
+#include "dist/comm.h"
 #include "ops/attention_choice.h"
 #include "ops/cpu/adamw.h"
 #include "ops/cpu/ema.h"
@@ -112,6 +113,22 @@ struct HostMemory {
   template <class A>
   static void swap(A* a, A* b, Index n) {
     std::swap_ranges(a, a + n, b);
+  }
+  // ZeRO-1's update of this rank's block (params, grads (n); m, v its moments): the global
+  // grad norm from every rank's sum of squares, the verdict on the global loss and norm, then
+  // AdamW on the block. Returns whether the update was applied (the same on every rank).
+  template <class A>
+  static bool sharded_adamw(A* params, A* m, A* v, const A* grads, double* stats, Index n,
+                            Index num_decay, const AdamWConfig& cfg, double lr, Index step,
+                            Comm& comm) {
+    double sq = grad_sum_of_squares(grads, n);
+    comm.allreduce_sum(&sq, 1);
+    stats[kGradNorm] = std::sqrt(sq);
+    judge_update(stats);
+    if (stats[kApply] == 0) return false;
+    cpu::adamw_update(params, m, v, grads, n, num_decay, cfg, lr, step,
+                      clip_scale(cfg, stats[kGradNorm]));
+    return true;
   }
 };
 

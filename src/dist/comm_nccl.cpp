@@ -104,32 +104,43 @@ class NcclComm : public Comm {
       nccl_ok(ncclAllReduce(d, d, n, nccl_type<T>(), op, comm_, stream_), "all-reduce");
     });
   }
-  // NCCL's reduce-scatter and all-gather take equal blocks: shard_counts' blocks are equal but
-  // for the last (shorter, or empty ones after it), so the call covers `size` blocks of the
-  // first block's length, which the caller's buffer must hold (a capacity rounded up to it).
+  // ZeRO-1's blocks are uneven (shard_counts: the last shorter, trailing ones empty), and
+  // NCCL's reduce-scatter / all-gather take equal ones: so one grouped call of a reduce to
+  // rank r (reduce-scatter) or a broadcast from rank r (all-gather) per block r, which moves
+  // about the same bytes and never touches memory past the blocks.
   template <typename T>
   void reduce_scatter(T* data, const std::vector<size_t>& counts) {
-    const size_t block = equal_block(counts);
-    run("reduce-scatter", data, block * size_t(size_) * sizeof(T), [&](void* d) {
-      T* all = static_cast<T*>(d);
-      nccl_ok(ncclReduceScatter(all, all + block * size_t(rank_), block, nccl_type<T>(), ncclSum,
-                                comm_, stream_),
-              "reduce-scatter");
+    run("reduce-scatter", data, total(counts) * sizeof(T), [&](void* d) {
+      per_block(static_cast<T*>(d), counts, [&](T* block, size_t n, int r) {
+        nccl_ok(ncclReduce(block, block, n, nccl_type<T>(), ncclSum, r, comm_, stream_),
+                "reduce-scatter");
+      });
     });
   }
   template <typename T>
   void gather(T* data, const std::vector<size_t>& counts) {
-    const size_t block = equal_block(counts);
-    run("all-gather", data, block * size_t(size_) * sizeof(T), [&](void* d) {
-      T* all = static_cast<T*>(d);
-      nccl_ok(
-          ncclAllGather(all + block * size_t(rank_), all, block, nccl_type<T>(), comm_, stream_),
-          "all-gather");
+    run("all-gather", data, total(counts) * sizeof(T), [&](void* d) {
+      per_block(static_cast<T*>(d), counts, [&](T* block, size_t n, int r) {
+        nccl_ok(ncclBroadcast(block, block, n, nccl_type<T>(), r, comm_, stream_), "all-gather");
+      });
     });
   }
-  size_t equal_block(const std::vector<size_t>& counts) const {
+  size_t total(const std::vector<size_t>& counts) const {
     VIT_CHECK(int(counts.size()) == size_, "NCCL: one block per rank");
-    return counts.empty() ? 0 : counts[0];
+    size_t n = 0;
+    for (size_t c : counts) n += c;
+    return n;
+  }
+  // f(block start, its length, its rank) for every non-empty block, in one NCCL group.
+  template <typename T, typename F>
+  void per_block(T* all, const std::vector<size_t>& counts, F&& f) {
+    nccl_ok(ncclGroupStart(), "group start");
+    size_t off = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (counts[size_t(r)] > 0) f(all + off, counts[size_t(r)], r);
+      off += counts[size_t(r)];
+    }
+    nccl_ok(ncclGroupEnd(), "group end");
   }
 
   // f enqueues the collective on stream_ over device memory. Device data: after the op

@@ -50,8 +50,6 @@ class ModelEngine : public Engine {
       VIT_CHECK(Backend::kHost || opt.comm->name() == "nccl",
                 "data parallel on the GPU needs the NCCL communicator (this vitrain was built "
                 "without NCCL)");
-      VIT_CHECK(Backend::kHost || !opt.shard_optimizer,
-                "--shard-optimizer is not supported on the GPU yet (plain data parallel is)");
       comm_ = opt.comm;
       zero1_ = opt.shard_optimizer;
     }
@@ -198,37 +196,31 @@ class ModelEngine : public Engine {
   std::vector<size_t> shard(size_t* lo, size_t* hi) const {
     return shard_counts(size_t(table().total), comm_->size(), comm_->rank(), lo, hi);
   }
-  // ZeRO-1 update (host backends): the same AdamW as adamw_step on this rank's block, with the
-  // global grad norm and loss, then every rank's updated block to every rank.
+  // ZeRO-1 update: the same AdamW as adamw_step on this rank's block, with the global grad
+  // norm and loss (Backend::sharded_adamw), then every rank's updated block to every rank.
   void sharded_step(double lr) {
-    if constexpr (Backend::kHost) {
-      size_t lo = 0, hi = 0;
-      const std::vector<size_t> counts = shard(&lo, &hi);
-      Acc* grads = model_.grads.data();
-      Acc* params = model_.params.data();
-      double* stats = stats_.data();
-      {
-        ProfileScope prof("reduce-scatter (ZeRO-1)");
-        comm_->reduce_scatter_sum(grads, counts);
-      }
-      reduce_loss_over_ranks();
-      Backend::close_update_loss(stats, micro_batches_);
-      double sq = grad_sum_of_squares(grads + lo, Index(hi - lo));
-      comm_->allreduce_sum(&sq, 1);
-      stats[kGradNorm] = std::sqrt(sq);
-      judge_update(stats);
-      if (stats[kApply] == 0) return;  // every rank judges the same global loss and norm
-      const Index n = Index(hi - lo),
-                  decay = std::clamp(table().num_decay - Index(lo), Index(0), n);
-      cpu::adamw_update(params + lo, m_.data(), v_.data(), grads + lo, n, decay, adamw_, lr, steps_,
-                        clip_scale(adamw_, stats[kGradNorm]));
-      {
-        ProfileScope prof("all-gather (ZeRO-1)");
-        comm_->allgather(params, counts);
-      }
-      if constexpr (!std::is_same_v<Store, Acc>)
-        Backend::convert(model_.weights(), params, table().total);
+    size_t lo = 0, hi = 0;
+    const std::vector<size_t> counts = shard(&lo, &hi);
+    Acc* grads = model_.grads.data();
+    Acc* params = model_.params.data();
+    double* stats = stats_.data();
+    {
+      ProfileScope prof("reduce-scatter (ZeRO-1)");
+      comm_->reduce_scatter_sum(grads, counts);
     }
+    reduce_loss_over_ranks();
+    Backend::close_update_loss(stats, micro_batches_);
+    const Index n = Index(hi - lo), decay = std::clamp(table().num_decay - Index(lo), Index(0), n);
+    // Every rank judges the same global loss and norm, so all skip or none.
+    if (!Backend::sharded_adamw(params + lo, m_.data(), v_.data(), grads + lo, stats, n, decay,
+                                adamw_, lr, steps_, *comm_))
+      return;
+    {
+      ProfileScope prof("all-gather (ZeRO-1)");
+      comm_->allgather(params, counts);
+    }
+    if constexpr (!std::is_same_v<Store, Acc>)
+      Backend::convert(model_.weights(), params, table().total);
   }
   // Data parallel: the gradient sum and the update's loss over the ranks, before the update.
   // On the GPU both are NCCL collectives on device buffers, ordered after the backward pass on

@@ -26,13 +26,32 @@ __global__ void grad_norm_partial_kernel(double* partial, const float* grads, In
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void grad_norm_finish_kernel(double* norm, const double* partial, int count) {
-  // partial (count) -> norm (1)
+__global__ void grad_norm_finish_kernel(double* norm, const double* partial, int count,
+                                        bool take_sqrt) {
+  // partial (count) -> norm (1), or the sum of squares when !take_sqrt
   __shared__ double sm[32];
   double s = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
   s = block_sum(s, sm);
-  if (threadIdx.x == 0) *norm = sqrt(s);
+  if (threadIdx.x == 0) *norm = take_sqrt ? sqrt(s) : s;
+}
+
+__global__ void sqrt_kernel(double* x) {
+  // x (1)
+  *x = sqrt(*x);
+}
+
+void grad_norm_reduce(double* out, const float* grads, Index n, bool take_sqrt) {
+  if (n <= 0) {
+    VIT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream()));
+    return;
+  }
+  const unsigned blocks = std::min(blocks_for(n), unsigned(kNormBlocks));
+  auto* partial = static_cast<double*>(scratch(kNormBlocks * sizeof(double), kScratchNorm));
+  grad_norm_partial_kernel<<<blocks, kBlock, 0, stream()>>>(partial, grads, n);
+  VIT_CUDA_LAUNCHED();
+  grad_norm_finish_kernel<<<1, 1024, 0, stream()>>>(out, partial, int(blocks), take_sqrt);
+  VIT_CUDA_LAUNCHED();
 }
 
 __global__ void judge_update_kernel(double* stats) {
@@ -70,15 +89,15 @@ __global__ void adamw_kernel(float* params, TLow* params_lowp, float* m, float* 
 }  // namespace
 
 void global_grad_norm(double* norm, const float* grads, Index n) {
-  if (n <= 0) {
-    VIT_CUDA_CHECK(cudaMemsetAsync(norm, 0, sizeof(double), stream()));
-    return;
-  }
-  const unsigned blocks = std::min(blocks_for(n), unsigned(kNormBlocks));
-  auto* partial = static_cast<double*>(scratch(kNormBlocks * sizeof(double), kScratchNorm));
-  grad_norm_partial_kernel<<<blocks, kBlock, 0, stream()>>>(partial, grads, n);
-  VIT_CUDA_LAUNCHED();
-  grad_norm_finish_kernel<<<1, 1024, 0, stream()>>>(norm, partial, int(blocks));
+  grad_norm_reduce(norm, grads, n, true);
+}
+
+void grad_sum_of_squares(double* sumsq, const float* grads, Index n) {
+  grad_norm_reduce(sumsq, grads, n, false);
+}
+
+void sqrt_in_place(double* x) {
+  sqrt_kernel<<<1, 1, 0, stream()>>>(x);
   VIT_CUDA_LAUNCHED();
 }
 

@@ -201,6 +201,10 @@ void cross_entropy_backward(T* dlogits, const float* probs, const float* targets
 // norm (1, device, fp64) = sqrt(sum grads^2): a deterministic two-pass reduction (fixed block
 // partials, then one block), fp64 accumulation as on the CPU.
 void global_grad_norm(double* norm, const float* grads, Index n);
+// sumsq (1, device) = sum grads^2, the same reduction without the root (ZeRO-1: each rank's
+// block, summed over the ranks, then sqrt_in_place); x (1, device) = sqrt(x).
+void grad_sum_of_squares(double* sumsq, const float* grads, Index n);
+void sqrt_in_place(double* x);
 
 // One fused AdamW update over the contiguous fp32 master buffer, torch.optim.AdamW math as
 // vit::AdamW<float>::step: decoupled weight decay on elements [0, num_decay) only, bias
