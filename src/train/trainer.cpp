@@ -103,512 +103,648 @@ std::string format_duration(double s) {
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, int(t / 60 % 60), int(t % 60));
 }
 
-}  // namespace
+// One training run: the setup (communicator, data, plan, engine, outputs), the epoch loop and
+// its pieces, the summary. The members are the run's state; each method is one step of it.
+class TrainRun {
+ public:
+  TrainRun(const TrainArgs& args, const std::string& args_yaml);
+  int run();
 
-int run_train(const TrainArgs& args, const std::string& args_yaml) {
-  const std::string device = resolve_device(args.device);  // before any work: a clear error
+ private:
+  // What one epoch accumulates between its log points and for its summary.
+  struct EpochTally {
+    double loss_sum = 0, loss_avg_window = 0, data_window = 0, data_epoch = 0;
+    int64_t loss_count = 0, window = 0, window_losses = 0, samples = 0;
+    double loss = 0, gnorm = 0;  // of the last update read
+    std::chrono::steady_clock::time_point t_window = std::chrono::steady_clock::now();
+  };
+  enum class EpochEnd { Done, BudgetSpent, StoppedEarly, Interrupted };
+
+  void open_run_dir();
+  void start_weights();
+  void print_header() const;
+  EpochEnd run_epoch(int64_t epoch);
+  bool budget_spent();
+  Index train_update(int64_t epoch, int64_t u, EpochTally& t);
+  void log_progress(int64_t epoch, int64_t u, double frac, double lr, Index step_samples,
+                    EpochTally& t);
+  void take_stats(int64_t epoch, int64_t update, EpochTally& t);
+  EpochEnd end_epoch(int64_t epoch, int64_t u, int64_t first_update, bool budget_spent,
+                     const EpochTally& t, double t_epoch0);
+  void set_train_size(int size, int64_t epoch, int64_t update, double frac);
+  EvalResult run_eval();
+  bool eval_and_save(int64_t epoch, double train_loss, double ips, double lr_now, double frac);
+  bool record_best(int64_t epoch, const EvalResult& ev);
+  void log_eval(int64_t epoch, const EvalResult& raw, const EvalResult& ev, double train_loss,
+                double ips, double lr_now, double frac);
+  void save_state(int64_t epoch, int64_t update_in_epoch);
+  void print_summary() const;
+  double elapsed() const;
+  double fraction(int64_t epoch, int64_t update) const;
+  bool injected(int64_t update) const;
+  size_t unreadable() const {
+    return data_.train->unreadable_count() + data_.val->unreadable_count();
+  }
+
+  const TrainArgs& args_;
+  const std::string device_;
+  std::shared_ptr<Comm> comm_;
+  int rank_ = 0, world_ = 1;
+  data::DataSplits data_;
+  RunPlan plan_;
+  Index B_ = 0, accum_ = 1, upe_ = 0, cap_ = 0;  // B_, cap_: this rank's samples per pass
+  int F_ = 0, eval_size_ = 0;
+  bool et_ = false, open_ended_ = false;
+  std::optional<TrainState> resumed_;
+  std::string run_dir_;
+  ModelConfig cfg_;  // the current training size
+  EngineOptions engine_opt_;
+  std::unique_ptr<Engine> engine_;
+  TrainState st_;
+  std::optional<RunOutputs> out_;
+  ComputeBudget compute_;
+  data::BatchConfig eval_bc_;
+  double flops_per_img_ = 0;
+  bool tty_ = false, read_every_step_ = true;
+  std::unique_ptr<GpuMonitor> gpu_monitor_;
+  std::optional<TrainBatches> batches_;
+  double elapsed_before_ = 0;
+  std::chrono::steady_clock::time_point t_start_;
+  std::unique_ptr<Engine> eval_engine_;  // at --eval-size, when it differs from the training size
+  std::vector<std::pair<int64_t, int64_t>> nonfinite_ranges_;
+  // Running estimates for the budget's stop rule.
+  double step_est_ = 0, eval_est_ = -1;
+  int64_t updates_since_eval_ = 0;
+  bool evaluated_once_ = false;
+  int exit_code_ = 0;  // of an interrupted run
+};
+
+TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
+    : args_(args), device_(resolve_device(args.device)) {  // before any work: a clear error
   if (args.workers > 0) omp_set_num_threads(args.workers);
   // Data parallel (mpirun; torchrun / srun on GPUs): rank 0 prints, logs and writes; the
   // others compute.
   VIT_CHECK(args.dist_timeout >= 0, "--dist-timeout must be >= 0 seconds");
-  const std::shared_ptr<Comm> comm = make_run_comm(device, args.dist_timeout);
-  const int rank = comm->rank(), world = comm->size();
-  comm->set_timeout(args.dist_timeout);
-  if (rank > 0 && !std::freopen("/dev/null", "w", stdout))
+  comm_ = make_run_comm(device_, args.dist_timeout);
+  rank_ = comm_->rank();
+  world_ = comm_->size();
+  comm_->set_timeout(args.dist_timeout);
+  if (rank_ > 0 && !std::freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a worker rank");
 
-  const data::DataSplits data = data::load_data_dir(
-      args.data_dir,
-      args.class_map.empty() ? std::vector<std::string>{} : data::read_class_map(args.class_map));
-  VIT_CHECK(args.class_map.empty() || data.streamed(),
+  data_ = data::load_data_dir(args.data_dir, args.class_map.empty()
+                                                 ? std::vector<std::string>{}
+                                                 : data::read_class_map(args.class_map));
+  VIT_CHECK(args.class_map.empty() || data_.streamed(),
             fmt::format("--class-map applies to ImageFolder and packed data, not to the {} data "
                         "in '{}'",
-                        data.format, args.data_dir));
-  const RunPlan plan = plan_run(args, data);
-  const Index n_train = data.train->size(), n_val = data.val->size();
-  const ModelConfig& final_cfg = plan.final_cfg;
-  const int F = plan.final_size;
-  check_data_parallel(plan, world);
-  // B, cap: this rank's samples per forward pass (the global batch is split over the ranks).
-  const Index B = plan.batch / world, accum = plan.accum, upe = plan.updates_per_epoch;
-  const bool et = plan.efficienttrain, open_ended = plan.open_ended();
-  const int eval_size = plan.eval_size, R = plan.replay;
-  const std::optional<TimeBudget>& budget = plan.budget;
-  const Index cap = plan.max_samples / world;  // samples per forward pass with replay
+                        data_.format, args.data_dir));
+  plan_ = plan_run(args, data_);
+  F_ = plan_.final_size;
+  check_data_parallel(plan_, world_);
+  B_ = plan_.batch / world_;
+  accum_ = plan_.accum;
+  upe_ = plan_.updates_per_epoch;
+  et_ = plan_.efficienttrain;
+  open_ended_ = plan_.open_ended();
+  eval_size_ = plan_.eval_size;
+  cap_ = plan_.max_samples / world_;  // samples per forward pass with replay
 
-  std::optional<TrainState> resumed;
-  std::string run_dir;
-  ModelConfig cfg = final_cfg;  // the current training size
-  if (!args.resume.empty()) {
-    const std::string sp = state_path_of(args.resume);
-    resumed = load_train_state(sp);
-    run_dir = fs::path(sp).parent_path().string();
-    cfg.img_size = resumed->weights.cfg.img_size;  // the state is at its training size
-    VIT_CHECK(model_config_to_json(resumed->weights.cfg) == model_config_to_json(cfg),
-              fmt::format("--resume: the state in '{}' is for a different model than the "
-                          "flags describe",
-                          sp));
-  } else {
-    if (rank == 0)
-      run_dir = make_run_dir(args.output, args.experiment, final_cfg.name, final_cfg.img_size);
-    run_dir = broadcast_string(*comm, run_dir, 0);
-  }
-
-  EngineOptions engine_opt;
-  engine_opt.device = device;
-  engine_opt.precision = args.precision;
-  engine_opt.cfg = cfg;
-  engine_opt.max_batch = cap;
-  engine_opt.max_img_size = std::max(F, cfg.img_size);  // curricula never exceed the final size
-  engine_opt.adamw = AdamWConfig{0.9, 0.999, 1e-8, args.weight_decay, args.clip_grad};
-  const bool ema = args.model_ema;
-  engine_opt.ema = ema;
-  engine_opt.comm = comm;
-  engine_opt.shard_optimizer = args.shard_optimizer;
-  std::unique_ptr<Engine> engine = make_engine(engine_opt);
-  TrainState st;
-  if (resumed) {
-    st = std::move(*resumed);
-    engine->write_params(st.weights.params);
-    engine->write_moments(st.exp_avg, st.exp_avg_sq, st.step);
-    if (ema) {
-      if (st.ema.empty())
-        fmt::print("Model EMA: the state has none; it starts from the resumed weights\n");
-      engine->write_ema(st.ema.empty() ? st.weights.params : st.ema);
-    }
-  } else {
-    std::vector<float> p(size_t(engine->table().total), 0.0f);
-    init_params(p.data(), engine->table(), cfg, args.seed);
-    if (!args.initial_checkpoint.empty())
-      load_initial_checkpoint(args.initial_checkpoint, cfg, engine->table(), p.data(), stdout);
-    engine->write_params(p);
-    if (ema) engine->write_ema(p);  // timm copies the model at the start
-  }
-  st.args_yaml = args_yaml;
+  cfg_ = plan_.final_cfg;
+  open_run_dir();
+  start_weights();
+  st_.args_yaml = args_yaml;
   // What eval/export need to reproduce the input pipeline and name the classes.
-  const Metadata data_meta = {{"mean", nlohmann::json(data.mean).dump()},
-                              {"std", nlohmann::json(data.std).dump()},
-                              {"label_names", nlohmann::json(data.train->class_names()).dump()}};
-  RunOutputs out(rank == 0 ? run_dir : std::string(), final_cfg, data_meta, st.epoch, st.step,
-                 fmt::format("{} on {}", final_cfg.name, args.data_dir));
-  out.write_run_files(st.args_yaml, data.train->class_names());
-  ComputeBudget compute(double(args.epochs), int64_t(n_train), F);
-  compute.consumed = st.compute_consumed;
-
+  const Metadata data_meta = {{"mean", nlohmann::json(data_.mean).dump()},
+                              {"std", nlohmann::json(data_.std).dump()},
+                              {"label_names", nlohmann::json(data_.train->class_names()).dump()}};
+  out_.emplace(rank_ == 0 ? run_dir_ : std::string(), plan_.final_cfg, data_meta, st_.epoch,
+               st_.step, fmt::format("{} on {}", plan_.final_cfg.name, args.data_dir));
+  out_->write_run_files(st_.args_yaml, data_.train->class_names());
+  compute_ = ComputeBudget(double(args.epochs), int64_t(data_.train->size()), F_);
+  compute_.consumed = st_.compute_consumed;
   // Streamed data (photos of any size) is evaluated as timm does: resize + centre crop.
-  const data::BatchConfig eval_bc =
-      eval_batch_config(args, eval_size, data.mean, data.std, data.streamed());
-
-  const double flops_per_img = 3.0 * final_cfg.forward_flops_per_image();
-  fmt::print(
-      "Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
-      "classes), {} updates/epoch, batch {} x {}, lr {:.3g}, run {}\n",
-      final_cfg.name, engine->table().num_params, flops_per_img / 1e6, args.data_dir, n_train,
-      n_val, cfg.num_classes, upe, B, accum, args.lr, run_dir);
-  fmt::print("Device: {}\n", engine->description());
-  if (world > 1)
-    fmt::print("Data parallel: {} ranks ({}), {} samples per rank per micro-batch{}\n", world,
-               comm->name(), B, args.shard_optimizer ? ", sharded optimizer (ZeRO-1)" : "");
-  if (args.curriculum != "none" || budget || R > 1)
-    fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
-               args.curriculum,
-               et ? fmt::format(" (lowfreq {}, sizes {}, warm-up {:.3g})", args.lowfreq,
-                                fmt::join(plan.et.sizes, "/"), args.et_warmup)
-                  : std::string(),
-               F, eval_size, budget ? fmt::format("{:.0f}s", budget->total_s) : "none", R);
-  if (resumed)
-    fmt::print("Resumed at epoch {} update {} (step {}), training size {}\n", st.epoch,
-               st.update_in_epoch, st.step, cfg.img_size);
-  std::fflush(stdout);
+  eval_bc_ = eval_batch_config(args, eval_size_, data_.mean, data_.std, data_.streamed());
+  flops_per_img_ = 3.0 * plan_.final_cfg.forward_flops_per_image();
+  print_header();
 
   g_stop_requested = false;
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  const bool tty = stdout_is_tty();
+  tty_ = stdout_is_tty();
   // On the host reading the loss is free: check every update. On the GPU only at log points.
-  const bool read_every_step = !engine->on_gpu();
+  read_every_step_ = !engine_->on_gpu();
   // GPU utilisation, memory, power and clock in the log (NVML, when the driver has it).
-  std::unique_ptr<GpuMonitor> gpu_monitor;
-  if (engine->on_gpu()) gpu_monitor = std::make_unique<GpuMonitor>();
-
-  TrainBatches batches(args, plan, data, cfg.img_size, engine->num_steps(), rank, world);
-  if (batches.workers() > 0) {
-    fmt::print("Data: {} ({}), {} loader workers\n", data.format, args.data_dir, batches.workers());
+  if (engine_->on_gpu()) gpu_monitor_ = std::make_unique<GpuMonitor>();
+  batches_.emplace(args, plan_, data_, cfg_.img_size, engine_->num_steps(), rank_, world_);
+  if (batches_->workers() > 0) {
+    fmt::print("Data: {} ({}), {} loader workers\n", data_.format, args.data_dir,
+               batches_->workers());
     std::fflush(stdout);
   }
-  auto unreadable = [&] { return data.train->unreadable_count() + data.val->unreadable_count(); };
+  nonfinite_ranges_ = injected_nonfinite_updates();
+  elapsed_before_ = st_.elapsed_s;
+  t_start_ = std::chrono::steady_clock::now();
+}
 
-  const double elapsed_before = st.elapsed_s;
-  const auto t_start = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return elapsed_before +
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  };
-  // Fraction of the schedule done: the time budget, else ET++'s compute, else epochs.
-  auto fraction = [&](int64_t epoch, int64_t update) {
-    if (budget) return budget->fraction(elapsed());
-    if (et) return compute.progress();
-    return std::min(1.0, (double(epoch) + double(update) / double(upe)) / double(args.epochs));
-  };
-  // Moves the model and its AdamW moments to another training size (pos_embed resampled).
-  auto set_train_size = [&](int size, int64_t epoch, int64_t update, double frac) {
-    if (size == cfg.img_size) return;
-    std::vector<float> m, v;
-    engine->read_moments(m, v);
-    ResizedBuffers r = resize_model(cfg, engine->table(), engine->read_params(), m, v, size);
-    std::vector<float> ema_resized;
-    if (ema) {  // the EMA follows the weights (pos_embed resampled the same way)
-      ema_resized.resize(size_t(r.table.total));
-      map_buffer(cfg, engine->table(), engine->read_ema().data(), r.cfg, r.table,
-                 ema_resized.data(), false);
+// --resume: the state's folder and training size; else a new run folder (rank 0 names it).
+void TrainRun::open_run_dir() {
+  if (!args_.resume.empty()) {
+    const std::string sp = state_path_of(args_.resume);
+    resumed_ = load_train_state(sp);
+    run_dir_ = fs::path(sp).parent_path().string();
+    cfg_.img_size = resumed_->weights.cfg.img_size;  // the state is at its training size
+    VIT_CHECK(model_config_to_json(resumed_->weights.cfg) == model_config_to_json(cfg_),
+              fmt::format("--resume: the state in '{}' is for a different model than the "
+                          "flags describe",
+                          sp));
+    return;
+  }
+  if (rank_ == 0)
+    run_dir_ = make_run_dir(args_.output, args_.experiment, plan_.final_cfg.name,
+                            plan_.final_cfg.img_size);
+  run_dir_ = broadcast_string(*comm_, run_dir_, 0);
+}
+
+// The engine, and its weights: the resumed state's, or fresh ones (or --initial-checkpoint's).
+void TrainRun::start_weights() {
+  engine_opt_.device = device_;
+  engine_opt_.precision = args_.precision;
+  engine_opt_.cfg = cfg_;
+  engine_opt_.max_batch = cap_;
+  // Curricula never exceed the final size.
+  engine_opt_.max_img_size = std::max(F_, cfg_.img_size);
+  engine_opt_.adamw = AdamWConfig{0.9, 0.999, 1e-8, args_.weight_decay, args_.clip_grad};
+  engine_opt_.ema = args_.model_ema;
+  engine_opt_.comm = comm_;
+  engine_opt_.shard_optimizer = args_.shard_optimizer;
+  engine_ = make_engine(engine_opt_);
+  if (resumed_) {
+    st_ = std::move(*resumed_);
+    engine_->write_params(st_.weights.params);
+    engine_->write_moments(st_.exp_avg, st_.exp_avg_sq, st_.step);
+    if (args_.model_ema) {
+      if (st_.ema.empty())
+        fmt::print("Model EMA: the state has none; it starts from the resumed weights\n");
+      engine_->write_ema(st_.ema.empty() ? st_.weights.params : st_.ema);
     }
-    engine->set_img_size(size);  // same buffers, new table
-    engine->write_params(r.params);
-    engine->write_moments(r.m, r.v, engine->num_steps());
-    if (ema) engine->write_ema(ema_resized);
-    fmt::print("{}Size: {} -> {} px at epoch {} update {} (progress {:.3f}{})\n", tty ? "\n" : "",
-               cfg.img_size, size, epoch, update, frac,
-               et ? fmt::format(", stage {}, magnitude {}", et_stage(frac), et_magnitude(frac))
-                  : std::string());
-    std::fflush(stdout);
-    out.log.write({{"type", "size"},
+    return;
+  }
+  std::vector<float> p(size_t(engine_->table().total), 0.0f);
+  init_params(p.data(), engine_->table(), cfg_, args_.seed);
+  if (!args_.initial_checkpoint.empty())
+    load_initial_checkpoint(args_.initial_checkpoint, cfg_, engine_->table(), p.data(), stdout);
+  engine_->write_params(p);
+  if (args_.model_ema) engine_->write_ema(p);  // timm copies the model at the start
+}
+
+void TrainRun::print_header() const {
+  const ModelConfig& final_cfg = plan_.final_cfg;
+  fmt::print(
+      "Model {} ({} params, {:.1f} MFLOP/img train), data {} ({} train / {} eval, {} "
+      "classes), {} updates/epoch, batch {} x {}, lr {:.3g}, run {}\n",
+      final_cfg.name, engine_->table().num_params, flops_per_img_ / 1e6, args_.data_dir,
+      data_.train->size(), data_.val->size(), cfg_.num_classes, upe_, B_, accum_, args_.lr,
+      run_dir_);
+  fmt::print("Device: {}\n", engine_->description());
+  if (world_ > 1)
+    fmt::print("Data parallel: {} ranks ({}), {} samples per rank per micro-batch{}\n", world_,
+               comm_->name(), B_, args_.shard_optimizer ? ", sharded optimizer (ZeRO-1)" : "");
+  const std::optional<TimeBudget>& budget = plan_.budget;
+  if (args_.curriculum != "none" || budget || plan_.replay > 1)
+    fmt::print("Seed methods: curriculum {}{}, final size {}, eval size {}, budget {}, replay {}\n",
+               args_.curriculum,
+               et_ ? fmt::format(" (lowfreq {}, sizes {}, warm-up {:.3g})", args_.lowfreq,
+                                 fmt::join(plan_.et.sizes, "/"), args_.et_warmup)
+                   : std::string(),
+               F_, eval_size_, budget ? fmt::format("{:.0f}s", budget->total_s) : "none",
+               plan_.replay);
+  if (resumed_)
+    fmt::print("Resumed at epoch {} update {} (step {}), training size {}\n", st_.epoch,
+               st_.update_in_epoch, st_.step, cfg_.img_size);
+  std::fflush(stdout);
+}
+
+double TrainRun::elapsed() const {
+  return elapsed_before_ +
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+}
+
+// Fraction of the schedule done: the time budget, else ET++'s compute, else epochs.
+double TrainRun::fraction(int64_t epoch, int64_t update) const {
+  if (plan_.budget) return plan_.budget->fraction(elapsed());
+  if (et_) return compute_.progress();
+  return std::min(1.0, (double(epoch) + double(update) / double(upe_)) / double(args_.epochs));
+}
+
+bool TrainRun::injected(int64_t update) const {
+  for (auto [a, b] : nonfinite_ranges_)
+    if (update >= a && update <= b) return true;
+  return false;
+}
+
+// Moves the model and its AdamW moments to another training size (pos_embed resampled).
+void TrainRun::set_train_size(int size, int64_t epoch, int64_t update, double frac) {
+  if (size == cfg_.img_size) return;
+  std::vector<float> m, v;
+  engine_->read_moments(m, v);
+  ResizedBuffers r = resize_model(cfg_, engine_->table(), engine_->read_params(), m, v, size);
+  std::vector<float> ema_resized;
+  if (args_.model_ema) {  // the EMA follows the weights (pos_embed resampled the same way)
+    ema_resized.resize(size_t(r.table.total));
+    map_buffer(cfg_, engine_->table(), engine_->read_ema().data(), r.cfg, r.table,
+               ema_resized.data(), false);
+  }
+  engine_->set_img_size(size);  // same buffers, new table
+  engine_->write_params(r.params);
+  engine_->write_moments(r.m, r.v, engine_->num_steps());
+  if (args_.model_ema) engine_->write_ema(ema_resized);
+  fmt::print("{}Size: {} -> {} px at epoch {} update {} (progress {:.3f}{})\n", tty_ ? "\n" : "",
+             cfg_.img_size, size, epoch, update, frac,
+             et_ ? fmt::format(", stage {}, magnitude {}", et_stage(frac), et_magnitude(frac))
+                 : std::string());
+  std::fflush(stdout);
+  out_->log.write({{"type", "size"},
                    {"epoch", epoch},
                    {"update", update},
-                   {"step", engine->num_steps()},
-                   {"from", cfg.img_size},
+                   {"step", engine_->num_steps()},
+                   {"from", cfg_.img_size},
                    {"img_size", size},
                    {"fraction", frac},
                    {"elapsed_s", elapsed()}});
-    cfg = r.cfg;
-    batches.set_size(size, engine->num_steps());
-  };
-  // The evaluation model (at --eval-size), weights mapped from the training model.
-  std::unique_ptr<Engine> eval_engine;
-  ModelConfig eval_cfg = final_cfg;
-  eval_cfg.img_size = eval_size;
-  auto run_eval = [&]() -> EvalResult {
-    if (cfg.img_size == eval_size)
-      return evaluate(*engine, *data.val, eval_bc, B, nullptr, args.workers, comm.get());
-    if (!eval_engine) {
-      EngineOptions o = engine_opt;
-      o.cfg = eval_cfg;
-      o.max_batch = B;
-      o.max_img_size = eval_size;
-      eval_engine = make_engine(o);
-    }
-    std::vector<float> p(size_t(eval_engine->table().total));
-    map_buffer(cfg, engine->table(), engine->read_params().data(), eval_cfg, eval_engine->table(),
-               p.data(), false);
-    eval_engine->write_params(p);
-    return evaluate(*eval_engine, *data.val, eval_bc, B, nullptr, args.workers, comm.get());
-  };
-  auto save_state = [&](int64_t epoch, int64_t update_in_epoch) {
-    st.epoch = epoch;
-    st.update_in_epoch = update_in_epoch;
-    st.elapsed_s = elapsed();
-    st.compute_consumed = compute.consumed;
-    out.save_state(*engine, cfg, st);
-  };
+  cfg_ = r.cfg;
+  batches_->set_size(size, engine_->num_steps());
+}
 
-  const auto nonfinite_ranges = injected_nonfinite_updates();
-  auto injected = [&](int64_t update) {
-    for (auto [a, b] : nonfinite_ranges)
-      if (update >= a && update <= b) return true;
-    return false;
-  };
+// The evaluation, on the training model or on one at --eval-size with the weights mapped.
+EvalResult TrainRun::run_eval() {
+  if (cfg_.img_size == eval_size_)
+    return evaluate(*engine_, *data_.val, eval_bc_, B_, nullptr, args_.workers, comm_.get());
+  ModelConfig eval_cfg = plan_.final_cfg;
+  eval_cfg.img_size = eval_size_;
+  if (!eval_engine_) {
+    EngineOptions o = engine_opt_;
+    o.cfg = eval_cfg;
+    o.max_batch = B_;
+    o.max_img_size = eval_size_;
+    eval_engine_ = make_engine(o);
+  }
+  std::vector<float> p(size_t(eval_engine_->table().total));
+  map_buffer(cfg_, engine_->table(), engine_->read_params().data(), eval_cfg, eval_engine_->table(),
+             p.data(), false);
+  eval_engine_->write_params(p);
+  return evaluate(*eval_engine_, *data_.val, eval_bc_, B_, nullptr, args_.workers, comm_.get());
+}
 
-  // Running estimates for the budget's stop rule.
-  double step_est = 0, eval_est = -1;
-  int64_t updates_since_eval = 0;
-  bool evaluated_once = false;
-  // Evaluates, logs, writes the weights; returns false when early stopping ends the run. With a
-  // model EMA both are evaluated and, as in timm, the EMA's metric is the run's: it picks
-  // model_best (which then holds the EMA weights) and fills summary.csv.
-  auto eval_and_save = [&](int64_t epoch, double train_loss, double ips, double lr_now,
-                           double frac) {
-    const double t0 = elapsed();
-    const EvalResult raw = run_eval();
-    fmt::print("{}\n", format_eval_line(epoch, raw.loss, raw.top1, raw.top5));
-    out.save_weights(
-        "last.safetensors", *engine, cfg,
-        {{"epoch", std::to_string(epoch)}, {"eval_top1", fmt::format("{:.4f}", raw.top1)}});
-    EvalResult ev = raw;          // the run's metric
-    if (ema) engine->swap_ema();  // the EMA weights in the model, until the swap back below
-    if (ema) {
-      ev = run_eval();
-      fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5, "Test EMA"));
-      out.save_weights("last_ema.safetensors", *engine, cfg,
+void TrainRun::save_state(int64_t epoch, int64_t update_in_epoch) {
+  st_.epoch = epoch;
+  st_.update_in_epoch = update_in_epoch;
+  st_.elapsed_s = elapsed();
+  st_.compute_consumed = compute_.consumed;
+  out_->save_state(*engine_, cfg_, st_);
+}
+
+// Evaluates, logs, writes the weights; returns false when early stopping ends the run. With a
+// model EMA both are evaluated and, as in timm, the EMA's metric is the run's: it picks
+// model_best (which then holds the EMA weights) and fills summary.csv.
+bool TrainRun::eval_and_save(int64_t epoch, double train_loss, double ips, double lr_now,
+                             double frac) {
+  const double t0 = elapsed();
+  const bool ema = args_.model_ema;
+  const EvalResult raw = run_eval();
+  fmt::print("{}\n", format_eval_line(epoch, raw.loss, raw.top1, raw.top5));
+  out_->save_weights(
+      "last.safetensors", *engine_, cfg_,
+      {{"epoch", std::to_string(epoch)}, {"eval_top1", fmt::format("{:.4f}", raw.top1)}});
+  EvalResult ev = raw;  // the run's metric
+  if (ema) {
+    engine_->swap_ema();  // the EMA weights in the model, until the swap back below
+    ev = run_eval();
+    fmt::print("{}\n", format_eval_line(epoch, ev.loss, ev.top1, ev.top5, "Test EMA"));
+    out_->save_weights("last_ema.safetensors", *engine_, cfg_,
                        {{"epoch", std::to_string(epoch)},
                         {"eval_top1", fmt::format("{:.4f}", ev.top1)},
                         {"weights", "ema"}});
-    }
-    const double budget_s = budget ? budget->total_s : 0.0;
-    bool keep_going = true;
-    if (ev.top1 > st.best_metric) {
-      st.best_metric = ev.top1;
-      st.best_epoch = epoch;
-      st.bad_epochs = 0;
-      Metadata meta = {{"epoch", std::to_string(epoch)},
-                       {"eval_top1", fmt::format("{:.4f}", ev.top1)}};
-      if (ema) meta["weights"] = "ema";
-      out.save_weights("model_best.safetensors", *engine, cfg, meta);
-    } else {
-      ++st.bad_epochs;
-    }
-    if (ema) engine->swap_ema();
-    if (args.patience > 0 && st.bad_epochs >= args.patience) {
-      fmt::print("Early stopping: no top-1 improvement for {} evaluations\n", st.bad_epochs);
-      keep_going = false;
-    }
-    const double dt = elapsed() - t0;
-    eval_est = std::max(eval_est, dt);
-    out.summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg.img_size,
+  }
+  const bool keep_going = record_best(epoch, ev);
+  if (ema) engine_->swap_ema();
+  eval_est_ = std::max(eval_est_, elapsed() - t0);
+  log_eval(epoch, raw, ev, train_loss, ips, lr_now, frac);
+  updates_since_eval_ = 0;
+  evaluated_once_ = true;
+  return keep_going;
+}
+
+// A new best metric writes model_best (the weights in the model now: the EMA's, with one);
+// returns false when --patience evaluations without improvement end the run.
+bool TrainRun::record_best(int64_t epoch, const EvalResult& ev) {
+  if (ev.top1 > st_.best_metric) {
+    st_.best_metric = ev.top1;
+    st_.best_epoch = epoch;
+    st_.bad_epochs = 0;
+    Metadata meta = {{"epoch", std::to_string(epoch)},
+                     {"eval_top1", fmt::format("{:.4f}", ev.top1)}};
+    if (args_.model_ema) meta["weights"] = "ema";
+    out_->save_weights("model_best.safetensors", *engine_, cfg_, meta);
+  } else {
+    ++st_.bad_epochs;
+  }
+  if (args_.patience > 0 && st_.bad_epochs >= args_.patience) {
+    fmt::print("Early stopping: no top-1 improvement for {} evaluations\n", st_.bad_epochs);
+    return false;
+  }
+  return true;
+}
+
+// summary.csv, log.jsonl and the plot's curves for one evaluation.
+void TrainRun::log_eval(int64_t epoch, const EvalResult& raw, const EvalResult& ev,
+                        double train_loss, double ips, double lr_now, double frac) {
+  const double budget_s = plan_.budget ? plan_.budget->total_s : 0.0;
+  out_->summary.append({epoch, train_loss, ev.loss, ev.top1, ev.top5, lr_now, cfg_.img_size,
                         elapsed(), ips, budget_s, frac});
-    nlohmann::json j = {
-        {"type", "eval"},           {"epoch", epoch},         {"step", engine->num_steps()},
-        {"eval_loss", ev.loss},     {"eval_top1", ev.top1},   {"eval_top5", ev.top5},
-        {"img_size", cfg.img_size}, {"eval_size", eval_size}, {"budget_s", budget_s},
-        {"fraction", frac},         {"elapsed_s", elapsed()}};
-    if (data.streamed()) j["skipped_images"] = unreadable();  // unreadable files so far
-    if (ema) {                                                // eval_* above are the EMA's
-      j["ema"] = true;
-      j["raw_eval_loss"] = raw.loss;
-      j["raw_eval_top1"] = raw.top1;
-      j["raw_eval_top5"] = raw.top5;
-    }
-    out.log.write(j);
-    out.plot.eval_loss.push_back({elapsed(), ev.loss});
-    out.plot.eval_top1.push_back({elapsed(), ev.top1});
-    updates_since_eval = 0;
-    evaluated_once = true;
-    return keep_going;
-  };
+  nlohmann::json j = {{"type", "eval"},
+                      {"epoch", epoch},
+                      {"step", engine_->num_steps()},
+                      {"eval_loss", ev.loss},
+                      {"eval_top1", ev.top1},
+                      {"eval_top5", ev.top5},
+                      {"img_size", cfg_.img_size},
+                      {"eval_size", eval_size_},
+                      {"budget_s", budget_s},
+                      {"fraction", frac},
+                      {"elapsed_s", elapsed()}};
+  if (data_.streamed()) j["skipped_images"] = unreadable();  // unreadable files so far
+  if (args_.model_ema) {                                     // eval_* above are the EMA's
+    j["ema"] = true;
+    j["raw_eval_loss"] = raw.loss;
+    j["raw_eval_top1"] = raw.top1;
+    j["raw_eval_top5"] = raw.top5;
+  }
+  out_->log.write(j);
+  out_->plot.eval_loss.push_back({elapsed(), ev.loss});
+  out_->plot.eval_top1.push_back({elapsed(), ev.top1});
+}
 
-  bool stopped_early = false, finished = false;
-  for (int64_t epoch = st.epoch; (open_ended || epoch < args.epochs) && !stopped_early && !finished;
-       ++epoch) {
-    const int64_t first_update = epoch == st.epoch ? st.update_in_epoch : 0;
-    double loss_sum = 0, loss_avg_window = 0, data_window = 0, data_epoch = 0;
-    int64_t loss_count = 0, window = 0, window_losses = 0, samples = 0;
-    double loss = 0, gnorm = 0;  // of the last update read
-    // Reads the losses of the updates since the last read. Updates with a non-finite loss or
-    // grad norm were skipped by the engine: counted, reported, and max_bad_steps of them in a
-    // row end the run without writing anything (the last checkpoint stays as it was).
-    auto take_stats = [&](int64_t ep, int64_t update) {
-      const TrainStats ts = engine->read_stats();
-      if (ts.updates == 0) return;
-      loss_sum += ts.loss_sum;
-      loss_count += ts.applied();
-      loss_avg_window += ts.loss_sum;
-      window_losses += ts.applied();
-      loss = ts.last_loss;
-      gnorm = ts.grad_norm;
-      if (ts.skipped == 0) return;
-      st.skipped_steps += ts.skipped;
-      if (std::max(ts.bad_run, ts.bad_run_max) >= args.max_bad_steps)
-        throw Error(fmt::format(
-            "{} updates in a row had a non-finite loss or gradient norm (the last at epoch {} "
-            "update {}): training diverged; stopped without writing, {}",
-            std::max(ts.bad_run, ts.bad_run_max), ep, update,
-            fs::exists(fs::path(run_dir) / "state.safetensors")
-                ? "the last checkpoint in " + run_dir +
-                      " is intact (resume it with a lower --lr or with --clip-grad)"
-                : std::string("no checkpoint had been written yet (try a lower --lr or "
-                              "--clip-grad)")));
-      fmt::print(
-          "{}warning: {} update{} skipped for a non-finite loss or gradient norm (up to "
-          "epoch {} update {}; {} in this run, {} in a row stop it)\n",
-          tty ? "\n" : "", ts.skipped, ts.skipped == 1 ? "" : "s", ep, update, st.skipped_steps,
-          args.max_bad_steps);
-      out.log.write({{"type", "skip"},
-                     {"epoch", ep},
-                     {"update", update},
-                     {"step", engine->num_steps()},
-                     {"skipped", ts.skipped},
-                     {"skipped_steps", st.skipped_steps},
-                     {"elapsed_s", elapsed()}});
-    };
-    auto t_window = std::chrono::steady_clock::now();
-    const double t_epoch0 = elapsed();
-    int64_t u = first_update;
-    for (; u < upe; ++u) {
-      // Stop rules of the open-ended runs: compute spent, or no time left for a step + final eval.
-      if (et && !budget && compute.done()) {
-        finished = true;
-        break;
-      }
-      if (budget) {
-        const double ev_guess = eval_est >= 0
-                                    ? eval_est
-                                    // forward only is about a third of a training step per image
-                                    : step_est * double(n_val) / double(cap * accum) / 3.0 *
-                                              std::pow(double(eval_size) / cfg.img_size, 2) +
-                                          0.5;
-        if (budget->should_stop(elapsed(), step_est, ev_guess)) {
-          finished = true;
-          break;
-        }
-      }
-      const auto t_step = std::chrono::steady_clock::now();
-      const double frac = fraction(epoch, u);
-      set_train_size(plan.target_size(args, epoch, frac), epoch, u, frac);
-      const int S = cfg.img_size;
-      const double lr = plan.lr_at(args, engine->num_steps(), frac);
-      if (et) batches.set_magnitude(et_magnitude(frac));
-      engine->zero_grad();
-      Index step_samples = 0;
-      for (Index a = 0; a < accum; ++a) {
-        const Index mb = u * accum + a;  // micro-batch index in the epoch
-        double dt_data = 0;
-        const Index n = batches.load(epoch, mb, &dt_data);
-        data_window += dt_data;
-        data_epoch += dt_data;
-        const bool inject = injected(engine->num_steps() + 1);
-        engine->forward_backward(batches.images(), batches.targets(), n,
-                                 inject ? std::nanf("") : 1.0f / float(n * accum * world),
-                                 mix_seed(args.seed, uint64_t(engine->num_steps()), uint64_t(a)));
-        step_samples += n * world;  // the global batch
-      }
-      engine->step(lr);
-      if (ema)
-        engine->update_ema(
-            ema_decay(engine->num_steps(), args.model_ema_decay, args.model_ema_warmup));
-      compute.add(int64_t(step_samples), S);
-      samples += step_samples;
-      ++updates_since_eval;
-      const double dt_step =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
-      step_est = step_est == 0 ? dt_step : std::max(dt_step, 0.9 * step_est + 0.1 * dt_step);
-      ++window;
-      const bool last = u + 1 == upe;
-      const bool log_now = (u + 1) % args.log_interval == 0 || last;
-      // The losses stay on the device between log points (no host sync per step on the GPU).
-      if (read_every_step || log_now) take_stats(epoch, u + 1);
-      if (log_now) {
-        const double dt =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_window).count();
-        const double ips = double(window * step_samples) / std::max(dt, 1e-9);
-        const double f_now = fraction(epoch, u + 1);
-        double eta;
-        if (open_ended)
-          eta = f_now > 0 ? (elapsed() - elapsed_before) * (1 - f_now) / f_now : 0.0;
-        else {
-          const double remaining_updates =
-              double(upe - u - 1) + double(upe) * (args.epochs - epoch - 1);
-          eta = remaining_updates * dt / std::max<int64_t>(window, 1);
-        }
-        TrainLine line{epoch,       u + 1, upe, loss, mean_or_nan(loss_sum, loss_count),
-                       dt / window, ips,   lr,  eta};
-        if (data.streamed()) {  // time spent waiting for batches, per update
-          line.data_s = data_window / window;
-          line.data_s_avg = data_epoch / loss_count;
-        }
-        const GpuStats gpu = gpu_monitor ? gpu_monitor->read() : GpuStats{};
-        std::string text = format_train_line(line);
-        if (!gpu.empty()) text += "  " + format_gpu_stats(gpu);
-        if (tty)
-          fmt::print("\r{}\033[K", text);
-        else
-          fmt::print("{}\n", text);
-        std::fflush(stdout);
-        nlohmann::json j = {{"type", "train"},
-                            {"epoch", epoch},
-                            {"update", u + 1},
-                            {"step", engine->num_steps()},
-                            {"loss", loss},
-                            {"loss_avg", mean_or_nan(loss_sum, loss_count)},
-                            {"loss_window", mean_or_nan(loss_avg_window, window_losses)},
-                            {"lr", lr},
-                            {"grad_norm", gnorm},
-                            {"img_per_s", ips},
-                            {"gflops", ips * flops_per_img * et_compute_weight(S, F) / 1e9},
-                            {"elapsed_s", elapsed()},
-                            {"img_size", S},
-                            {"fraction", f_now}};
-        if (budget) j["budget_s"] = budget->total_s;
-        if (st.skipped_steps > 0) j["skipped_steps"] = st.skipped_steps;
-        add_gpu_stats(j, gpu);
-        if (engine->on_gpu())
-          j["device_mem_peak_gib"] = engine->device_memory_bytes() / 1073741824.0;
-        if (et) {
-          j["stage"] = et_stage(frac);
-          j["magnitude"] = et_magnitude(frac);
-          j["progress"] = compute.progress();
-        }
-        out.log.write(j);
-        if (window_losses > 0)
-          out.plot.train_loss.push_back({elapsed(), loss_avg_window / window_losses});
-        out.plot.lr.push_back({elapsed(), lr});
-        loss_avg_window = 0;
-        window_losses = 0;
-        data_window = 0;
-        window = 0;
-        t_window = std::chrono::steady_clock::now();
-      }
-      const bool stop_test =
-          args.stop_after_updates > 0 && engine->num_steps() >= args.stop_after_updates;
-      if (g_stop_requested || stop_test) {
-        if (tty) fmt::print("\n");
-        save_state(epoch, u + 1);
-        fmt::print(
-            "Stopped at epoch {} update {}; state saved. Continue with: vitrain train "
-            "--resume {}\n",
-            epoch, u + 1, run_dir);
-        return stop_test ? 0 : 130;
-      }
-    }
-    if (tty) fmt::print("\n");
-    take_stats(epoch, u);  // updates not yet read (a budget stop between log points)
-    const double train_seconds = elapsed() - t_epoch0;
-    if (Profile::enabled()) {  // VIT_PROFILE=1: where this epoch's time went, per update
-      Profile::print(stdout, int(std::max<int64_t>(1, u - first_update)));
-      Profile::reset();
-    }
-    const double train_loss = loss_count ? loss_sum / loss_count : 0.0;
-    const double ips = double(samples) / std::max(train_seconds, 1e-9);
-    const double frac_now = fraction(epoch, u);
-    auto lr_now = [&] {
-      return plan.lr_at(args, engine->num_steps(), et ? std::min(1.0, frac_now) : frac_now);
-    };
+// Reads the losses of the updates since the last read. Updates with a non-finite loss or grad
+// norm were skipped by the engine: counted, reported, and max_bad_steps of them in a row end
+// the run without writing anything (the last checkpoint stays as it was).
+void TrainRun::take_stats(int64_t ep, int64_t update, EpochTally& t) {
+  const TrainStats ts = engine_->read_stats();
+  if (ts.updates == 0) return;
+  t.loss_sum += ts.loss_sum;
+  t.loss_count += ts.applied();
+  t.loss_avg_window += ts.loss_sum;
+  t.window_losses += ts.applied();
+  t.loss = ts.last_loss;
+  t.gnorm = ts.grad_norm;
+  if (ts.skipped == 0) return;
+  st_.skipped_steps += ts.skipped;
+  if (std::max(ts.bad_run, ts.bad_run_max) >= args_.max_bad_steps)
+    throw Error(fmt::format(
+        "{} updates in a row had a non-finite loss or gradient norm (the last at epoch {} "
+        "update {}): training diverged; stopped without writing, {}",
+        std::max(ts.bad_run, ts.bad_run_max), ep, update,
+        fs::exists(fs::path(run_dir_) / "state.safetensors")
+            ? "the last checkpoint in " + run_dir_ +
+                  " is intact (resume it with a lower --lr or with --clip-grad)"
+            : std::string("no checkpoint had been written yet (try a lower --lr or "
+                          "--clip-grad)")));
+  fmt::print(
+      "{}warning: {} update{} skipped for a non-finite loss or gradient norm (up to "
+      "epoch {} update {}; {} in this run, {} in a row stop it)\n",
+      tty_ ? "\n" : "", ts.skipped, ts.skipped == 1 ? "" : "s", ep, update, st_.skipped_steps,
+      args_.max_bad_steps);
+  out_->log.write({{"type", "skip"},
+                   {"epoch", ep},
+                   {"update", update},
+                   {"step", engine_->num_steps()},
+                   {"skipped", ts.skipped},
+                   {"skipped_steps", st_.skipped_steps},
+                   {"elapsed_s", elapsed()}});
+}
 
-    if (finished) {  // the compute or time budget is spent: final evaluation at the final size
-      if (updates_since_eval > 0 || !evaluated_once)
-        eval_and_save(epoch, train_loss, ips, lr_now(), frac_now);
-      save_state(epoch, u);
-      out.write_plot();
-      if (budget)
-        fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n",
-                   elapsed(), budget->total_s, 100.0 * elapsed() / budget->total_s,
-                   engine->num_steps());
-      else
-        fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n", compute.consumed,
-                   engine->num_steps());
+// The stop rules of the open-ended runs: compute spent, or no time left for a step and the
+// final evaluation.
+bool TrainRun::budget_spent() {
+  if (et_ && !plan_.budget && compute_.done()) return true;
+  if (!plan_.budget) return false;
+  const double ev_guess = eval_est_ >= 0
+                              ? eval_est_
+                              // forward only is about a third of a training step per image
+                              : step_est_ * double(data_.val->size()) / double(cap_ * accum_) /
+                                        3.0 * std::pow(double(eval_size_) / cfg_.img_size, 2) +
+                                    0.5;
+  return plan_.budget->should_stop(elapsed(), step_est_, ev_guess);
+}
+
+// One optimizer update (accum micro-batches), at the size and learning rate the schedules give
+// now; returns the global samples it took.
+Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
+  const auto t_step = std::chrono::steady_clock::now();
+  const double frac = fraction(epoch, u);
+  set_train_size(plan_.target_size(args_, epoch, frac), epoch, u, frac);
+  const int S = cfg_.img_size;
+  const double lr = plan_.lr_at(args_, engine_->num_steps(), frac);
+  if (et_) batches_->set_magnitude(et_magnitude(frac));
+  engine_->zero_grad();
+  Index step_samples = 0;
+  for (Index a = 0; a < accum_; ++a) {
+    const Index mb = u * accum_ + a;  // micro-batch index in the epoch
+    double dt_data = 0;
+    const Index n = batches_->load(epoch, mb, &dt_data);
+    t.data_window += dt_data;
+    t.data_epoch += dt_data;
+    const bool inject = injected(engine_->num_steps() + 1);
+    engine_->forward_backward(batches_->images(), batches_->targets(), n,
+                              inject ? std::nanf("") : 1.0f / float(n * accum_ * world_),
+                              mix_seed(args_.seed, uint64_t(engine_->num_steps()), uint64_t(a)));
+    step_samples += n * world_;  // the global batch
+  }
+  engine_->step(lr);
+  if (args_.model_ema)
+    engine_->update_ema(
+        ema_decay(engine_->num_steps(), args_.model_ema_decay, args_.model_ema_warmup));
+  compute_.add(int64_t(step_samples), S);
+  t.samples += step_samples;
+  ++updates_since_eval_;
+  const double dt_step =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+  step_est_ = step_est_ == 0 ? dt_step : std::max(dt_step, 0.9 * step_est_ + 0.1 * dt_step);
+  ++t.window;
+  const bool last = u + 1 == upe_;
+  const bool log_now = (u + 1) % args_.log_interval == 0 || last;
+  // The losses stay on the device between log points (no host sync per step on the GPU).
+  if (read_every_step_ || log_now) take_stats(epoch, u + 1, t);
+  if (log_now) log_progress(epoch, u, frac, lr, step_samples, t);
+  return step_samples;
+}
+
+// The log line (the terminal, log.jsonl, the plot's curves) after update u, which ran at
+// schedule fraction `frac`; resets the window.
+void TrainRun::log_progress(int64_t epoch, int64_t u, double frac, double lr, Index step_samples,
+                            EpochTally& t) {
+  const int S = cfg_.img_size;
+  const double dt =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t.t_window).count();
+  const double ips = double(t.window * step_samples) / std::max(dt, 1e-9);
+  const double f_now = fraction(epoch, u + 1);
+  double eta;
+  if (open_ended_) {
+    eta = f_now > 0 ? (elapsed() - elapsed_before_) * (1 - f_now) / f_now : 0.0;
+  } else {
+    const double remaining_updates =
+        double(upe_ - u - 1) + double(upe_) * (args_.epochs - epoch - 1);
+    eta = remaining_updates * dt / std::max<int64_t>(t.window, 1);
+  }
+  TrainLine line{epoch,         u + 1, upe_, t.loss, mean_or_nan(t.loss_sum, t.loss_count),
+                 dt / t.window, ips,   lr,   eta};
+  if (data_.streamed()) {  // time spent waiting for batches, per update
+    line.data_s = t.data_window / t.window;
+    line.data_s_avg = t.data_epoch / t.loss_count;
+  }
+  const GpuStats gpu = gpu_monitor_ ? gpu_monitor_->read() : GpuStats{};
+  std::string text = format_train_line(line);
+  if (!gpu.empty()) text += "  " + format_gpu_stats(gpu);
+  if (tty_)
+    fmt::print("\r{}\033[K", text);
+  else
+    fmt::print("{}\n", text);
+  std::fflush(stdout);
+  nlohmann::json j = {{"type", "train"},
+                      {"epoch", epoch},
+                      {"update", u + 1},
+                      {"step", engine_->num_steps()},
+                      {"loss", t.loss},
+                      {"loss_avg", mean_or_nan(t.loss_sum, t.loss_count)},
+                      {"loss_window", mean_or_nan(t.loss_avg_window, t.window_losses)},
+                      {"lr", lr},
+                      {"grad_norm", t.gnorm},
+                      {"img_per_s", ips},
+                      {"gflops", ips * flops_per_img_ * et_compute_weight(S, F_) / 1e9},
+                      {"elapsed_s", elapsed()},
+                      {"img_size", S},
+                      {"fraction", f_now}};
+  if (plan_.budget) j["budget_s"] = plan_.budget->total_s;
+  if (st_.skipped_steps > 0) j["skipped_steps"] = st_.skipped_steps;
+  add_gpu_stats(j, gpu);
+  if (engine_->on_gpu()) j["device_mem_peak_gib"] = engine_->device_memory_bytes() / 1073741824.0;
+  if (et_) {
+    j["stage"] = et_stage(frac);
+    j["magnitude"] = et_magnitude(frac);
+    j["progress"] = compute_.progress();
+  }
+  out_->log.write(j);
+  if (t.window_losses > 0)
+    out_->plot.train_loss.push_back({elapsed(), t.loss_avg_window / t.window_losses});
+  out_->plot.lr.push_back({elapsed(), lr});
+  t.loss_avg_window = 0;
+  t.window_losses = 0;
+  t.data_window = 0;
+  t.window = 0;
+  t.t_window = std::chrono::steady_clock::now();
+}
+
+TrainRun::EpochEnd TrainRun::run_epoch(int64_t epoch) {
+  const int64_t first_update = epoch == st_.epoch ? st_.update_in_epoch : 0;
+  EpochTally t;
+  const double t_epoch0 = elapsed();
+  bool spent = false;
+  int64_t u = first_update;
+  for (; u < upe_; ++u) {
+    if (budget_spent()) {
+      spent = true;
       break;
     }
-    const bool do_eval =
-        (epoch + 1) % args.eval_interval == 0 || (!open_ended && epoch + 1 == args.epochs);
-    if (!do_eval) {
-      save_state(epoch + 1, 0);
-      continue;
+    train_update(epoch, u, t);
+    const bool stop_test =
+        args_.stop_after_updates > 0 && engine_->num_steps() >= args_.stop_after_updates;
+    if (g_stop_requested || stop_test) {
+      if (tty_) fmt::print("\n");
+      save_state(epoch, u + 1);
+      fmt::print(
+          "Stopped at epoch {} update {}; state saved. Continue with: vitrain train "
+          "--resume {}\n",
+          epoch, u + 1, run_dir_);
+      exit_code_ = stop_test ? 0 : 130;
+      return EpochEnd::Interrupted;
     }
-    if (!eval_and_save(epoch, train_loss, ips, lr_now(), frac_now)) stopped_early = true;
-    save_state(stopped_early ? (open_ended ? epoch + 1 : args.epochs) : epoch + 1, 0);
-    out.write_plot();
   }
-  fmt::print("*** Best metric: {:.3f} (epoch {})\n", st.best_metric, st.best_epoch);
-  if (data.streamed()) fmt::print("Skipped {} unreadable images\n", unreadable());
-  const auto& rows = out.summary.rows();
+  if (tty_) fmt::print("\n");
+  take_stats(epoch, u, t);  // updates not yet read (a budget stop between log points)
+  return end_epoch(epoch, u, first_update, spent, t, t_epoch0);
+}
+
+// After the epoch's updates: the profile, the evaluation (at --eval-interval, at the last
+// epoch, or the final one of a spent budget), the state for --resume.
+TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_update, bool spent,
+                                       const EpochTally& t, double t_epoch0) {
+  const double train_seconds = elapsed() - t_epoch0;
+  if (Profile::enabled()) {  // VIT_PROFILE=1: where this epoch's time went, per update
+    Profile::print(stdout, int(std::max<int64_t>(1, u - first_update)));
+    Profile::reset();
+  }
+  const double train_loss = t.loss_count ? t.loss_sum / t.loss_count : 0.0;
+  const double ips = double(t.samples) / std::max(train_seconds, 1e-9);
+  const double frac_now = fraction(epoch, u);
+  const double lr_now =
+      plan_.lr_at(args_, engine_->num_steps(), et_ ? std::min(1.0, frac_now) : frac_now);
+  if (spent) {  // the compute or time budget is spent: final evaluation at the final size
+    if (updates_since_eval_ > 0 || !evaluated_once_)
+      eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
+    save_state(epoch, u);
+    out_->write_plot();
+    if (plan_.budget)
+      fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n", elapsed(),
+                 plan_.budget->total_s, 100.0 * elapsed() / plan_.budget->total_s,
+                 engine_->num_steps());
+    else
+      fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n", compute_.consumed,
+                 engine_->num_steps());
+    return EpochEnd::BudgetSpent;
+  }
+  const bool do_eval =
+      (epoch + 1) % args_.eval_interval == 0 || (!open_ended_ && epoch + 1 == args_.epochs);
+  if (!do_eval) {
+    save_state(epoch + 1, 0);
+    return EpochEnd::Done;
+  }
+  const bool stopped_early = !eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
+  save_state(stopped_early ? (open_ended_ ? epoch + 1 : args_.epochs) : epoch + 1, 0);
+  out_->write_plot();
+  return stopped_early ? EpochEnd::StoppedEarly : EpochEnd::Done;
+}
+
+void TrainRun::print_summary() const {
+  fmt::print("*** Best metric: {:.3f} (epoch {})\n", st_.best_metric, st_.best_epoch);
+  if (data_.streamed()) fmt::print("Skipped {} unreadable images\n", unreadable());
+  const auto& rows = out_->summary.rows();
   if (!rows.empty())
     fmt::print("Final test top-1: {:.2f}%  top-5: {:.2f}%  loss: {:.4f}  ({} of training{})\n",
                rows.back().eval_top1, rows.back().eval_top5, rows.back().eval_loss,
                format_duration(elapsed()),
-               data.streamed() ? fmt::format(", {} unreadable images skipped", unreadable())
-                               : std::string());
-  if (engine->on_gpu())
+               data_.streamed() ? fmt::format(", {} unreadable images skipped", unreadable())
+                                : std::string());
+  if (engine_->on_gpu())
     fmt::print("Peak device memory: {:.2f} GiB (model, activations, optimizer)\n",
-               engine->device_memory_bytes() / 1073741824.0);
-  fmt::print("Run folder: {}\n", run_dir);
+               engine_->device_memory_bytes() / 1073741824.0);
+  fmt::print("Run folder: {}\n", run_dir_);
+}
+
+int TrainRun::run() {
+  for (int64_t epoch = st_.epoch; open_ended_ || epoch < args_.epochs; ++epoch) {
+    const EpochEnd end = run_epoch(epoch);
+    if (end == EpochEnd::Interrupted) return exit_code_;
+    if (end != EpochEnd::Done) break;
+  }
+  print_summary();
   return 0;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args, const std::string& args_yaml) {
+  TrainRun run(args, args_yaml);
+  return run.run();
 }
 
 }  // namespace vit
