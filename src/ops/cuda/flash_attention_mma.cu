@@ -176,6 +176,17 @@ __device__ __forceinline__ void zero_acc(float (&acc)[D / 8][4]) {
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
+// The block's head: q, k, v (N, D) at row stride 3C of qkv (B, N, 3C), and dO (N, D) at row
+// stride C of dout (B, N, C) when given.
+struct Head {
+  const bf16 *q, *k, *v, *dO;
+  __device__ Head(const bf16* qkv, const bf16* dout, const BlockPos& pos, int N, int C, int D)
+      : q(qkv + Index(pos.b) * N * 3 * C + pos.h * D),
+        k(q + C),
+        v(q + 2 * C),
+        dO(dout ? dout + Index(pos.b) * N * C + pos.h * D : nullptr) {}
+};
+
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
@@ -191,9 +202,8 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sv = sk + kRows * ld;                // (kCols, ld) values of the tile
   const BlockPos pos(H, tiles);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bf16* q = qkv + Index(pos.b) * N * ld3 + pos.h * D;  // (N, D), row stride 3C
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
+  const Head hd(qkv, nullptr, pos, N, C, D);
+  const bf16 *q = hd.q, *k = hd.k, *v = hd.v;
 
   load_tile<bf16, D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec);
   __syncthreads();
@@ -268,10 +278,8 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sv = sk + kRows * ld;                // (kCols, ld) values of the tile
   const BlockPos pos(H, tiles);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bf16* q = qkv + Index(pos.b) * N * ld3 + pos.h * D;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const bf16* dO = dout + Index(pos.b) * N * C + pos.h * D;
+  const Head hd(qkv, dout, pos, N, C, D);
+  const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
   const float scale_log2 = scale * kLog2e;
 
   load_tile<bf16, D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec);
@@ -331,10 +339,8 @@ __global__ void __launch_bounds__(kThreads)
   float* sdr = slse + kCols;                                 // (kCols) Drow
   const BlockPos pos(H, tiles);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
-  const bf16* q = qkv + Index(pos.b) * N * ld3 + pos.h * D;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const bf16* dO = dout + Index(pos.b) * N * C + pos.h * D;
+  const Head hd(qkv, dout, pos, N, C, D);
+  const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
   const float* lse_bh = lse + Index(pos.bh) * N;  // (N)
   const float* dr_bh = drow + Index(pos.bh) * N;  // (N)
   const float scale_log2 = scale * kLog2e;
