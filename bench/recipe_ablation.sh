@@ -14,9 +14,10 @@ repeats=${2:-1}
 budget=${3:-}
 mkdir -p "$out"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(git rev-parse --short HEAD) $(lscpu | sed -n 's/^Model name: *//p') $(nproc) cores, budget ${budget:-28m (the recipe)}"
-read -r -a variants <<<"${VARIANTS:-full no_curriculum no_flip no_crop plus_ema plus_erasing}"
+read -r -a variants <<<"${VARIANTS:-full no_conv_stem no_curriculum no_flip no_crop plus_ema plus_erasing}"
 declare -A variant_flags=(
   [full]=""
+  [no_conv_stem]="--stem patch"
   [no_curriculum]="--curriculum none"
   [no_flip]="--hflip 0"
   [no_crop]="--crop-pad 0"
