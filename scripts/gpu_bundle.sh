@@ -3,8 +3,8 @@
 # to check the CUDA backend on the device machine, which has the CUDA 13 driver and toolkit,
 # PyTorch and timm, but none of our Debian libraries and no network. Writes gpu_bundle/
 # (git-ignored):
-#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model, bin/test_cuda_flash_attention and
-#   bin/test_cuda_nccl
+#   bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model, bin/test_cuda_flash_attention,
+#   bin/test_cuda_nccl and bin/test_cuda_resize_batch
 #                       (the last two when they build)
 #                       portable x86-64 builds (no -march=native), sm_80 + sm_90
 #   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
@@ -41,7 +41,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   fi
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
   # The model and fused-attention tests are optional: a bundle without them checks the rest.
-  for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl; do
+  for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl test_cuda_resize_batch; do
     if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -Eq "^(tests/)?$t:"; then
       cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
         echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
@@ -54,7 +54,7 @@ fi
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
 for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention \
-  tests/test_cuda_nccl; do
+  tests/test_cuda_nccl tests/test_cuda_resize_batch; do
   if [ -x "$BUILD/$b" ]; then
     cp "$BUILD/$b" "$OUT/bin/"
   elif [ "$b" = vitrain ] || [ "$b" = tests/test_cuda_ops ]; then

@@ -575,12 +575,16 @@ if want ops; then
     s_gtest test_cuda_flash_attention ""
   step b_flash_mma ops 120 "fused flash attention, mma.sync kernels (VIT_FLASH_MMA=1)" \
     s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=1
+  step b_resize ops 60 "input ops: planned crops -> resize, flip, normalise vs CPU (bitwise)" \
+    s_gtest test_cuda_resize_batch ""
   # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
   # 2-byte-aligned operands).
   step c_memcheck_kernels ops 150 "memcheck: own kernels fp32, runtime, AdamW" \
     s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.Activations:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaRuntime.*:CudaAdamW.MatchesCpu}"
   step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
     s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
+  step c_memcheck_resize ops 90 "memcheck: input ops" s_gtest test_cuda_resize_batch "" \
+    compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 30
 fi
 if want model; then
   step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""

@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/host.h"
 #include "ops/cuda/device.h"
@@ -30,6 +31,9 @@ struct CudaBackend {
   VIT_LAYER_OPS(VIT_FORWARD_CUDA)
   VIT_FORWARD_CUDA(flash_attention_forward)
   VIT_FORWARD_CUDA(flash_attention_backward)
+  VIT_FORWARD_CUDA(resize_rows)
+  VIT_FORWARD_CUDA(resize_cols)
+  VIT_FORWARD_CUDA(normalize_u8)
 #undef VIT_FORWARD_CUDA
 
   template <class U>
@@ -68,6 +72,14 @@ struct CudaBackend {
         {images, host_images, size_t(n_images) * sizeof(float)},
         {targets, host_targets, host_targets ? size_t(n_targets) * sizeof(float) : 0}};
     cuda::upload_input(copies, 2, slot);
+  }
+  // n host arrays to device buffers through pinned buffer `slot` (a planned batch's crops,
+  // tables, lookup table and targets).
+  static void upload_input_n(void* const* dst, const void* const* host, const size_t* bytes, int n,
+                             int slot) {
+    std::vector<cuda::InputCopy> copies;
+    for (int i = 0; i < n; ++i) copies.push_back({dst[i], host[i], bytes[i]});
+    cuda::upload_input(copies.data(), n, slot);
   }
   static void input_released(int slot) {
     cuda::input_released(slot);

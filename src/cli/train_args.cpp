@@ -119,6 +119,10 @@ std::vector<Option> options(TrainArgs& a) {
        &a.device},
       {"--precision", "precision", "cuda: bf16 (mixed precision, fp32 master weights) or fp32",
        &a.precision},
+      {"--augment-on-device", "augment_on_device",
+       "resize, flip and normalise training images where the model runs (on the GPU: uint8 "
+       "crops travel, not float images); RandomResizedCrop/resize + flip pipelines only",
+       &a.augment_on_device},
       {"--stop-after-updates", "stop_after_updates",
        "save the state and stop after this many updates (testing)", &a.stop_after_updates},
       {"--curriculum", "curriculum", "seed method: none, size (Borealis) or efficienttrain (ET++)",

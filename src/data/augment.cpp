@@ -33,21 +33,15 @@ double filter_value(Interp f, double x) {
   return 0.0;
 }
 
-constexpr int kPrecision = 22;  // PIL: 32 - 8 - 2 bits
+constexpr int kPrecision = kPilPrecision;
 
-// PIL precompute_coeffs + normalize_coeffs_8bpc for one axis: per output index its first source
-// index, tap count and fixed-point weights (out, ksize).
-struct Coeffs {
-  Index ksize = 0;
-  std::vector<Index> first, count;  // (out)
-  std::vector<int32_t> k;           // (out, ksize)
-};
+}  // namespace
 
-Coeffs coeffs(Index in_size, Index out_size, Interp f) {
+PilCoeffs pil_coeffs(Index in_size, Index out_size, Interp f) {
   const double scale = double(in_size) / double(out_size);
   const double fscale = std::max(scale, 1.0);  // widen the filter when down-scaling
   const double support = (f == Interp::Bilinear ? 1.0 : 2.0) * fscale;
-  Coeffs c;
+  PilCoeffs c;
   c.ksize = Index(std::ceil(support)) * 2 + 1;
   c.first.resize(out_size);
   c.count.resize(out_size);
@@ -69,6 +63,8 @@ Coeffs coeffs(Index in_size, Index out_size, Interp f) {
   }
   return c;
 }
+
+namespace {
 
 uint8_t clip8(int32_t acc) {
   return uint8_t(std::clamp(acc >> kPrecision, 0, 255));
@@ -115,8 +111,8 @@ void resize_pil(const uint8_t* src, Index C, Index H, Index W, const CropBox& bo
   // torchvision resized_crop on PIL crops first, so the filter never reads outside the box.
   const Index bh = box.height, bw = box.width;
   const bool need_h = ow != bw, need_v = oh != bh;
-  const Coeffs ch = need_h ? coeffs(bw, ow, interp) : Coeffs{};
-  const Coeffs cv = need_v ? coeffs(bh, oh, interp) : Coeffs{};
+  const PilCoeffs ch = need_h ? pil_coeffs(bw, ow, interp) : PilCoeffs{};
+  const PilCoeffs cv = need_v ? pil_coeffs(bh, oh, interp) : PilCoeffs{};
   const Index tw = need_h ? ow : bw;
   std::vector<uint8_t> tmp(bh * tw);              // (bh, tw) one channel after the horizontal pass
   std::vector<int32_t> acc(ow);                   // (ow) one output row of the vertical pass
@@ -222,18 +218,24 @@ void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double prob
   }
 }
 
-void eval_resize_crop(const uint8_t* src, Index C, Index H, Index W, uint8_t* dst, Index size,
-                      double crop_pct, Interp interp) {
+CenterCrop eval_center_crop(Index H, Index W, Index size, double crop_pct) {
+  if (crop_pct <= 0) return {size, size, 0, 0};
   const Index scale = Index(std::floor(double(size) / crop_pct));
   // torchvision Resize(int): shorter side -> scale, longer side truncated proportionally.
   const Index rh = H <= W ? scale : Index(double(scale) * H / W);
   const Index rw = H <= W ? Index(double(scale) * W / H) : scale;
+  return {rh, rw, pyround((rh - size) / 2.0), pyround((rw - size) / 2.0)};
+}
+
+void eval_resize_crop(const uint8_t* src, Index C, Index H, Index W, uint8_t* dst, Index size,
+                      double crop_pct, Interp interp) {
+  const CenterCrop cc = eval_center_crop(H, W, size, crop_pct);
+  const Index rh = cc.resized_h, rw = cc.resized_w;
   std::vector<uint8_t> resized(C * rh * rw);  // (C, rh, rw)
   resize_pil(src, C, H, W, {0, 0, H, W}, resized.data(), rh, rw, interp);
-  const Index top = pyround((rh - size) / 2.0), left = pyround((rw - size) / 2.0);
   for (Index c = 0; c < C; ++c)
     for (Index y = 0; y < size; ++y)
-      std::copy_n(resized.data() + (c * rh + top + y) * rw + left, size,
+      std::copy_n(resized.data() + (c * rh + cc.top + y) * rw + cc.left, size,
                   dst + (c * size + y) * size);
 }
 

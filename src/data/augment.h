@@ -26,6 +26,18 @@ struct CropBox {
 CropBox sample_rrc(Rng& rng, Index H, Index W, double scale_lo, double scale_hi, double ratio_lo,
                    double ratio_hi);
 
+// PIL's fixed-point resampling weights for one axis (precompute_coeffs + normalize_coeffs_8bpc):
+// per output index its first source index, tap count and weights scaled by 2^kPilPrecision.
+// A pass sums src * k from 2^(kPilPrecision - 1) (rounding) and clips acc >> kPilPrecision to
+// uint8; the sums are exact integers, so any order gives PIL's result.
+constexpr int kPilPrecision = 22;  // PIL: 32 - 8 - 2 bits
+struct PilCoeffs {
+  Index ksize = 0;                  // taps per output index (the widest)
+  std::vector<Index> first, count;  // (out)
+  std::vector<int32_t> k;           // (out, ksize), zero past count
+};
+PilCoeffs pil_coeffs(Index in_size, Index out_size, Interp f);
+
 // PIL Image.resize of the box of src (C, H, W) to dst (C, oh, ow): separable filter with the
 // support widened by the down-scale factor (antialias), 22-bit fixed-point coefficients and a
 // uint8 intermediate between the horizontal and the vertical pass, as PIL does.
@@ -47,6 +59,14 @@ void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double stre
 // timm RandomErasing(probability, mode='pixel', count 1) on a normalised image (C, H, W):
 // area in [0.02, 1/3], log-aspect in [log 0.3, log 1/0.3], 10 attempts, N(0, 1) per pixel.
 void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double probability);
+
+// timm's eval geometry: resize (H, W) to (resized_h, resized_w), keep the size x size window at
+// (top, left). crop_pct > 0: the shorter side to floor(size / crop_pct), the window centred;
+// otherwise a plain resize to size x size.
+struct CenterCrop {
+  Index resized_h = 0, resized_w = 0, top = 0, left = 0;
+};
+CenterCrop eval_center_crop(Index H, Index W, Index size, double crop_pct);
 
 // timm eval transform: resize the shorter side to floor(size / crop_pct), then centre crop
 // size x size. dst (C, size, size).

@@ -78,9 +78,14 @@ void Loader::build(Job& job) {
   std::vector<Index> idx;
   indices(job.epoch, job.k, idx);
   const Index b = Index(idx.size()), C = src_.channels(), S = job.cfg.img_size;
-  job.images.resize(size_t(b * C * S * S));
   job.targets.resize(size_t(b * src_.num_classes()));
   job.labels.resize(size_t(b));
+  if (job.planned) {
+    make_planned_batch(src_, idx.data(), b, job.cfg, train_, seed_, job.epoch, job.plan,
+                       job.targets.data(), job.labels.data());
+    return;
+  }
+  job.images.resize(size_t(b * C * S * S));
   make_source_batch(src_, idx.data(), b, job.cfg, train_, seed_, job.epoch, job.images.data(),
                     job.targets.data(), job.labels.data());
 }
@@ -106,9 +111,11 @@ void Loader::worker_loop() {
   }
 }
 
-Loader::JobPtr Loader::find_job(uint64_t epoch, Index k, const BatchConfig& cfg) const {
+Loader::JobPtr Loader::find_job(uint64_t epoch, Index k, const BatchConfig& cfg,
+                                bool planned) const {
   for (const JobPtr& j : jobs_)
-    if (!j->abandoned && j->epoch == epoch && j->k == k && j->cfg == cfg) return j;
+    if (!j->abandoned && j->epoch == epoch && j->k == k && j->cfg == cfg && j->planned == planned)
+      return j;
   return nullptr;
 }
 
@@ -123,6 +130,51 @@ bool Loader::next_key(uint64_t& epoch, Index& k) const {
   return true;
 }
 
+Loader::JobPtr Loader::ready_job(uint64_t epoch, Index k, const BatchConfig& cfg, bool planned) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  // The window wanted now: this batch and the next prefetch_ ones, all with cfg.
+  std::vector<JobPtr> wanted;
+  uint64_t e = epoch;
+  Index kk = k;
+  for (int d = 0; d <= prefetch_; ++d) {
+    JobPtr j = find_job(e, kk, cfg, planned);
+    if (!j) {
+      j = std::make_shared<Job>();
+      j->epoch = e;
+      j->k = kk;
+      j->cfg = cfg;
+      j->planned = planned;
+      jobs_.push_back(j);
+      if (d == 0)
+        queue_.push_front(j);  // the batch the caller waits for goes first
+      else
+        queue_.push_back(j);
+    }
+    wanted.push_back(j);
+    if (!next_key(e, kk)) break;
+  }
+  // Drop everything else: stale configs, or positions the caller skipped.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    JobPtr j = *it;
+    if (std::find(wanted.begin(), wanted.end(), j) != wanted.end()) {
+      ++it;
+      continue;
+    }
+    if (j->state == Job::Running) {
+      j->abandoned = true;
+      ++it;
+      continue;
+    }
+    if (j->state == Job::Queued) queue_.erase(std::find(queue_.begin(), queue_.end(), j));
+    it = jobs_.erase(it);
+  }
+  JobPtr job = wanted.front();
+  work_cv_.notify_all();
+  done_cv_.wait(lock, [&] { return job->state == Job::Ready; });
+  jobs_.erase(std::find(jobs_.begin(), jobs_.end(), job));
+  return job;
+}
+
 void Loader::load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images, float* targets,
                   int32_t* labels) {
   VIT_CHECK(k >= 0 && k < nb_, fmt::format("loader: batch {} outside 0..{}", k, nb_ - 1));
@@ -135,52 +187,36 @@ void Loader::load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images
                       targets, labels);
     return;
   }
-  JobPtr job;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    // The window wanted now: this batch and the next prefetch_ ones, all with cfg.
-    std::vector<JobPtr> wanted;
-    uint64_t e = epoch;
-    Index kk = k;
-    for (int d = 0; d <= prefetch_; ++d) {
-      JobPtr j = find_job(e, kk, cfg);
-      if (!j) {
-        j = std::make_shared<Job>();
-        j->epoch = e;
-        j->k = kk;
-        j->cfg = cfg;
-        jobs_.push_back(j);
-        if (d == 0)
-          queue_.push_front(j);  // the batch the caller waits for goes first
-        else
-          queue_.push_back(j);
-      }
-      wanted.push_back(j);
-      if (!next_key(e, kk)) break;
-    }
-    // Drop everything else: stale configs, or positions the caller skipped.
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      JobPtr j = *it;
-      if (std::find(wanted.begin(), wanted.end(), j) != wanted.end()) {
-        ++it;
-        continue;
-      }
-      if (j->state == Job::Running) {
-        j->abandoned = true;
-        ++it;
-        continue;
-      }
-      if (j->state == Job::Queued) queue_.erase(std::find(queue_.begin(), queue_.end(), j));
-      it = jobs_.erase(it);
-    }
-    job = wanted.front();
-    work_cv_.notify_all();
-    done_cv_.wait(lock, [&] { return job->state == Job::Ready; });
-    jobs_.erase(std::find(jobs_.begin(), jobs_.end(), job));
-  }
+  const JobPtr job = ready_job(epoch, k, cfg, false);
   if (job->error) std::rethrow_exception(job->error);
   StageScope clock(Stage::Copy);
   std::memcpy(images, job->images.data(), job->images.size() * sizeof(float));
+  std::memcpy(targets, job->targets.data(), job->targets.size() * sizeof(float));
+  if (labels) std::memcpy(labels, job->labels.data(), job->labels.size() * sizeof(int32_t));
+}
+
+void Loader::load_planned(uint64_t epoch, Index k, const BatchConfig& cfg, PlannedBatch& plan,
+                          float* targets, int32_t* labels) {
+  VIT_CHECK(k >= 0 && k < nb_, fmt::format("loader: batch {} outside 0..{}", k, nb_ - 1));
+  VIT_CHECK(int(cfg.mean.size()) == src_.channels() && int(cfg.std.size()) == src_.channels(),
+            "loader: mean/std need one value per channel");
+  VIT_CHECK(plannable(src_, cfg, train_),
+            "loader: planned batches need an augmentation the device can do (no RandAugment, "
+            "colour jitter or random erasing; in-memory sets only under the timm pipeline)");
+  JobPtr job;
+  if (threads_.empty()) {
+    job = std::make_shared<Job>();
+    job->epoch = epoch;
+    job->k = k;
+    job->cfg = cfg;
+    job->planned = true;
+    build(*job);
+  } else {
+    job = ready_job(epoch, k, cfg, true);
+    if (job->error) std::rethrow_exception(job->error);
+  }
+  StageScope clock(Stage::Copy);
+  std::swap(plan, job->plan);  // the job is done with: take its buffers instead of copying
   std::memcpy(targets, job->targets.data(), job->targets.size() * sizeof(float));
   if (labels) std::memcpy(labels, job->labels.data(), job->labels.size() * sizeof(int32_t));
 }

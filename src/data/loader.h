@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "data/planned_batch.h"
 #include "data/source.h"
 
 namespace vit::data {
@@ -58,16 +59,23 @@ class Loader {
   // that follow (with the same cfg). Throws the vit::Error a worker hit.
   void load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images, float* targets,
             int32_t* labels = nullptr);
+  // The same batch left as a plan for the device's pixel work (data/planned_batch.h): `plan`
+  // receives the crops and tables, targets and labels as load's. Throws vit::Error when the
+  // source and cfg are not plannable. Planned and float batches are prefetched separately.
+  void load_planned(uint64_t epoch, Index k, const BatchConfig& cfg, PlannedBatch& plan,
+                    float* targets, int32_t* labels = nullptr);
 
  private:
   struct Job {
     uint64_t epoch = 0;
     Index k = 0;
     BatchConfig cfg;
+    bool planned = false;  // build a PlannedBatch instead of float images
     enum { Queued, Running, Ready } state = Queued;
     bool abandoned = false;  // no longer wanted; the worker drops it when done
     std::vector<float> images, targets;
     std::vector<int32_t> labels;
+    PlannedBatch plan;
     std::exception_ptr error;
   };
   using JobPtr = std::shared_ptr<Job>;
@@ -76,7 +84,10 @@ class Loader {
   void indices(uint64_t epoch, Index k, std::vector<Index>& out);
   void build(Job& job);
   void worker_loop();
-  JobPtr find_job(uint64_t epoch, Index k, const BatchConfig& cfg) const;  // under mutex_
+  JobPtr find_job(uint64_t epoch, Index k, const BatchConfig& cfg,
+                  bool planned) const;  // under mutex_
+  // Batch k of epoch built (by the workers, queueing the batches after it), or its error.
+  JobPtr ready_job(uint64_t epoch, Index k, const BatchConfig& cfg, bool planned);
   bool next_key(uint64_t& epoch, Index& k) const;
 
   const Source& src_;

@@ -17,9 +17,6 @@ int decode_min_side(const BatchConfig& cfg, bool train) {
   return cfg.img_size;
 }
 
-namespace {
-
-// Reads indices[b], or the next readable sample after it; returns the index actually read.
 Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px) {
   const Index n = src.size();
   for (Index tries = 0; tries < n; ++tries, idx = (idx + 1) % n) {
@@ -33,8 +30,6 @@ Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px) {
   }
   throw Error(fmt::format("none of the {} images of the data set is readable", n));
 }
-
-}  // namespace
 
 void make_source_batch(const Source& src, const Index* indices, Index B, const BatchConfig& cfg,
                        bool train, uint64_t seed, uint64_t epoch, float* images, float* targets,

@@ -14,6 +14,10 @@ namespace vit::data {
 // image's short side is at least twice this (decode.h picks scales whose output stays >= it).
 int decode_min_side(const BatchConfig& cfg, bool train);
 
+// Reads sample idx into px, or the next readable sample after it (wrapping; an unreadable one
+// is reported once); returns the index actually read. Throws vit::Error when none is readable.
+Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px);
+
 // images (B, C, S, S), targets (B, K), labels (B) (may be null). Every sample's randomness comes
 // from (seed, epoch, indices[b]). An unreadable sample is reported once (Source::
 // report_unreadable) and replaced by the next readable sample in data-set order (wrapping), with

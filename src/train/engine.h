@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/planned_batch.h"
 #include "dist/comm.h"
 #include "dist/launch_env.h"
 #include "model/config.h"
@@ -63,6 +64,13 @@ class Engine {
   // update's loss.
   virtual void forward_backward(const float* images, const float* targets, Index B,
                                 float loss_scale, uint64_t seed) = 0;
+  // forward_backward on a planned batch (data/planned_batch.h): the images are made where the
+  // model runs, on the GPU by the batched input ops (uint8 crops travel instead of float
+  // images), on the host by their CPU reference. lut (C, 256): data::normalize_lut. The plan's
+  // images must have the model's channels and current size.
+  virtual void forward_backward_planned(const data::PlannedBatch& plan,
+                                        const std::vector<float>& lut, const float* targets,
+                                        float loss_scale, uint64_t seed) = 0;
   // One AdamW update with learning rate lr; the update's loss is the mean of its micro-batches'.
   // Skipped (nothing written) when that loss or the grad norm is not finite; the schedule's
   // step count and AdamW's bias correction still count it.

@@ -10,6 +10,7 @@
 #include "core/profile.h"
 #include "model/vit.h"
 #include "train/engine.h"
+#include "train/planned_input.h"
 
 namespace vit {
 
@@ -68,6 +69,17 @@ class ModelEngine : public Engine {
   void forward_backward(const float* images, const float* targets, Index B, float loss_scale,
                         uint64_t seed) override {
     upload_batch(images, targets, B);
+    train_on_input(B, loss_scale, seed);
+  }
+
+  void forward_backward_planned(const data::PlannedBatch& plan, const std::vector<float>& lut,
+                                const float* targets, float loss_scale, uint64_t seed) override {
+    upload_planned(plan, lut, targets);
+    train_on_input(plan.size(), loss_scale, seed);
+  }
+
+  // The training pass over the uploaded batch.
+  void train_on_input(Index B, float loss_scale, uint64_t seed) {
     model_.forward(cur_images_, cur_targets_, B, true, seed);
     Backend::loss_accumulate(stats_.data(), model_.losses(), B);
     model_.backward(Acc(loss_scale));
@@ -261,6 +273,36 @@ class ModelEngine : public Engine {
       }
     }
   }
+  // A planned batch: expanded on the host into a float batch (host backends), or copied as
+  // crops and tables and expanded on the device into the input slot (see planned_input.h).
+  void upload_planned(const data::PlannedBatch& plan, const std::vector<float>& lut,
+                      const float* targets) {
+    const ModelConfig& c = config();
+    const Index B = plan.size();
+    VIT_CHECK(plan.C == c.in_chans && plan.S == c.img_size,
+              fmt::format("engine: a planned batch of {}-channel {} px images for a model of {} "
+                          "channels at {} px",
+                          plan.C, plan.S, c.in_chans, c.img_size));
+    VIT_CHECK(Index(lut.size()) == plan.C * 256, "engine: the lookup table needs (C, 256) values");
+    VIT_CHECK(B > 0 && B <= max_batch(), "engine: batch larger than the engine was made for");
+    if constexpr (Backend::kHost) {
+      planned_images_.resize(size_t(B * c.in_chans * c.img_size * c.img_size));
+      expand_on_host(plan, lut, planned_images_.data());
+      upload_batch(planned_images_.data(), targets, B);
+    } else {
+      slot_ ^= 1;
+      float* in = input_[slot_].data();  // (B, Cin, S, S) then (B, K)
+      cur_targets_ = in + image_capacity_;
+      if constexpr (std::is_same_v<Store, float>) {
+        planned_.expand(plan, lut, targets, in + image_capacity_, B * c.num_classes, slot_, in);
+        cur_images_ = in;
+      } else {  // straight to the bf16 images: one rounding, as convert() of the fp32 slot
+        planned_.expand(plan, lut, targets, in + image_capacity_, B * c.num_classes, slot_,
+                        images_.data());
+        cur_images_ = images_.data();
+      }
+    }
+  }
   // The model is done with the current batch: its input slot may take the batch after next.
   void release_batch() {
     if constexpr (!Backend::kHost) Backend::input_released(slot_);
@@ -276,6 +318,8 @@ class ModelEngine : public Engine {
   int slot_ = 1;                       // device: the input slot of the current batch
   const Store* cur_images_ = nullptr;  // the current batch, in the backend's memory
   const Acc* cur_targets_ = nullptr;
+  std::vector<float> planned_images_;    // host: a planned batch expanded, (B, Cin, S, S)
+  DevicePlannedInput<Backend> planned_;  // device: a planned batch's buffers and scratch
   Buffer<double> stats_;  // (kNumStepStats) the updates' losses, grad norm, skips (StepStat)
   Buffer<Acc> ema_;       // (capacity) model EMA, table layout; empty without one
   int64_t steps_ = 0;

@@ -63,6 +63,9 @@ struct TrainArgs {
   int workers = 0;              // threads; 0 = all cores
   std::string device = "auto";  // auto | cpu | cuda | emu (CPU bf16 emulation)
   std::string precision = "bf16";  // cuda: bf16 or fp32
+  // Resize, flip and normalise where the model runs (the GPU's batched input ops): the loader
+  // ships planned uint8 crops (data/planned_batch.h).
+  bool augment_on_device = false;
   std::string config;              // the -c/--config file that was applied ("" = none)
   int64_t stop_after_updates = 0;  // testing: save the state and stop after this many updates
   // Seed methods (methods.md §1.4, §2.3).

@@ -1,5 +1,7 @@
 #include "train/train_batches.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -30,6 +32,11 @@ TrainBatches::TrainBatches(const TrainArgs& args, const RunPlan& plan, const dat
               {args.workers, 0, plan.updates_per_epoch * plan.accum, false, args.aug_repeats, rank,
                world}) {
   et_bc_.img_size = plan.final_size;
+  if (args.augment_on_device) {
+    check_plannable(*data.train);
+    planned_ = true;
+    lut_ = data::normalize_lut(train_bc_, C_);
+  }
   const Index F = plan.final_size;
   if (plan.efficienttrain) full_images_.resize(B_ * C_ * F * F);
   set_size(img_size, step);
@@ -79,6 +86,29 @@ void TrainBatches::load_fresh(int64_t epoch, Index mb, float* images, float* tar
   if (mix_.mixup_alpha > 0 || mix_.cutmix_alpha > 0)
     data::apply_mixup(mix_, images, targets, B, C_, S, K_, uint64_t(args_.seed), uint64_t(epoch),
                       uint64_t(mb));
+}
+
+void TrainBatches::check_plannable(const data::Source& train) const {
+  const char* why = nullptr;
+  if (plan_.efficienttrain)
+    why = "EfficientTrain++'s low-frequency crop runs on the CPU";
+  else if (mix_.mixup_alpha > 0 || mix_.cutmix_alpha > 0)
+    why = "mixup/cutmix run on the CPU";
+  else if (plan_.replay > 1)
+    why = "the replay buffer keeps float images on the CPU";
+  else if (!data::plannable(train, train_bc_, true))
+    why =
+        "RandAugment, colour jitter, random erasing and an in-memory set's pad-and-crop path "
+        "run on the CPU (in-memory sets need --scale)";
+  VIT_CHECK(!why, fmt::format("--augment-on-device: {}; drop the flag or that option", why));
+}
+
+Index TrainBatches::load_planned(int64_t epoch, Index mb, double* data_seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  loader_.load_planned(uint64_t(epoch), mb, train_bc_, plan_batch_, targets_.data());
+  data::widen_targets(targets_.data(), B_, Kd_, K_);
+  *data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return B_;
 }
 
 Index TrainBatches::load(int64_t epoch, Index mb, double* data_seconds) {

@@ -33,8 +33,16 @@ class TrainBatches {
   const float* images() const { return images_.data(); }
   const float* targets() const { return targets_.data(); }
 
+  // With --augment-on-device: micro-batch `mb` as a plan (plan(), lut()) and targets(); returns
+  // its sample count. The images are made where the model runs (Engine::forward_backward_planned).
+  bool planned() const { return planned_; }
+  Index load_planned(int64_t epoch, Index mb, double* data_seconds);
+  const data::PlannedBatch& plan() const { return plan_batch_; }
+  const std::vector<float>& lut() const { return lut_; }
+
  private:
   void load_fresh(int64_t epoch, Index mb, float* images, float* targets);
+  void check_plannable(const data::Source& train) const;
   void make_replay(int64_t step);
 
   const TrainArgs& args_;
@@ -49,6 +57,9 @@ class TrainBatches {
   std::vector<float> full_images_;                   // ET++: (B, Cin, F, F)
   std::vector<float> fresh_images_, fresh_targets_;  // replay: the fresh batch
   std::unique_ptr<ReplayBuffer> replay_;
+  bool planned_ = false;           // --augment-on-device
+  data::PlannedBatch plan_batch_;  // the current planned micro-batch
+  std::vector<float> lut_;         // (Cin, 256) normalisation table of the planned batches
 };
 
 }  // namespace vit

@@ -551,13 +551,19 @@ Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   for (Index a = 0; a < accum_; ++a) {
     const Index mb = u * accum_ + a;  // micro-batch index in the epoch
     double dt_data = 0;
-    const Index n = batches_->load(epoch, mb, &dt_data);
+    const bool planned = batches_->planned();
+    const Index n =
+        planned ? batches_->load_planned(epoch, mb, &dt_data) : batches_->load(epoch, mb, &dt_data);
     t.data_window += dt_data;
     t.data_epoch += dt_data;
     const bool inject = injected(engine_->num_steps() + 1);
-    engine_->forward_backward(batches_->images(), batches_->targets(), n,
-                              inject ? std::nanf("") : 1.0f / float(n * accum_ * world_),
-                              mix_seed(args_.seed, uint64_t(engine_->num_steps()), uint64_t(a)));
+    const float loss_scale = inject ? std::nanf("") : 1.0f / float(n * accum_ * world_);
+    const uint64_t seed = mix_seed(args_.seed, uint64_t(engine_->num_steps()), uint64_t(a));
+    if (planned)
+      engine_->forward_backward_planned(batches_->plan(), batches_->lut(), batches_->targets(),
+                                        loss_scale, seed);
+    else
+      engine_->forward_backward(batches_->images(), batches_->targets(), n, loss_scale, seed);
     step_samples += n * world_;  // the global batch
   }
   engine_->step(lr);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "core/common.h"
+#include "core/resize_plan.h"
 #include "ops/cpu/adamw.h"
 
 namespace vit::cuda {
@@ -228,5 +229,15 @@ void swap_buffers(float* a, float* b, Index n);
 // judge_update (ops/cpu/adamw.h) on the device's step statistics (kNumStepStats): whether the
 // update with the loss and grad norm held there is applied, and the skip counters.
 void judge_update(double* stats);
+
+// Input images (resize_batch.cu), the twins of src/ops/cpu/resize_batch.h on device buffers
+// (pixels, tables, samples, scratch and out included): the horizontal pass, the vertical pass
+// with the flip, and the normalisation by table (lut (C, 256)) into the model's input (B, C, S, S).
+void resize_rows(const uint8_t* pixels, const int32_t* tables, const ResizeSample* samples, Index B,
+                 Index C, Index S, uint8_t* scratch);
+void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSample* samples,
+                 Index B, Index C, Index S, uint8_t* out);
+template <typename T>
+void normalize_u8(const uint8_t* u8, const float* lut, Index B, Index C, Index S, T* images);
 
 }  // namespace vit::cuda

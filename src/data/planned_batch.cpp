@@ -1,0 +1,171 @@
+#include "data/planned_batch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "data/augment.h"
+#include "data/source_batch.h"
+#include "data/stage_clock.h"
+
+namespace vit::data {
+
+namespace {
+
+// The table of one axis: outputs [offset, offset + S) of a resize from `in` to `full` pixels,
+// with `first` relative to lo, the first input pixel any tap reads ([lo, hi) is what to ship).
+struct AxisPlan {
+  Index ksize = 1, lo = 0, hi = 0;
+  std::vector<int32_t> first, count, k;  // (S), (S), (S, ksize)
+};
+
+AxisPlan plan_axis(Index in, Index full, Index offset, Index S, Interp interp) {
+  AxisPlan a;
+  a.first.resize(size_t(S));
+  a.count.assign(size_t(S), 1);
+  if (in == full) {  // PIL skips the pass: the unit table copies
+    a.k.assign(size_t(S), int32_t(1) << kPilPrecision);
+    for (Index i = 0; i < S; ++i) a.first[size_t(i)] = int32_t(offset + i);
+  } else {
+    const PilCoeffs c = pil_coeffs(in, full, interp);
+    a.ksize = c.ksize;
+    a.k.assign(size_t(S * c.ksize), 0);
+    for (Index i = 0; i < S; ++i) {
+      const Index o = offset + i;
+      a.first[size_t(i)] = int32_t(c.first[size_t(o)]);
+      a.count[size_t(i)] = int32_t(c.count[size_t(o)]);
+      std::copy_n(c.k.begin() + o * c.ksize, c.ksize, a.k.begin() + i * c.ksize);
+    }
+  }
+  a.lo = in;
+  for (Index i = 0; i < S; ++i) {
+    a.lo = std::min<Index>(a.lo, a.first[size_t(i)]);
+    a.hi = std::max<Index>(a.hi, a.first[size_t(i)] + a.count[size_t(i)]);
+  }
+  for (int32_t& f : a.first) f -= int32_t(a.lo);
+  return a;
+}
+
+int32_t append_table(const AxisPlan& a, std::vector<int32_t>& tables) {
+  const size_t at = tables.size();
+  VIT_CHECK(at <= size_t(INT32_MAX), "planned batch: resampling tables exceed 2^31 entries");
+  tables.insert(tables.end(), a.first.begin(), a.first.end());
+  tables.insert(tables.end(), a.count.begin(), a.count.end());
+  tables.insert(tables.end(), a.k.begin(), a.k.end());
+  return int32_t(at);
+}
+
+Interp train_interp(const BatchConfig& cfg, Rng& rng) {
+  if (cfg.interpolation == "random")
+    return rng.uniform() < 0.5 ? Interp::Bilinear : Interp::Bicubic;
+  return parse_interp(cfg.interpolation);
+}
+
+}  // namespace
+
+void PlannedBatch::clear(Index channels, Index side) {
+  C = channels;
+  S = side;
+  pixels.clear();
+  tables.clear();
+  samples.clear();
+  scratch_bytes = 0;
+}
+
+bool plannable(const BatchConfig& cfg, bool train) {
+  return !train || (cfg.auto_augment.empty() && cfg.color_jitter <= 0 && cfg.reprob <= 0);
+}
+
+bool plannable(const Source& src, const BatchConfig& cfg, bool train) {
+  // In-memory sets outside the timm pipeline take make_batch's own (pad-crop, float bilinear)
+  // path, which is not a PIL resize.
+  return plannable(cfg, train) && (!src.memory() || uses_timm_pipeline(cfg, train));
+}
+
+std::vector<float> normalize_lut(const BatchConfig& cfg, Index C) {
+  VIT_CHECK(Index(cfg.mean.size()) >= C && Index(cfg.std.size()) >= C,
+            "normalize_lut: mean/std have fewer entries than the image has channels");
+  std::vector<float> lut(size_t(C * 256));  // (C, 256)
+  for (Index c = 0; c < C; ++c) {
+    const float scale = 1.0f / (255.0f * cfg.std[size_t(c)]);
+    const float bias = cfg.mean[size_t(c)] / cfg.std[size_t(c)];
+    for (int v = 0; v < 256; ++v) {
+      const uint8_t byte = uint8_t(v);
+      lut[size_t(c * 256 + v)] = byte * scale - bias;  // timm_sample's expression
+    }
+  }
+  return lut;
+}
+
+void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg, bool train,
+                 Rng& rng, PlannedBatch& batch) {
+  VIT_CHECK(plannable(cfg, train), "plan_sample: this pipeline is not plannable");
+  VIT_CHECK(C == batch.C, fmt::format("plan_sample: {} channels, the batch has {}", C, batch.C));
+  const Index S = batch.S;
+  // Where the output comes from: a box of src resized to (full_h, full_w), of which the S x S
+  // window at (off_y, off_x) is kept (off 0 and full S, except for the eval centre crop).
+  CropBox box{0, 0, h, w};
+  Index full_h = S, full_w = S, off_y = 0, off_x = 0;
+  Interp interp;
+  bool flip = false;
+  if (train) {
+    if (cfg.rrc)
+      box = sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
+    interp = train_interp(cfg, rng);
+    flip = cfg.hflip > 0 && rng.uniform() < cfg.hflip;
+  } else {
+    interp = parse_interp(cfg.eval_interpolation);
+    const CenterCrop cc = eval_center_crop(h, w, S, cfg.eval_crop_pct);
+    full_h = cc.resized_h;
+    full_w = cc.resized_w;
+    off_y = cc.top;
+    off_x = cc.left;
+  }
+  const AxisPlan hx = plan_axis(box.width, full_w, off_x, S, interp);
+  const AxisPlan vy = plan_axis(box.height, full_h, off_y, S, interp);
+  ResizeSample s;
+  s.bh = int32_t(vy.hi - vy.lo);
+  s.bw = int32_t(hx.hi - hx.lo);
+  s.pixels = int64_t(batch.pixels.size());
+  s.rows = batch.scratch_bytes;
+  s.h_table = append_table(hx, batch.tables);
+  s.h_ksize = int32_t(hx.ksize);
+  s.v_table = append_table(vy, batch.tables);
+  s.v_ksize = int32_t(vy.ksize);
+  s.flip = flip ? 1 : 0;
+  batch.pixels.resize(batch.pixels.size() + size_t(C * s.bh * s.bw));
+  uint8_t* crop = batch.pixels.data() + s.pixels;  // (C, bh, bw)
+  for (Index c = 0; c < C; ++c)
+    for (Index y = 0; y < s.bh; ++y)
+      std::copy_n(src + (c * h + box.top + vy.lo + y) * w + box.left + hx.lo, s.bw,
+                  crop + (c * s.bh + y) * s.bw);
+  batch.scratch_bytes += int64_t(C) * s.bh * S;
+  batch.samples.push_back(s);
+}
+
+void make_planned_batch(const Source& src, const Index* indices, Index B, const BatchConfig& cfg,
+                        bool train, uint64_t seed, uint64_t epoch, PlannedBatch& batch,
+                        float* targets, int32_t* labels) {
+  VIT_CHECK(plannable(src, cfg, train),
+            "planned batches: this split's augmentation runs on the CPU (RandAugment, colour "
+            "jitter, random erasing, or an in-memory set's pad-and-crop path)");
+  const Index K = src.num_classes(), C = src.channels();
+  batch.clear(C, cfg.img_size);
+  const int min_side = decode_min_side(cfg, train);
+  Planar px;
+  for (Index b = 0; b < B; ++b) {
+    const Index used = read_or_replace(src, indices[b] % src.size(), min_side, px);
+    VIT_CHECK(px.c == C, fmt::format("sample {} has {} channels, expected {}", used, px.c, C));
+    Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));  // as make_source_batch
+    {
+      StageScope clock(Stage::Augment);
+      plan_sample(px.px.data(), C, px.h, px.w, cfg, train, rng, batch);
+    }
+    const int32_t label = src.label(used);
+    smoothed_one_hot(label, K, cfg.smoothing, targets + b * K);
+    if (labels) labels[b] = label;
+  }
+}
+
+}  // namespace vit::data

@@ -1,0 +1,53 @@
+// Batches planned on the CPU for the device's pixel work (issue 15). A loader thread decodes,
+// draws every random choice of timm's pipeline (RandomResizedCrop box, interpolation, flip) and
+// computes PIL's resampling tables; what it ships is the uint8 crops (the pixels the resampling
+// reads, usually fewer bytes than the float image) and those tables. The batched ops of
+// src/ops/{cpu,cuda}/resize_batch then do the resize, flip and normalisation (normalize_lut's
+// table) and give timm_sample's image: the same uint8 pixels bit for bit, then one lookup.
+// Pipelines with RandAugment, colour jitter or random erasing are not plannable: those run on
+// uint8 images after the resize, on the CPU.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/common.h"
+#include "core/resize_plan.h"
+#include "core/rng.h"
+#include "data/batch.h"
+#include "data/source.h"
+
+namespace vit::data {
+
+struct PlannedBatch {
+  Index C = 0, S = 0;
+  std::vector<uint8_t> pixels;        // the crops, each (C, bh, bw), one after another
+  std::vector<int32_t> tables;        // the samples' axis tables (core/resize_plan.h)
+  std::vector<ResizeSample> samples;  // (B)
+  int64_t scratch_bytes = 0;          // the horizontal passes' output, sum of C * bh * S
+  Index size() const { return Index(samples.size()); }
+  void clear(Index channels, Index side);  // empty batch of (channels, side, side) images
+};
+
+// True when timm_sample's transformation under cfg is crop/resize, flip and normalise only (no
+// RandAugment, colour jitter or random erasing; evaluation always is).
+bool plannable(const BatchConfig& cfg, bool train);
+// ... and when the source's batches go through timm_sample: streamed sources always do,
+// in-memory ones only under the timm pipeline (uses_timm_pipeline).
+bool plannable(const Source& src, const BatchConfig& cfg, bool train);
+
+// (C, 256): the normalised value of byte v in channel c, computed as timm_sample does.
+std::vector<float> normalize_lut(const BatchConfig& cfg, Index C);
+
+// Appends sample src (C, h, w) transformed as timm_sample would with rng: the same draws in the
+// same order. cfg must be plannable for the split (throws vit::Error otherwise).
+void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg, bool train,
+                 Rng& rng, PlannedBatch& batch);
+
+// make_source_batch's planned twin: the same samples (replacements included), randomness and
+// targets, with the images left as a plan. targets (B, K), labels (B) (may be null). Throws
+// vit::Error when the source and cfg are not plannable.
+void make_planned_batch(const Source& src, const Index* indices, Index B, const BatchConfig& cfg,
+                        bool train, uint64_t seed, uint64_t epoch, PlannedBatch& batch,
+                        float* targets, int32_t* labels);
+
+}  // namespace vit::data

@@ -1,0 +1,70 @@
+#include "ops/cpu/resize_batch.h"
+
+namespace vit::cpu {
+
+namespace {
+
+// One axis table of output size S at tables + offset: first (S), count (S), k (S, ksize).
+struct Table {
+  const int32_t* first;
+  const int32_t* count;
+  const int32_t* k;
+  Index ksize;
+  Table(const int32_t* tables, int32_t offset, int32_t ksize, Index S)
+      : first(tables + offset), count(first + S), k(count + S), ksize(ksize) {}
+};
+
+constexpr int32_t kRound = 1 << (kResizePrecision - 1);
+
+}  // namespace
+
+void resize_rows(const uint8_t* pixels, const int32_t* tables, const ResizeSample* samples, Index B,
+                 Index C, Index S, uint8_t* scratch) {
+  for (Index b = 0; b < B; ++b) {
+    const ResizeSample& s = samples[b];
+    const Table t(tables, s.h_table, s.h_ksize, S);
+    for (Index r = 0; r < C * s.bh; ++r) {
+      const uint8_t* in = pixels + s.pixels + r * s.bw;  // (bw) one row of the crop
+      uint8_t* out = scratch + s.rows + r * S;           // (S)
+      for (Index x = 0; x < S; ++x) {
+        int32_t acc = kRound;
+        const uint8_t* tap = in + t.first[x];
+        const int32_t* k = t.k + x * t.ksize;
+        for (int32_t i = 0; i < t.count[x]; ++i) acc += int32_t(tap[i]) * k[i];
+        out[x] = resize_clip8(acc);
+      }
+    }
+  }
+}
+
+void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSample* samples,
+                 Index B, Index C, Index S, uint8_t* out) {
+  for (Index b = 0; b < B; ++b) {
+    const ResizeSample& s = samples[b];
+    const Table t(tables, s.v_table, s.v_ksize, S);
+    for (Index c = 0; c < C; ++c) {
+      const uint8_t* plane = scratch + s.rows + c * s.bh * S;  // (bh, S)
+      uint8_t* dst = out + (b * C + c) * S * S;                // (S, S)
+      for (Index y = 0; y < S; ++y) {
+        const int32_t* k = t.k + y * t.ksize;
+        const uint8_t* top = plane + Index(t.first[y]) * S;
+        for (Index x = 0; x < S; ++x) {
+          int32_t acc = kRound;
+          for (int32_t i = 0; i < t.count[y]; ++i) acc += int32_t(top[i * S + x]) * k[i];
+          dst[y * S + (s.flip ? S - 1 - x : x)] = resize_clip8(acc);
+        }
+      }
+    }
+  }
+}
+
+void normalize_u8(const uint8_t* u8, const float* lut, Index B, Index C, Index S, float* images) {
+  for (Index b = 0; b < B; ++b)
+    for (Index c = 0; c < C; ++c) {
+      const Index base = (b * C + c) * S * S;
+      const float* l = lut + c * 256;
+      for (Index i = 0; i < S * S; ++i) images[base + i] = l[u8[base + i]];
+    }
+}
+
+}  // namespace vit::cpu

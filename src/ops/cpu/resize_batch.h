@@ -1,0 +1,27 @@
+// Batched crop -> resize -> flip -> normalise of planned uint8 crops (core/resize_plan.h): the
+// CPU reference of the device's input ops (src/ops/cuda/resize_batch.cu gives the same bytes).
+// Every pass is integer arithmetic (PIL's fixed point) or a table lookup, so the GPU twins are
+// checked bit for bit, and the uint8 result is PIL's (data/augment.h: resize_pil + hflip).
+#pragma once
+#include <cstdint>
+
+#include "core/common.h"
+#include "core/resize_plan.h"
+
+namespace vit::cpu {
+
+// Horizontal pass: for each sample b, scratch[rows] (C, bh, S) = its crop pixels[pixels]
+// (C, bh, bw) resampled along x with its horizontal table. tables: the batch's int32 tables.
+void resize_rows(const uint8_t* pixels, const int32_t* tables, const ResizeSample* samples, Index B,
+                 Index C, Index S, uint8_t* scratch);
+
+// Vertical pass and flip: out (B, C, S, S) uint8 = scratch's (C, bh, S) resampled along y with
+// each sample's vertical table, mirrored along x where the sample says so.
+void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSample* samples,
+                 Index B, Index C, Index S, uint8_t* out);
+
+// images (B, C, S, S) = lut[c][u8 (B, C, S, S)]. lut (C, 256): the normalised value of each
+// byte per channel, (v / 255 - mean) / std as the CPU pipeline rounds it (data/planned_batch.h).
+void normalize_u8(const uint8_t* u8, const float* lut, Index B, Index C, Index S, float* images);
+
+}  // namespace vit::cpu

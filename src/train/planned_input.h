@@ -1,0 +1,82 @@
+// Planned batches (data/planned_batch.h) into an engine's input: on the host the reference
+// ops expand the plan into float images; on the GPU the plan's crops and tables travel through
+// the engine's pinned input slot and the batched input ops make the images on the device, so
+// the CPU never resizes and the copy carries uint8 crops instead of float images.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/resize_plan.h"
+#include "data/planned_batch.h"
+#include "ops/cpu/resize_batch.h"
+
+namespace vit {
+
+// images (B, C, S, S) from the plan with the CPU reference ops.
+inline void expand_on_host(const data::PlannedBatch& plan, const std::vector<float>& lut,
+                           float* images) {
+  const Index B = plan.size(), C = plan.C, S = plan.S;
+  std::vector<uint8_t> rows(size_t(plan.scratch_bytes));  // each sample's (C, bh, S)
+  std::vector<uint8_t> u8(size_t(B * C * S * S));         // (B, C, S, S)
+  cpu::resize_rows(plan.pixels.data(), plan.tables.data(), plan.samples.data(), B, C, S,
+                   rows.data());
+  cpu::resize_cols(rows.data(), plan.tables.data(), plan.samples.data(), B, C, S, u8.data());
+  cpu::normalize_u8(u8.data(), lut.data(), B, C, S, images);
+}
+
+// The device side, per engine: per input slot the plan's buffers, and the passes' scratch.
+// Buffers grow (with headroom: crops vary from batch to batch) after waiting for the device,
+// so growing is rare and never races a kernel still reading the old buffer.
+template <class Backend>
+class DevicePlannedInput {
+ public:
+  template <class U>
+  using Buffer = typename Backend::template Buffer<U>;
+
+  // Enqueues the copy of plan, lut (C, 256) and targets (n_targets, host) through pinned slot
+  // `slot` (targets land in device_targets), then the passes on the op stream:
+  // images (B, C, S, S) in T.
+  template <class T>
+  void expand(const data::PlannedBatch& plan, const std::vector<float>& lut, const float* targets,
+              float* device_targets, Index n_targets, int slot, T* images) {
+    const Index B = plan.size(), C = plan.C, S = plan.S;
+    Slot& s = slots_[slot];
+    fit(s.pixels, plan.pixels.size());
+    fit(s.tables, plan.tables.size());
+    fit(s.samples, plan.samples.size());
+    fit(s.lut, lut.size());
+    fit(rows_, size_t(plan.scratch_bytes));
+    fit(u8_, size_t(B * C * S * S));
+    void* dst[5] = {s.pixels.data(), s.tables.data(), s.samples.data(), s.lut.data(),
+                    device_targets};
+    const void* src[5] = {plan.pixels.data(), plan.tables.data(), plan.samples.data(), lut.data(),
+                          targets};
+    const size_t bytes[5] = {plan.pixels.size(), plan.tables.size() * sizeof(int32_t),
+                             plan.samples.size() * sizeof(ResizeSample), lut.size() * sizeof(float),
+                             targets ? size_t(n_targets) * sizeof(float) : 0};
+    Backend::upload_input_n(dst, src, bytes, 5, slot);
+    Backend::resize_rows(s.pixels.data(), s.tables.data(), s.samples.data(), B, C, S, rows_.data());
+    Backend::resize_cols(rows_.data(), s.tables.data(), s.samples.data(), B, C, S, u8_.data());
+    Backend::normalize_u8(u8_.data(), s.lut.data(), B, C, S, images);
+  }
+
+ private:
+  struct Slot {
+    Buffer<uint8_t> pixels;        // the crops
+    Buffer<int32_t> tables;        // the axis tables
+    Buffer<ResizeSample> samples;  // (B)
+    Buffer<float> lut;             // (C, 256)
+  };
+  template <class U>
+  void fit(Buffer<U>& b, size_t n) {
+    if (b.size() >= n) return;
+    Backend::synchronize();  // the op stream may still read the old buffer
+    b = Buffer<U>(n + n / 4);
+  }
+  Slot slots_[2];
+  Buffer<uint8_t> rows_;  // the horizontal passes' output, each sample's (C, bh, S)
+  Buffer<uint8_t> u8_;    // (B, C, S, S) before normalisation
+};
+
+}  // namespace vit

@@ -1,0 +1,73 @@
+// vitrain train --augment-on-device: the loader ships planned crops and the engine makes the
+// images where the model runs. On the CPU (and in the bf16 emulation) that is the reference
+// expansion, so a run must train as the plain run does: the same per-update losses up to the
+// rounding of the normalisation (1e-5 relative). Pipelines whose augmentation runs on the CPU
+// are refused with one clear line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "cli_harness.h"
+
+using vit::testing::run_vitrain;
+using vit::testing::RunResult;
+
+namespace {
+
+class AugmentOnDeviceCli : public vit::testing::CliTest {
+ protected:
+  // RandomResizedCrop + flip on the toy IDX set (in memory: --scale selects the timm pipeline).
+  std::string flags(const std::string& experiment, const std::string& extra) {
+    return "train --data-dir " + data_ + " --model vit_fmnist_tiny --img-size 8 --output " +
+           (dir_ / "out").string() + " --experiment " + experiment +
+           " -b 32 --epochs 2 --lr 2e-3 --warmup-epochs 1 --log-interval 1 -j 2 --seed 5 " +
+           "--scale 0.5,1 --hflip 0.5 --crop-pad 0 " + extra;
+  }
+  std::map<int64_t, double> losses(const std::string& experiment) {
+    std::map<int64_t, double> m;
+    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
+      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    return m;
+  }
+  void expect_same_training(const std::string& device) {
+    const RunResult a = run_vitrain(flags("plain_" + device, "--device " + device), dir_.string());
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const RunResult b = run_vitrain(
+        flags("planned_" + device, "--device " + device + " --augment-on-device"), dir_.string());
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    const auto la = losses("plain_" + device), lb = losses("planned_" + device);
+    ASSERT_EQ(la.size(), lb.size());
+    ASSERT_GE(la.size(), 16u);
+    size_t exact = 0;
+    for (const auto& [step, loss] : la) {
+      ASSERT_TRUE(lb.count(step)) << step;
+      EXPECT_NEAR(lb.at(step), loss, 1e-5 * std::fabs(loss)) << device << " step " << step;
+      exact += lb.at(step) == loss;
+    }
+    std::printf("%s: %zu of %zu updates with bitwise equal losses\n", device.c_str(), exact,
+                la.size());
+  }
+};
+
+TEST_F(AugmentOnDeviceCli, TrainsAsThePlainRunOnTheCpu) {
+  expect_same_training("cpu");
+}
+
+TEST_F(AugmentOnDeviceCli, TrainsAsThePlainRunInTheBf16Emulation) {
+  expect_same_training("emu");
+}
+
+TEST_F(AugmentOnDeviceCli, CpuOnlyAugmentationIsOneClearError) {
+  for (const std::string extra :
+       {"--reprob 0.25", "--mixup 0.8", "--aa rand-m9-mstd0.5-inc1", "--scale '' --crop-pad 2"}) {
+    const RunResult r =
+        run_vitrain(flags("refused", extra + " --device cpu --augment-on-device"), dir_.string());
+    EXPECT_NE(r.exit_code, 0) << extra;
+    EXPECT_NE(r.err.find("--augment-on-device"), std::string::npos) << extra << ": " << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << extra << ": " << r.err;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,169 @@
+// The device's input ops (src/ops/cuda/resize_batch.cu) against the CPU reference
+// (src/ops/cpu/resize_batch.cpp, itself checked against timm_sample in test_planned_batch.cpp):
+// the same bytes after each pass, the same floats after the normalisation, and in bf16 the
+// float rounded once to nearest even. Planned batches of random-noise images: RandomResizedCrop
+// with random interpolation and flips, ImageNet-sized images at 224 px and small ones at 32 px,
+// evaluation centre crops, 1 and 3 channels. Guard bytes around every device buffer catch
+// out-of-bounds writes; outputs start as garbage so an unwritten pixel fails.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "cuda_test_util.h"
+#include "data/planned_batch.h"
+#include "gpu_test_util.h"
+#include "ops/cpu/resize_batch.h"
+#include "ops/cuda/ops.h"
+
+namespace {
+
+using vit::Index;
+using namespace vit::test;  // cuda_ok, CudaTest, kGuard, kPattern: cuda_test_util.h
+namespace data = vit::data;
+
+// A device copy of a host vector of any trivially copyable E, with guard bytes on both sides.
+template <typename E>
+class RawBuf {
+ public:
+  RawBuf(size_t n, std::string name) : n_(n), name_(std::move(name)) {
+    cuda_ok(cudaMalloc(&base_, n_ * sizeof(E) + 2 * kGuard), "cudaMalloc");
+    cuda_ok(cudaMemset(base_, kPattern, n_ * sizeof(E) + 2 * kGuard), "cudaMemset");
+  }
+  RawBuf(const std::vector<E>& host, std::string name) : RawBuf(host.size(), std::move(name)) {
+    cuda_ok(cudaMemcpy(get(), host.data(), n_ * sizeof(E), cudaMemcpyHostToDevice), "upload");
+  }
+  ~RawBuf() {
+    std::vector<unsigned char> g(2 * kGuard);
+    auto* b = static_cast<unsigned char*>(base_);
+    if (cudaMemcpy(g.data(), b, kGuard, cudaMemcpyDeviceToHost) == cudaSuccess &&
+        cudaMemcpy(g.data() + kGuard, b + kGuard + n_ * sizeof(E), kGuard,
+                   cudaMemcpyDeviceToHost) == cudaSuccess) {
+      size_t bad = 0;
+      for (unsigned char c : g) bad += c != kPattern;
+      EXPECT_EQ(bad, 0u) << name_ << ": guard bytes changed (out-of-bounds write)";
+    } else {
+      ADD_FAILURE() << name_ << ": cannot read guard bytes";
+    }
+    cudaFree(base_);
+  }
+  RawBuf(const RawBuf&) = delete;
+  RawBuf& operator=(const RawBuf&) = delete;
+  E* get() { return reinterpret_cast<E*>(static_cast<unsigned char*>(base_) + kGuard); }
+  std::vector<E> download() {
+    std::vector<E> h(n_);
+    cuda_ok(cudaMemcpy(h.data(), get(), n_ * sizeof(E), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t n_;
+  std::string name_;
+};
+
+std::vector<uint8_t> noise(Index n, uint64_t seed) {
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  vit::Rng rng(seed);
+  for (auto& p : v) p = uint8_t(rng.below(256));
+  return v;
+}
+
+struct Shape {
+  Index h, w;
+};
+
+// B samples of random sizes from `shapes`, planned with cfg for the split.
+data::PlannedBatch plan(Index C, const data::BatchConfig& cfg, bool train,
+                        const std::vector<Shape>& shapes, Index B) {
+  data::PlannedBatch batch;
+  batch.clear(C, cfg.img_size);
+  for (Index b = 0; b < B; ++b) {
+    const Shape s = shapes[size_t(b) % shapes.size()];
+    const std::vector<uint8_t> img = noise(C * s.h * s.w, 100 + uint64_t(b));  // (C, h, w)
+    vit::Rng rng(7 + uint64_t(b));
+    data::plan_sample(img.data(), C, s.h, s.w, cfg, train, rng, batch);
+  }
+  return batch;
+}
+
+data::BatchConfig config(Index S, bool train) {
+  data::BatchConfig c;
+  c.img_size = int(S);
+  c.mean = {0.485f, 0.456f, 0.406f};
+  c.std = {0.229f, 0.224f, 0.225f};
+  if (train) {
+    c.rrc = true;
+    c.hflip = 0.5;
+    c.interpolation = "random";
+  } else {
+    c.eval_crop_pct = 0.875;
+  }
+  return c;
+}
+
+class CudaResizeBatch : public CudaTest {
+ protected:
+  // Runs both sides on the batch and compares every stage.
+  void check(const data::PlannedBatch& batch, const std::vector<float>& lut,
+             const std::string& what) {
+    const Index B = batch.size(), C = batch.C, S = batch.S, n = B * C * S * S;
+    std::vector<uint8_t> rows(size_t(batch.scratch_bytes)), u8(static_cast<size_t>(n));
+    std::vector<float> images(static_cast<size_t>(n));
+    vit::cpu::resize_rows(batch.pixels.data(), batch.tables.data(), batch.samples.data(), B, C, S,
+                          rows.data());
+    vit::cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S,
+                          u8.data());
+    vit::cpu::normalize_u8(u8.data(), lut.data(), B, C, S, images.data());
+
+    RawBuf<uint8_t> d_pixels(batch.pixels, what + " pixels");
+    RawBuf<int32_t> d_tables(batch.tables, what + " tables");
+    RawBuf<vit::ResizeSample> d_samples(batch.samples, what + " samples");
+    RawBuf<float> d_lut(lut, what + " lut");
+    RawBuf<uint8_t> d_rows(rows.size(), what + " rows"), d_u8(u8.size(), what + " u8");
+    RawBuf<float> d_f32(static_cast<size_t>(n), what + " f32");
+    RawBuf<__nv_bfloat16> d_b16(static_cast<size_t>(n), what + " bf16");
+    vit::cuda::resize_rows(d_pixels.get(), d_tables.get(), d_samples.get(), B, C, S, d_rows.get());
+    vit::cuda::resize_cols(d_rows.get(), d_tables.get(), d_samples.get(), B, C, S, d_u8.get());
+    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), B, C, S, d_f32.get());
+    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), B, C, S, d_b16.get());
+    vit::cuda::synchronize();
+
+    EXPECT_TRUE(d_rows.download() == rows) << what << ": horizontal pass differs";
+    EXPECT_TRUE(d_u8.download() == u8) << what << ": vertical pass / flip differs";
+    const std::vector<float> f32 = d_f32.download();
+    EXPECT_EQ(std::memcmp(f32.data(), images.data(), images.size() * sizeof(float)), 0)
+        << what << ": normalised fp32 differs";
+    const std::vector<__nv_bfloat16> b16 = d_b16.download();
+    size_t bad = 0;
+    for (size_t i = 0; i < b16.size(); ++i) {
+      const __nv_bfloat16 want = __float2bfloat16_rn(images[i]);
+      bad += std::memcmp(&b16[i], &want, sizeof(want)) != 0;
+    }
+    EXPECT_EQ(bad, 0u) << what << ": normalised bf16 differs from the rounded fp32";
+  }
+};
+
+TEST_F(CudaResizeBatch, TrainImageNetSized) {
+  const std::vector<Shape> shapes = {{375, 500}, {500, 333}, {224, 224}, {180, 260}, {640, 427}};
+  const data::BatchConfig cfg = config(224, true);
+  check(plan(3, cfg, true, shapes, 13), data::normalize_lut(cfg, 3), "train 224");
+}
+
+TEST_F(CudaResizeBatch, TrainSmallImagesOneChannel) {
+  const std::vector<Shape> shapes = {{28, 28}, {17, 40}, {64, 20}};
+  const data::BatchConfig cfg = config(32, true);
+  check(plan(1, cfg, true, shapes, 9), data::normalize_lut(cfg, 1), "train 32 C=1");
+}
+
+TEST_F(CudaResizeBatch, EvalCentreCrop) {
+  const std::vector<Shape> shapes = {{375, 500}, {256, 256}, {500, 375}};
+  const data::BatchConfig cfg = config(224, false);
+  check(plan(3, cfg, false, shapes, 6), data::normalize_lut(cfg, 3), "eval 224");
+}
+
+}  // namespace

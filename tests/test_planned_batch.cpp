@@ -1,0 +1,292 @@
+// Planned batches (data/planned_batch.h) expanded by the batched resize ops
+// (ops/cpu/resize_batch.h) give timm_sample's images: the uint8 image bit for bit equal to
+// resize_pil + hflip with the same random draws, the floats equal to timm_sample's up to the
+// rounding of one multiply-subtract. Random-noise images (every tap matters), up- and
+// down-scaling, unchanged axes (PIL's skipped pass), extreme aspect ratios, 1 and 3 channels,
+// training (RandomResizedCrop, fixed or random interpolation, flips) and evaluation (plain
+// resize, centre crop).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "data/augment.h"
+#include "data/batch.h"
+#include "data/loader.h"
+#include "data/planned_batch.h"
+#include "data/source.h"
+#include "data/source_batch.h"
+#include "ops/cpu/resize_batch.h"
+
+using namespace vit;
+using namespace vit::data;
+
+namespace {
+
+struct NoiseImage {
+  Index c, h, w;
+  std::vector<uint8_t> px;  // (c, h, w)
+};
+
+NoiseImage noise(Index c, Index h, Index w, uint64_t seed) {
+  NoiseImage im{c, h, w, std::vector<uint8_t>(size_t(c * h * w))};
+  Rng rng(seed);
+  for (auto& p : im.px) p = uint8_t(rng.below(256));
+  return im;
+}
+
+BatchConfig base_config(Index S) {
+  BatchConfig c;
+  c.img_size = int(S);
+  c.mean = {0.485f, 0.456f, 0.406f};
+  c.std = {0.229f, 0.224f, 0.225f};
+  return c;
+}
+
+struct Case {
+  std::string name;
+  bool train;
+  BatchConfig cfg;
+};
+
+std::vector<Case> cases(Index S) {
+  std::vector<Case> out;
+  BatchConfig c = base_config(S);
+  c.rrc = true;
+  c.hflip = 0.5;
+  c.interpolation = "bicubic";
+  out.push_back({"train_rrc_bicubic", true, c});
+  c.interpolation = "random";
+  c.scale_lo = 0.35;
+  out.push_back({"train_rrc_random", true, c});
+  c = base_config(S);
+  c.hflip = 1.0;
+  c.interpolation = "bilinear";
+  out.push_back({"train_resize_flip", true, c});  // no RRC: the whole image
+  c = base_config(S);
+  c.eval_crop_pct = 0.875;
+  out.push_back({"eval_center_crop", false, c});
+  c.eval_interpolation = "bilinear";
+  c.eval_crop_pct = 0.0;
+  out.push_back({"eval_resize", false, c});
+  return out;
+}
+
+// The reference uint8 image: timm_sample's geometry with the same draws, through resize_pil.
+std::vector<uint8_t> reference_u8(const NoiseImage& im, const Case& k, uint64_t seed) {
+  const Index S = k.cfg.img_size;
+  std::vector<uint8_t> out(size_t(im.c * S * S));  // (c, S, S)
+  Rng rng(seed);
+  if (!k.train) {
+    const Interp f = parse_interp(k.cfg.eval_interpolation);
+    if (k.cfg.eval_crop_pct > 0)
+      eval_resize_crop(im.px.data(), im.c, im.h, im.w, out.data(), S, k.cfg.eval_crop_pct, f);
+    else
+      resize_pil(im.px.data(), im.c, im.h, im.w, {0, 0, im.h, im.w}, out.data(), S, S, f);
+    return out;
+  }
+  CropBox box{0, 0, im.h, im.w};
+  if (k.cfg.rrc)
+    box =
+        sample_rrc(rng, im.h, im.w, k.cfg.scale_lo, k.cfg.scale_hi, k.cfg.ratio_lo, k.cfg.ratio_hi);
+  Interp f = Interp::Bicubic;
+  if (k.cfg.interpolation == "random")
+    f = rng.uniform() < 0.5 ? Interp::Bilinear : Interp::Bicubic;
+  else
+    f = parse_interp(k.cfg.interpolation);
+  resize_pil(im.px.data(), im.c, im.h, im.w, box, out.data(), S, S, f);
+  if (k.cfg.hflip > 0 && rng.uniform() < k.cfg.hflip) hflip(out.data(), im.c, S, S);
+  return out;
+}
+
+struct Expanded {
+  std::vector<uint8_t> u8;  // (B, C, S, S)
+  std::vector<float> f32;   // (B, C, S, S)
+};
+
+Expanded expand(const PlannedBatch& batch, const std::vector<float>& lut) {
+  const Index B = batch.size(), C = batch.C, S = batch.S;
+  std::vector<uint8_t> rows(size_t(batch.scratch_bytes), 0xab);  // (per sample (C, bh, S))
+  Expanded e{std::vector<uint8_t>(size_t(B * C * S * S), 0xcd),
+             std::vector<float>(size_t(B * C * S * S), NAN)};
+  cpu::resize_rows(batch.pixels.data(), batch.tables.data(), batch.samples.data(), B, C, S,
+                   rows.data());
+  cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S, e.u8.data());
+  cpu::normalize_u8(e.u8.data(), lut.data(), B, C, S, e.f32.data());
+  return e;
+}
+
+// |a - b| <= 2 ulp, at least 1e-6: the lookup table and timm_sample's loop may round the
+// multiply-subtract differently (a fused multiply-add in one of them), an error of the order of
+// an ulp of the product (|v * scale| <= 4.4) even where the difference is near 0.
+void expect_float_close(const std::vector<float>& got, const std::vector<float>& want,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, exact = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    exact += got[i] == want[i];
+    const float lim = 2.0f * (std::nextafter(std::fabs(want[i]), INFINITY) - std::fabs(want[i]));
+    if (!(std::fabs(got[i] - want[i]) <= std::max(lim, 1e-6f))) ++bad;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " values differ";
+  std::printf("%s: %zu of %zu floats bitwise equal\n", what.c_str(), exact, got.size());
+}
+
+const NoiseImage& image_of(int i) {
+  // (c, h, w): up-scaling, down-scaling, one axis already at S = 32, extreme aspect ratios
+  static const std::vector<NoiseImage> images = {noise(3, 17, 23, 1),  noise(3, 120, 90, 2),
+                                                 noise(3, 32, 77, 3),  noise(1, 45, 32, 4),
+                                                 noise(3, 24, 300, 5), noise(1, 400, 36, 6)};
+  return images[size_t(i)];
+}
+constexpr int kImages = 6;
+
+}  // namespace
+
+TEST(PlannedBatch, ExpandsToTimmSample) {
+  const Index S = 32;
+  for (const Case& k : cases(S)) {
+    for (Index C : {Index(1), Index(3)}) {
+      PlannedBatch batch;
+      batch.clear(C, S);
+      std::vector<uint8_t> want_u8;
+      std::vector<float> want_f32;
+      for (int i = 0; i < kImages; ++i) {
+        const NoiseImage& im = image_of(i);
+        if (im.c != C) continue;
+        for (uint64_t rep = 0; rep < 4; ++rep) {  // four draws of the randomness per image
+          const uint64_t seed = 1000 * uint64_t(i) + rep;
+          Rng rng(seed);
+          plan_sample(im.px.data(), C, im.h, im.w, k.cfg, k.train, rng, batch);
+          const std::vector<uint8_t> u8 = reference_u8(im, k, seed);
+          want_u8.insert(want_u8.end(), u8.begin(), u8.end());
+          std::vector<float> f(size_t(C * S * S));
+          Rng rng2(seed);
+          timm_sample(im.px.data(), C, im.h, im.w, k.cfg, nullptr, k.train, rng2, f.data());
+          want_f32.insert(want_f32.end(), f.begin(), f.end());
+        }
+      }
+      ASSERT_GT(batch.size(), 0);
+      const Expanded got = expand(batch, normalize_lut(k.cfg, C));
+      const std::string what = k.name + " C=" + std::to_string(C);
+      EXPECT_TRUE(got.u8 == want_u8) << what << ": uint8 images differ from resize_pil + hflip";
+      expect_float_close(got.f32, want_f32, what);
+    }
+  }
+}
+
+TEST(PlannedBatch, ShipsOnlyThePixelsTheResamplingReads) {
+  // A centre crop of a 3 x 400 x 36 image to 32 px: the plan keeps the middle rows only.
+  const NoiseImage& im = image_of(5);
+  BatchConfig cfg = base_config(32);
+  cfg.eval_crop_pct = 0.875;
+  PlannedBatch batch;
+  batch.clear(1, 32);
+  Rng rng(1);
+  plan_sample(im.px.data(), 1, im.h, im.w, cfg, false, rng, batch);
+  ASSERT_EQ(batch.size(), 1);
+  const ResizeSample& s = batch.samples[0];
+  EXPECT_LT(s.bh, im.h);  // rows outside the crop window are not shipped
+  EXPECT_LE(s.bw, im.w);
+  EXPECT_EQ(Index(batch.pixels.size()), Index(s.bh) * s.bw);
+  EXPECT_EQ(batch.scratch_bytes, Index(s.bh) * 32);
+}
+
+TEST(PlannedBatch, RefusesCpuOnlyAugmentation) {
+  BatchConfig cfg = base_config(32);
+  cfg.rrc = true;
+  EXPECT_TRUE(plannable(cfg, true));
+  for (int which = 0; which < 3; ++which) {
+    BatchConfig c = cfg;
+    if (which == 0) c.auto_augment = "rand-m9-mstd0.5-inc1";
+    if (which == 1) c.color_jitter = 0.4;
+    if (which == 2) c.reprob = 0.25;
+    EXPECT_FALSE(plannable(c, true)) << which;
+    EXPECT_TRUE(plannable(c, false)) << which;  // evaluation has no random augmentation
+    PlannedBatch batch;
+    batch.clear(3, 32);
+    Rng rng(1);
+    const NoiseImage& im = image_of(0);
+    EXPECT_THROW(plan_sample(im.px.data(), 3, im.h, im.w, c, true, rng, batch), Error) << which;
+  }
+}
+
+TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
+  // An in-memory set under the timm pipeline: same targets and labels, same images.
+  ImageDataset d;
+  d.n = 10;
+  d.channels = 3;
+  d.height = 40;
+  d.width = 52;
+  d.num_classes = 4;
+  d.pixels = noise(1, d.n * 3 * 40, 52, 9).px;  // (n, 3, 40, 52)
+  for (Index i = 0; i < d.n; ++i) d.labels.push_back(int32_t(i % 4));
+  d.class_names = {"a", "b", "c", "d"};
+  const MemorySource src(d);
+  BatchConfig cfg = base_config(24);
+  cfg.rrc = true;
+  cfg.hflip = 0.5;
+  cfg.smoothing = 0.1;
+  const std::vector<Index> idx = {3, 7, 0, 9, 3};
+  const Index B = Index(idx.size()), K = 4, S = 24;
+  std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), ptargets(targets);
+  std::vector<int32_t> labels(static_cast<size_t>(B)), plabels(labels);
+  make_source_batch(src, idx.data(), B, cfg, true, 5, 2, images.data(), targets.data(),
+                    labels.data());
+  PlannedBatch batch;
+  make_planned_batch(src, idx.data(), B, cfg, true, 5, 2, batch, ptargets.data(), plabels.data());
+  EXPECT_EQ(targets, ptargets);
+  EXPECT_EQ(labels, plabels);
+  expect_float_close(expand(batch, normalize_lut(cfg, 3)).f32, images, "make_planned_batch");
+  // Outside the timm pipeline an in-memory set's batches are not PIL resizes: refused.
+  cfg.rrc = false;
+  EXPECT_FALSE(plannable(src, cfg, true));
+  EXPECT_THROW(make_planned_batch(src, idx.data(), B, cfg, true, 5, 2, batch, ptargets.data(),
+                                  plabels.data()),
+               Error);
+}
+
+TEST(PlannedBatch, LoaderPlansTheBatchesItLoads) {
+  // Worker threads (forced for an in-memory set) build float and planned batches side by side:
+  // each planned batch expands to the float batch of the same (epoch, k), same targets/labels.
+  ImageDataset d;
+  d.n = 24;
+  d.channels = 3;
+  d.height = 30;
+  d.width = 26;
+  d.num_classes = 3;
+  d.pixels = noise(1, d.n * 3 * 30, 26, 11).px;  // (n, 3, 30, 26)
+  for (Index i = 0; i < d.n; ++i) d.labels.push_back(int32_t(i % 3));
+  d.class_names = {"a", "b", "c"};
+  const MemorySource src(d);
+  BatchConfig cfg = base_config(20);
+  cfg.rrc = true;
+  cfg.hflip = 0.5;
+  const Index B = 4, K = 3, S = 20;
+  LoaderOptions opt;
+  opt.workers = 2;
+  opt.force_threads = true;
+  Loader loader(src, B, true, 3, opt);
+  const std::vector<float> lut = normalize_lut(cfg, 3);
+  for (uint64_t epoch = 0; epoch < 2; ++epoch)
+    for (Index k = 0; k < loader.batches_per_epoch(); ++k) {
+      std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), ptargets(targets);
+      std::vector<int32_t> labels(static_cast<size_t>(B)), plabels(labels);
+      PlannedBatch plan;
+      loader.load_planned(epoch, k, cfg, plan, ptargets.data(), plabels.data());
+      loader.load(epoch, k, cfg, images.data(), targets.data(), labels.data());
+      ASSERT_EQ(plan.size(), B);
+      EXPECT_EQ(targets, ptargets);
+      EXPECT_EQ(labels, plabels);
+      expect_float_close(expand(plan, lut).f32, images,
+                         "epoch " + std::to_string(epoch) + " batch " + std::to_string(k));
+    }
+  cfg.reprob = 0.25;  // random erasing runs on the CPU: refused with one clear error
+  std::vector<float> targets(size_t(B * K));
+  PlannedBatch plan;
+  EXPECT_THROW(loader.load_planned(0, 0, cfg, plan, targets.data()), Error);
+}
