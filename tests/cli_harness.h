@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -97,6 +98,14 @@ inline std::vector<nlohmann::json> read_log(const fs::path& run_dir, const std::
     if (j.value("type", "") == type) v.push_back(j);
   }
   return v;
+}
+
+// Per-update training losses of a run (its log.jsonl's "train" objects), keyed by optimizer step.
+inline std::map<int64_t, double> train_losses(const fs::path& run_dir) {
+  std::map<int64_t, double> m;
+  for (const auto& j : read_log(run_dir, "train"))
+    m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  return m;
 }
 
 // A fixture with a fresh scratch directory per test (removed afterwards) holding the toy data

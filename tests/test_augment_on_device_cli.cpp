@@ -26,10 +26,7 @@ class AugmentOnDeviceCli : public vit::testing::CliTest {
            "--scale 0.5,1 --hflip 0.5 --crop-pad 0 " + extra;
   }
   std::map<int64_t, double> losses(const std::string& experiment) {
-    std::map<int64_t, double> m;
-    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
-      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    return m;
+    return vit::testing::train_losses(dir_ / "out" / experiment);
   }
   void expect_same_training(const std::string& device) {
     const RunResult a = run_vitrain(flags("plain_" + device, "--device " + device), dir_.string());

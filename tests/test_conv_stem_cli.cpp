@@ -28,10 +28,7 @@ class ConvStemCli : public vit::testing::CliTest {
            "--hflip 0 --crop-pad 0 " + extra;
   }
   std::map<int64_t, double> losses(const std::string& experiment) {
-    std::map<int64_t, double> m;
-    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
-      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    return m;
+    return vit::testing::train_losses(dir_ / "out" / experiment);
   }
 };
 

@@ -87,10 +87,7 @@ class DistCli : public vit::testing::CliTest {
   }
 
   std::map<int64_t, double> losses(const std::string& experiment) {
-    std::map<int64_t, double> m;
-    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
-      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    return m;
+    return vit::testing::train_losses(dir_ / "out" / experiment);
   }
 
   void expect_same_losses(const std::string& got, const std::string& ref, size_t n) {

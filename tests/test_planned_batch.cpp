@@ -136,6 +136,20 @@ void expect_float_close(const std::vector<float>& got, const std::vector<float>&
   std::printf("%s: %zu of %zu floats bitwise equal\n", what.c_str(), exact, got.size());
 }
 
+// n noise images (3, h, w), labels i % K, class names "0".."K-1".
+ImageDataset noise_dataset(Index n, Index h, Index w, int K, uint64_t seed) {
+  ImageDataset d;
+  d.n = n;
+  d.channels = 3;
+  d.height = h;
+  d.width = w;
+  d.num_classes = K;
+  d.pixels = noise(1, n * 3 * h, w, seed).px;  // (n, 3, h, w)
+  for (Index i = 0; i < n; ++i) d.labels.push_back(int32_t(i % K));
+  for (int k = 0; k < K; ++k) d.class_names.push_back(std::to_string(k));
+  return d;
+}
+
 const NoiseImage& image_of(int i) {
   // (c, h, w): up-scaling, down-scaling, one axis already at S = 32, extreme aspect ratios
   static const std::vector<NoiseImage> images = {noise(3, 17, 23, 1),  noise(3, 120, 90, 2),
@@ -217,16 +231,7 @@ TEST(PlannedBatch, RefusesCpuOnlyAugmentation) {
 
 TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
   // An in-memory set under the timm pipeline: same targets and labels, same images.
-  ImageDataset d;
-  d.n = 10;
-  d.channels = 3;
-  d.height = 40;
-  d.width = 52;
-  d.num_classes = 4;
-  d.pixels = noise(1, d.n * 3 * 40, 52, 9).px;  // (n, 3, 40, 52)
-  for (Index i = 0; i < d.n; ++i) d.labels.push_back(int32_t(i % 4));
-  d.class_names = {"a", "b", "c", "d"};
-  const MemorySource src(d);
+  const MemorySource src(noise_dataset(10, 40, 52, 4, 9));
   BatchConfig cfg = base_config(24);
   cfg.rrc = true;
   cfg.hflip = 0.5;
@@ -253,16 +258,7 @@ TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
 TEST(PlannedBatch, LoaderPlansTheBatchesItLoads) {
   // Worker threads (forced for an in-memory set) build float and planned batches side by side:
   // each planned batch expands to the float batch of the same (epoch, k), same targets/labels.
-  ImageDataset d;
-  d.n = 24;
-  d.channels = 3;
-  d.height = 30;
-  d.width = 26;
-  d.num_classes = 3;
-  d.pixels = noise(1, d.n * 3 * 30, 26, 11).px;  // (n, 3, 30, 26)
-  for (Index i = 0; i < d.n; ++i) d.labels.push_back(int32_t(i % 3));
-  d.class_names = {"a", "b", "c"};
-  const MemorySource src(d);
+  const MemorySource src(noise_dataset(24, 30, 26, 3, 11));
   BatchConfig cfg = base_config(20);
   cfg.rrc = true;
   cfg.hflip = 0.5;

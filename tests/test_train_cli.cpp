@@ -38,10 +38,7 @@ class TrainCli : public vit::testing::CliTest {
 
   // Per-update training losses from a run's log.jsonl, keyed by optimizer step.
   std::map<int64_t, double> losses(const std::string& experiment) {
-    std::map<int64_t, double> m;
-    for (const auto& j : vit::testing::read_log(dir_ / "out" / experiment, "train"))
-      m[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    return m;
+    return vit::testing::train_losses(dir_ / "out" / experiment);
   }
 };
 
