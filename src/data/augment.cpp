@@ -13,6 +13,11 @@ Interp parse_interp(const std::string& name) {
   throw Error(fmt::format("unknown interpolation '{}' (expected bilinear or bicubic)", name));
 }
 
+Interp train_interp(const std::string& name, Rng& rng) {
+  if (name == "random") return rng.uniform() < 0.5 ? Interp::Bilinear : Interp::Bicubic;
+  return parse_interp(name);
+}
+
 namespace {
 
 // Python's random.randint(lo, hi): inclusive on both ends.

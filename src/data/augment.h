@@ -16,6 +16,9 @@ enum class Interp { Bilinear, Bicubic };
 
 // "bilinear" | "bicubic"; throws vit::Error otherwise ("random" is resolved by the caller).
 Interp parse_interp(const std::string& name);
+// timm's training interpolation: bilinear or bicubic, or "random", which draws one of the two
+// (one uniform from rng, as timm's RandomResizedCropAndInterpolation).
+Interp train_interp(const std::string& name, Rng& rng);
 
 struct CropBox {
   Index top = 0, left = 0, height = 0, width = 0;  // in source pixels

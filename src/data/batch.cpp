@@ -65,11 +65,7 @@ void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfi
     const CropBox box =
         cfg.rrc ? sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi)
                 : CropBox{0, 0, h, w};
-    Interp interp = Interp::Bicubic;
-    if (cfg.interpolation == "random")
-      interp = rng.uniform() < 0.5 ? Interp::Bilinear : Interp::Bicubic;
-    else
-      interp = parse_interp(cfg.interpolation);
+    const Interp interp = train_interp(cfg.interpolation, rng);
     resize_pil(src, C, h, w, box, img.data(), S, S, interp);
     if (cfg.hflip > 0 && rng.uniform() < cfg.hflip) hflip(img.data(), C, S, S);
     if (ra)

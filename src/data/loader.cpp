@@ -175,11 +175,15 @@ Loader::JobPtr Loader::ready_job(uint64_t epoch, Index k, const BatchConfig& cfg
   return job;
 }
 
-void Loader::load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images, float* targets,
-                  int32_t* labels) {
+void Loader::check_request(Index k, const BatchConfig& cfg) const {
   VIT_CHECK(k >= 0 && k < nb_, fmt::format("loader: batch {} outside 0..{}", k, nb_ - 1));
   VIT_CHECK(int(cfg.mean.size()) == src_.channels() && int(cfg.std.size()) == src_.channels(),
             "loader: mean/std need one value per channel");
+}
+
+void Loader::load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images, float* targets,
+                  int32_t* labels) {
+  check_request(k, cfg);
   if (threads_.empty()) {
     std::vector<Index> idx;
     indices(epoch, k, idx);
@@ -197,12 +201,7 @@ void Loader::load(uint64_t epoch, Index k, const BatchConfig& cfg, float* images
 
 void Loader::load_planned(uint64_t epoch, Index k, const BatchConfig& cfg, PlannedBatch& plan,
                           float* targets, int32_t* labels) {
-  VIT_CHECK(k >= 0 && k < nb_, fmt::format("loader: batch {} outside 0..{}", k, nb_ - 1));
-  VIT_CHECK(int(cfg.mean.size()) == src_.channels() && int(cfg.std.size()) == src_.channels(),
-            "loader: mean/std need one value per channel");
-  VIT_CHECK(plannable(src_, cfg, train_),
-            "loader: planned batches need an augmentation the device can do (no RandAugment, "
-            "colour jitter or random erasing; in-memory sets only under the timm pipeline)");
+  check_request(k, cfg);  // (make_planned_batch refuses what is not plannable)
   JobPtr job;
   if (threads_.empty()) {
     job = std::make_shared<Job>();

@@ -80,6 +80,8 @@ class Loader {
   };
   using JobPtr = std::shared_ptr<Job>;
 
+  // k names a batch of the epoch, cfg has one mean/std per channel (throws vit::Error).
+  void check_request(Index k, const BatchConfig& cfg) const;
   // The sample indices of batch k of epoch e (b of them).
   void indices(uint64_t epoch, Index k, std::vector<Index>& out);
   void build(Job& job);

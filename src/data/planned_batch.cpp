@@ -56,12 +56,6 @@ int32_t append_table(const AxisPlan& a, std::vector<int32_t>& tables) {
   return int32_t(at);
 }
 
-Interp train_interp(const BatchConfig& cfg, Rng& rng) {
-  if (cfg.interpolation == "random")
-    return rng.uniform() < 0.5 ? Interp::Bilinear : Interp::Bicubic;
-  return parse_interp(cfg.interpolation);
-}
-
 }  // namespace
 
 void PlannedBatch::clear(Index channels, Index side) {
@@ -112,7 +106,7 @@ void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfi
   if (train) {
     if (cfg.rrc)
       box = sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
-    interp = train_interp(cfg, rng);
+    interp = train_interp(cfg.interpolation, rng);
     flip = cfg.hflip > 0 && rng.uniform() < cfg.hflip;
   } else {
     interp = parse_interp(cfg.eval_interpolation);
