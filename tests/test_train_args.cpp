@@ -275,3 +275,35 @@ TEST(TrainArgs, SeedMethodFlags) {
 }
 
 }  // namespace
+
+// parse_train_config (the config fuzz target's entry) is `train -c FILE`: the same args for
+// every recipe and the same one-line error for every refused file.
+TEST(TrainArgs, ConfigAloneIsTrainDashC) {
+  auto outcome = [](auto&& read) {
+    try {
+      return vit::to_yaml(read());
+    } catch (const vit::Error& e) {
+      return std::string("error: ") + e.what();
+    }
+  };
+  std::vector<std::string> files;
+  for (const char* r : {"fmnist", "fmnist_30m", "fmnist_quick", "imagenet_vit_s_24h"})
+    files.push_back(std::string(VIT_SOURCE_DIR "/recipes/") + r + ".yaml");
+  const std::vector<std::pair<std::string, std::string>> texts = {
+      {"alone_empty.yaml", ""},
+      {"alone_ok.yaml", "batch_size: 32\nlr: 0.01\nexperiment:\nmodel-ema: true\n"},
+      {"alone_typo.yaml", "batch_sise: 32\n"},
+      {"alone_type.yaml", "epochs: many\n"},
+      {"alone_invalid.yaml", "batch_size: -1\n"},
+      {"alone_broken.yaml", "epochs: [1,\n"}};
+  for (const auto& [name, text] : texts) files.push_back(temp_yaml(name, text));
+  files.push_back("/nonexistent.yaml");
+  int accepted = 0;
+  for (const auto& f : files) {
+    const std::string alone = outcome([&] { return vit::parse_train_config(f); });
+    EXPECT_EQ(alone, outcome([&] { return parse({"-c", f}); })) << f;
+    accepted += alone.rfind("error: ", 0) != 0;
+  }
+  EXPECT_EQ(accepted, 6);  // the four recipes, the empty file and alone_ok
+  for (const auto& t : texts) fs::remove(temp_yaml(t.first, ""));
+}

@@ -326,6 +326,15 @@ TrainArgs parse_train_args(int argc, const char* const* argv) {
   return a;
 }
 
+TrainArgs parse_train_config(const std::string& path) {
+  TrainArgs a;
+  std::vector<Option> opts = options(a);
+  a.config = path;
+  apply_yaml(path, opts);
+  validate(a);
+  return a;
+}
+
 namespace {
 // The shortest text that reads back as the same double, spelled so that YAML 1.1 readers
 // (PyYAML) also see a float: "1.0e-05", not "1e-05".
