@@ -1,8 +1,8 @@
 // vitrain train --augment-on-device: the loader ships planned crops and the engine makes the
 // images where the model runs. On the CPU (and in the bf16 emulation) that is the reference
 // expansion, so a run must train as the plain run does: the same per-update losses up to the
-// rounding of the normalisation (1e-5 relative). Pipelines whose augmentation runs on the CPU
-// are refused with one clear line.
+// rounding of the normalisation (1e-5 relative), with mixup/cutmix too. Pipelines whose
+// augmentation runs on the CPU are refused with one clear line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,13 +28,16 @@ class AugmentOnDeviceCli : public vit::testing::CliTest {
   std::map<int64_t, double> losses(const std::string& experiment) {
     return vit::testing::train_losses(dir_ / "out" / experiment);
   }
-  void expect_same_training(const std::string& device) {
-    const RunResult a = run_vitrain(flags("plain_" + device, "--device " + device), dir_.string());
+  void expect_same_training(const std::string& device, const std::string& extra = "") {
+    const std::string tag = device + (extra.empty() ? "" : "_mix");
+    const RunResult a =
+        run_vitrain(flags("plain_" + tag, "--device " + device + extra), dir_.string());
     ASSERT_EQ(a.exit_code, 0) << a.err;
-    const RunResult b = run_vitrain(
-        flags("planned_" + device, "--device " + device + " --augment-on-device"), dir_.string());
+    const RunResult b =
+        run_vitrain(flags("planned_" + tag, "--device " + device + extra + " --augment-on-device"),
+                    dir_.string());
     ASSERT_EQ(b.exit_code, 0) << b.err;
-    const auto la = losses("plain_" + device), lb = losses("planned_" + device);
+    const auto la = losses("plain_" + tag), lb = losses("planned_" + tag);
     ASSERT_EQ(la.size(), lb.size());
     ASSERT_GE(la.size(), 16u);
     size_t exact = 0;
@@ -43,7 +46,7 @@ class AugmentOnDeviceCli : public vit::testing::CliTest {
       EXPECT_NEAR(lb.at(step), loss, 1e-5 * std::fabs(loss)) << device << " step " << step;
       exact += lb.at(step) == loss;
     }
-    std::printf("%s: %zu of %zu updates with bitwise equal losses\n", device.c_str(), exact,
+    std::printf("%s: %zu of %zu updates with bitwise equal losses\n", tag.c_str(), exact,
                 la.size());
   }
 };
@@ -56,9 +59,15 @@ TEST_F(AugmentOnDeviceCli, TrainsAsThePlainRunInTheBf16Emulation) {
   expect_same_training("emu");
 }
 
+// mixup/cutmix: drawn on the host, the targets mixed there, the images where they are made.
+TEST_F(AugmentOnDeviceCli, MixupAndCutmixTrainAsThePlainRun) {
+  expect_same_training("cpu", " --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
+  expect_same_training("emu", " --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
+}
+
 TEST_F(AugmentOnDeviceCli, CpuOnlyAugmentationIsOneClearError) {
   for (const std::string extra :
-       {"--reprob 0.25", "--mixup 0.8", "--aa rand-m9-mstd0.5-inc1", "--scale '' --crop-pad 2"}) {
+       {"--reprob 0.25", "--aa rand-m9-mstd0.5-inc1", "--scale '' --crop-pad 2"}) {
     const RunResult r =
         run_vitrain(flags("refused", extra + " --device cpu --augment-on-device"), dir_.string());
     EXPECT_NE(r.exit_code, 0) << extra;

@@ -118,7 +118,7 @@ class CudaResizeBatch : public CudaTest {
                           rows.data());
     vit::cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S,
                           u8.data());
-    vit::cpu::normalize_u8(u8.data(), lut.data(), B, C, S, images.data());
+    vit::cpu::normalize_u8(u8.data(), lut.data(), batch.mix, B, C, S, images.data());
 
     RawBuf<uint8_t> d_pixels(batch.pixels, what + " pixels");
     RawBuf<int32_t> d_tables(batch.tables, what + " tables");
@@ -129,8 +129,8 @@ class CudaResizeBatch : public CudaTest {
     RawBuf<__nv_bfloat16> d_b16(static_cast<size_t>(n), what + " bf16");
     vit::cuda::resize_rows(d_pixels.get(), d_tables.get(), d_samples.get(), B, C, S, d_rows.get());
     vit::cuda::resize_cols(d_rows.get(), d_tables.get(), d_samples.get(), B, C, S, d_u8.get());
-    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), B, C, S, d_f32.get());
-    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), B, C, S, d_b16.get());
+    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), batch.mix, B, C, S, d_f32.get());
+    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), batch.mix, B, C, S, d_b16.get());
     vit::cuda::synchronize();
 
     EXPECT_TRUE(d_rows.download() == rows) << what << ": horizontal pass differs";
@@ -158,6 +158,19 @@ TEST_F(CudaResizeBatch, TrainSmallImagesOneChannel) {
   const std::vector<Shape> shapes = {{28, 28}, {17, 40}, {64, 20}};
   const data::BatchConfig cfg = config(32, true);
   check(plan(1, cfg, true, shapes, 9), data::normalize_lut(cfg, 1), "train 32 C=1");
+}
+
+TEST_F(CudaResizeBatch, MixupAndCutmix) {
+  // The batch's mixup (fused multiply-add in fp32) and cutmix (the partner's box), odd batch.
+  const std::vector<Shape> shapes = {{375, 500}, {500, 333}, {224, 224}, {180, 260}, {640, 427}};
+  const data::BatchConfig cfg = config(224, true);
+  data::PlannedBatch batch = plan(3, cfg, true, shapes, 17);
+  batch.mix.lam = 0.3712f;
+  check(batch, data::normalize_lut(cfg, 3), "mixup 224");
+  batch.mix = vit::BatchMix{};
+  batch.mix.cutmix = 1;
+  batch.mix.y0 = 20, batch.mix.y1 = 131, batch.mix.x0 = 0, batch.mix.x1 = 97;
+  check(batch, data::normalize_lut(cfg, 3), "cutmix 224");
 }
 
 TEST_F(CudaResizeBatch, EvalCentreCrop) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,7 +117,7 @@ Expanded expand(const PlannedBatch& batch, const std::vector<float>& lut) {
   cpu::resize_rows(batch.pixels.data(), batch.tables.data(), batch.samples.data(), B, C, S,
                    rows.data());
   cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S, e.u8.data());
-  cpu::normalize_u8(e.u8.data(), lut.data(), B, C, S, e.f32.data());
+  cpu::normalize_u8(e.u8.data(), lut.data(), batch.mix, B, C, S, e.f32.data());
   return e;
 }
 
@@ -253,6 +254,43 @@ TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
   EXPECT_THROW(make_planned_batch(src, idx.data(), B, cfg, true, 5, 2, batch, ptargets.data(),
                                   plabels.data()),
                Error);
+}
+
+TEST(PlannedBatch, MixesAsTheCpuPipeline) {
+  // The normalisation op's mixup/cutmix (the batch's draw applied where the images are made)
+  // gives bit for bit what the CPU pipeline's mix_images makes of the unmixed images, for odd
+  // and even batches, both modes, and the targets as apply_mixup mixes them.
+  const MemorySource src(noise_dataset(12, 30, 34, 4, 21));
+  BatchConfig cfg = base_config(16);
+  cfg.rrc = true;
+  cfg.hflip = 0.5;
+  cfg.smoothing = 0.1;
+  const MixupConfig mix{0.8, 1.0, 1.0, 0.5};
+  const Index K = 4, S = 16, C = 3;
+  const std::vector<float> lut = normalize_lut(cfg, C);
+  int cutmix = 0, mixup = 0;
+  for (Index B : {Index(5), Index(6)})
+    for (uint64_t k = 0; k < 12; ++k) {
+      std::vector<Index> idx;
+      for (Index i = 0; i < B; ++i) idx.push_back((i * 5 + Index(k)) % 12);
+      std::vector<float> targets(size_t(B * K)), want_targets;
+      std::vector<int32_t> labels(static_cast<size_t>(B));
+      PlannedBatch batch;
+      make_planned_batch(src, idx.data(), B, cfg, true, 3, k, batch, targets.data(), labels.data());
+      std::vector<float> want = expand(batch, lut).f32;  // unmixed
+      want_targets = targets;
+      const MixupResult r = apply_mixup(mix, want.data(), want_targets.data(), B, C, S, K, 7, 1, k);
+      EXPECT_EQ(draw_mixup(mix, B, S, 7, 1, k).lam, r.lam);
+      batch.mix = r.batch_mix();
+      mix_targets(r, targets.data(), B, K);
+      const std::vector<float> got = expand(batch, lut).f32;
+      const std::string what = "B=" + std::to_string(B) + " batch " + std::to_string(k);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
+      EXPECT_EQ(targets, want_targets) << what;
+      if (r.lam != 1.0) (r.cutmix ? cutmix : mixup) += 1;
+    }
+  EXPECT_GT(cutmix, 2);  // both modes were drawn
+  EXPECT_GT(mixup, 2);
 }
 
 TEST(PlannedBatch, LoaderPlansTheBatchesItLoads) {

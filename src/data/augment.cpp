@@ -266,8 +266,16 @@ double sample_beta(Rng& rng, double a) {
   return x + y > 0 ? x / (x + y) : 0.5;
 }
 
-MixupResult apply_mixup(const MixupConfig& cfg, float* images, float* targets, Index B, Index C,
-                        Index S, Index K, uint64_t seed, uint64_t epoch, uint64_t batch_index) {
+BatchMix MixupResult::batch_mix() const {
+  BatchMix m;
+  m.lam = cutmix ? 1.0f : float(lam);
+  m.cutmix = cutmix ? 1 : 0;
+  m.y0 = int32_t(y0), m.y1 = int32_t(y1), m.x0 = int32_t(x0), m.x1 = int32_t(x1);
+  return m;
+}
+
+MixupResult draw_mixup(const MixupConfig& cfg, Index B, Index S, uint64_t seed, uint64_t epoch,
+                       uint64_t batch_index) {
   MixupResult r;
   const bool mix = cfg.mixup_alpha > 0, cut = cfg.cutmix_alpha > 0;
   if ((!mix && !cut) || B < 2) return r;
@@ -275,9 +283,6 @@ MixupResult apply_mixup(const MixupConfig& cfg, float* images, float* targets, I
   if (rng.uniform() >= cfg.prob) return r;
   r.cutmix = cut && (!mix || rng.uniform() < cfg.switch_prob);
   r.lam = sample_beta(rng, r.cutmix ? cfg.cutmix_alpha : cfg.mixup_alpha);
-  // Pairs (b, B-1-b) are mixed from copies, as timm's x.flip(0).
-  const std::vector<float> img0(images, images + B * C * S * S);  // (B, C, S, S)
-  const std::vector<float> tgt0(targets, targets + B * K);        // (B, K)
   if (r.cutmix) {
     const double cut_ratio = std::sqrt(1.0 - r.lam);
     const Index ch = Index(S * cut_ratio), cw = Index(S * cut_ratio);
@@ -287,25 +292,50 @@ MixupResult apply_mixup(const MixupConfig& cfg, float* images, float* targets, I
     r.x0 = std::clamp<Index>(cx - cw / 2, 0, S);
     r.x1 = std::clamp<Index>(cx + cw / 2, 0, S);
     r.lam = 1.0 - double((r.y1 - r.y0) * (r.x1 - r.x0)) / double(S * S);  // timm correct_lam
-    for (Index b = 0; b < B; ++b) {
-      const float* o = img0.data() + (B - 1 - b) * C * S * S;
-      for (Index c = 0; c < C; ++c)
-        for (Index y = r.y0; y < r.y1; ++y)
-          for (Index x = r.x0; x < r.x1; ++x)
-            images[((b * C + c) * S + y) * S + x] = o[(c * S + y) * S + x];
-    }
-  } else {
-    const float l = float(r.lam);
-    for (Index b = 0; b < B; ++b) {
-      const float* o = img0.data() + (B - 1 - b) * C * S * S;
-      float* d = images + b * C * S * S;
-      for (Index i = 0; i < C * S * S; ++i) d[i] = d[i] * l + o[i] * (1.0f - l);
-    }
   }
+  return r;
+}
+
+void mix_images(const BatchMix& mix, float* images, Index B, Index C, Index S) {
+  if (mix.none()) return;
+  // Pairs (b, B-1-b) together, in place (timm mixes with a flipped copy); an odd batch's
+  // middle sample mixes with itself.
+  for (Index b = 0; b <= (B - 1) / 2; ++b) {
+    float* own = images + b * C * S * S;                // (C, S, S)
+    float* partner = images + (B - 1 - b) * C * S * S;  // (C, S, S)
+    for (Index c = 0; c < C; ++c)
+      for (Index y = 0; y < S; ++y)
+        for (Index x = 0; x < S; ++x) {
+          const Index i = (c * S + y) * S + x;
+          const float a = own[i], o = partner[i];
+          if (mix.cutmix) {
+            if (mix.in_box(y, x)) own[i] = o, partner[i] = a;
+          } else {
+            own[i] = mix_value(a, o, mix.lam);
+            partner[i] = mix_value(o, a, mix.lam);
+          }
+        }
+  }
+}
+
+void mix_targets(const MixupResult& r, float* targets, Index B, Index K) {
+  if (r.lam == 1.0) return;
   const float l = float(r.lam);
-  for (Index b = 0; b < B; ++b)
-    for (Index k = 0; k < K; ++k)
-      targets[b * K + k] = tgt0[b * K + k] * l + tgt0[(B - 1 - b) * K + k] * (1.0f - l);
+  for (Index b = 0; b <= (B - 1) / 2; ++b)
+    for (Index k = 0; k < K; ++k) {
+      float& own = targets[b * K + k];
+      float& partner = targets[(B - 1 - b) * K + k];
+      const float a = own, o = partner;
+      own = mix_value(a, o, l);
+      partner = mix_value(o, a, l);
+    }
+}
+
+MixupResult apply_mixup(const MixupConfig& cfg, float* images, float* targets, Index B, Index C,
+                        Index S, Index K, uint64_t seed, uint64_t epoch, uint64_t batch_index) {
+  const MixupResult r = draw_mixup(cfg, B, S, seed, epoch, batch_index);
+  mix_images(r.batch_mix(), images, B, C, S);
+  mix_targets(r, targets, B, K);
   return r;
 }
 

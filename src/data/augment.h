@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch_mix.h"
 #include "core/common.h"
 #include "core/rng.h"
 
@@ -88,12 +89,22 @@ struct MixupResult {
   double lam = 1.0;
   bool cutmix = false;
   Index y0 = 0, y1 = 0, x0 = 0, x1 = 0;  // cutmix box (rows [y0, y1), cols [x0, x1))
+  BatchMix batch_mix() const;            // what the images' mixing needs (core/batch_mix.h)
 };
 
 // timm Mixup in 'batch' mode applied after make_batch: sample b is mixed with sample B-1-b
 // (the flipped batch). images (B, C, S, S), targets (B, K) (already label-smoothed one-hots, so
 // the result equals timm's mixup_target). The RNG is drawn from (seed, epoch, batch_index).
+// Equals draw_mixup, then mix_images and mix_targets.
 MixupResult apply_mixup(const MixupConfig& cfg, float* images, float* targets, Index B, Index C,
                         Index S, Index K, uint64_t seed, uint64_t epoch, uint64_t batch_index);
+
+// apply_mixup's random draws alone (whether to mix, mixup or cutmix, lam, the box), which do
+// not depend on the images: --augment-on-device draws on the host and mixes on the device.
+MixupResult draw_mixup(const MixupConfig& cfg, Index B, Index S, uint64_t seed, uint64_t epoch,
+                       uint64_t batch_index);
+// images (B, C, S, S) and targets (B, K) mixed in place as r says.
+void mix_images(const BatchMix& mix, float* images, Index B, Index C, Index S);
+void mix_targets(const MixupResult& r, float* targets, Index B, Index K);
 
 }  // namespace vit::data

@@ -65,6 +65,7 @@ void PlannedBatch::clear(Index channels, Index side) {
   tables.clear();
   samples.clear();
   scratch_bytes = 0;
+  mix = BatchMix{};
 }
 
 bool plannable(const BatchConfig& cfg, bool train) {

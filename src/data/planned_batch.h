@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/batch_mix.h"
 #include "core/common.h"
 #include "core/resize_plan.h"
 #include "core/rng.h"
@@ -24,6 +25,7 @@ struct PlannedBatch {
   std::vector<int32_t> tables;        // the samples' axis tables (core/resize_plan.h)
   std::vector<ResizeSample> samples;  // (B)
   int64_t scratch_bytes = 0;          // the horizontal passes' output, sum of C * bh * S
+  BatchMix mix;                       // mixup/cutmix of the whole batch, applied by normalize_u8
   Index size() const { return Index(samples.size()); }
   void clear(Index channels, Index side);  // empty batch of (channels, side, side) images
 };

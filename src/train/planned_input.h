@@ -22,7 +22,7 @@ inline void expand_on_host(const data::PlannedBatch& plan, const std::vector<flo
   cpu::resize_rows(plan.pixels.data(), plan.tables.data(), plan.samples.data(), B, C, S,
                    rows.data());
   cpu::resize_cols(rows.data(), plan.tables.data(), plan.samples.data(), B, C, S, u8.data());
-  cpu::normalize_u8(u8.data(), lut.data(), B, C, S, images);
+  cpu::normalize_u8(u8.data(), lut.data(), plan.mix, B, C, S, images);
 }
 
 // The device side, per engine: per input slot the plan's buffers, and the passes' scratch.
@@ -58,7 +58,7 @@ class DevicePlannedInput {
     Backend::upload_input_n(dst, src, bytes, 5, slot);
     Backend::resize_rows(s.pixels.data(), s.tables.data(), s.samples.data(), B, C, S, rows_.data());
     Backend::resize_cols(rows_.data(), s.tables.data(), s.samples.data(), B, C, S, u8_.data());
-    Backend::normalize_u8(u8_.data(), s.lut.data(), B, C, S, images);
+    Backend::normalize_u8(u8_.data(), s.lut.data(), plan.mix, B, C, S, images);
   }
 
  private:

@@ -92,8 +92,6 @@ void TrainBatches::check_plannable(const data::Source& train) const {
   const char* why = nullptr;
   if (plan_.efficienttrain)
     why = "EfficientTrain++'s low-frequency crop runs on the CPU";
-  else if (mix_.mixup_alpha > 0 || mix_.cutmix_alpha > 0)
-    why = "mixup/cutmix run on the CPU";
   else if (plan_.replay > 1)
     why = "the replay buffer keeps float images on the CPU";
   else if (!data::plannable(train, train_bc_, true))
@@ -107,6 +105,13 @@ Index TrainBatches::load_planned(int64_t epoch, Index mb, double* data_seconds) 
   const auto t0 = std::chrono::steady_clock::now();
   loader_.load_planned(uint64_t(epoch), mb, train_bc_, plan_batch_, targets_.data());
   data::widen_targets(targets_.data(), B_, Kd_, K_);
+  // load_fresh's mixup: the same draws; the targets mix here, the images where they are made.
+  if (mix_.mixup_alpha > 0 || mix_.cutmix_alpha > 0) {
+    const data::MixupResult r =
+        data::draw_mixup(mix_, B_, size_, uint64_t(args_.seed), uint64_t(epoch), uint64_t(mb));
+    data::mix_targets(r, targets_.data(), B_, K_);
+    plan_batch_.mix = r.batch_mix();
+  }
   *data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return B_;
 }

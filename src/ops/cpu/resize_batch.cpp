@@ -58,13 +58,27 @@ void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSamp
   }
 }
 
-void normalize_u8(const uint8_t* u8, const float* lut, Index B, Index C, Index S, float* images) {
-  for (Index b = 0; b < B; ++b)
+void normalize_u8(const uint8_t* u8, const float* lut, const BatchMix& mix, Index B, Index C,
+                  Index S, float* images) {
+  for (Index b = 0; b < B; ++b) {
+    const Index partner = (B - 1 - b) * C * S * S;  // offset of sample B-1-b
     for (Index c = 0; c < C; ++c) {
       const Index base = (b * C + c) * S * S;
       const float* l = lut + c * 256;
-      for (Index i = 0; i < S * S; ++i) images[base + i] = l[u8[base + i]];
+      for (Index y = 0; y < S; ++y)
+        for (Index x = 0; x < S; ++x) {
+          const Index i = base + y * S + x;
+          const float own = l[u8[i]];
+          if (mix.none()) {
+            images[i] = own;
+            continue;
+          }
+          const float other = l[u8[partner + c * S * S + y * S + x]];
+          images[i] =
+              mix.cutmix ? (mix.in_box(y, x) ? other : own) : mix_value(own, other, mix.lam);
+        }
     }
+  }
 }
 
 }  // namespace vit::cpu

@@ -1,6 +1,6 @@
-// Batched crop -> resize -> flip -> normalise of planned uint8 crops: the GPU twin of
-// src/ops/cpu/resize_batch.cpp (same integer arithmetic, so the same bytes; the normalisation
-// is the same table lookup, rounded once to T).
+// Batched crop -> resize -> flip -> normalise (-> mixup/cutmix) of planned uint8 crops: the GPU
+// twin of src/ops/cpu/resize_batch.cpp (same integer arithmetic, so the same bytes; the
+// normalisation is the same table lookup, rounded once to T).
 #include "ops/cuda/common.cuh"
 
 namespace vit::cuda {
@@ -57,12 +57,23 @@ __global__ void resize_cols_kernel(const uint8_t* scratch, const int32_t* tables
 }
 
 template <typename T>
-__global__ void normalize_u8_kernel(const uint8_t* u8, const float* lut, Index C, Index S, Index n,
-                                    T* images) {
-  // u8, images (B, C, S, S); lut (C, 256)
+__global__ void normalize_u8_kernel(const uint8_t* u8, const float* lut, BatchMix mix, Index B,
+                                    Index C, Index S, T* images) {
+  // u8, images (B, C, S, S); lut (C, 256); sample b mixed with B-1-b in fp32 before the store
+  const Index per_sample = C * S * S, n = B * per_sample;
   VIT_GRID_STRIDE(i, n) {
-    const Index c = (i / (S * S)) % C;
-    images[i] = from_f32<T>(lut[c * 256 + u8[i]]);
+    const Index b = i / per_sample, j = i - b * per_sample;
+    const float* l = lut + (j / (S * S)) * 256;
+    float v = l[u8[i]];
+    if (mix.cutmix || mix.lam != 1.0f) {  // BatchMix::none() (host-only, as in_box)
+      const float other = l[u8[(B - 1 - b) * per_sample + j]];
+      const Index y = (j / S) % S, x = j % S;
+      const bool in_box = y >= mix.y0 && y < mix.y1 && x >= mix.x0 && x < mix.x1;
+      // own * lam + other * (1 - lam) with mix_value's roundings (no other contraction)
+      v = mix.cutmix ? (in_box ? other : v)
+                     : __fmaf_rn(v, mix.lam, __fmul_rn(other, __fsub_rn(1.0f, mix.lam)));
+    }
+    images[i] = from_f32<T>(v);
   }
 }
 
@@ -87,15 +98,18 @@ void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSamp
 }
 
 template <typename T>
-void normalize_u8(const uint8_t* u8, const float* lut, Index B, Index C, Index S, T* images) {
+void normalize_u8(const uint8_t* u8, const float* lut, const BatchMix& mix, Index B, Index C,
+                  Index S, T* images) {
   const Index n = B * C * S * S;
   if (n <= 0) return;
-  normalize_u8_kernel<T><<<grid_stride_blocks(n), kBlock, 0, stream()>>>(u8, lut, C, S, n, images);
+  normalize_u8_kernel<T>
+      <<<grid_stride_blocks(n), kBlock, 0, stream()>>>(u8, lut, mix, B, C, S, images);
   VIT_CUDA_LAUNCHED();
 }
 
-#define INSTANTIATE(T) \
-  template void normalize_u8<T>(const uint8_t*, const float*, Index, Index, Index, T*);
+#define INSTANTIATE(T)                                                                       \
+  template void normalize_u8<T>(const uint8_t*, const float*, const BatchMix&, Index, Index, \
+                                Index, T*);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 
 }  // namespace vit::cuda
