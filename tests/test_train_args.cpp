@@ -10,6 +10,7 @@
 
 #include "cli/train_args.h"
 #include "core/common.h"
+#include "core/utf8.h"
 
 namespace fs = std::filesystem;
 
@@ -306,4 +307,31 @@ TEST(TrainArgs, ConfigAloneIsTrainDashC) {
   }
   EXPECT_EQ(accepted, 6);  // the four recipes, the empty file and alone_ok
   for (const auto& t : texts) fs::remove(temp_yaml(t.first, ""));
+}
+
+// args.yaml is UTF-8: text options that are not (from a flag or a config file) are one clear
+// error naming the flag, so every accepted run's args.yaml reads back as the same run. Found by
+// fuzz_config: an overlong '.' in --aa was skipped by the RandAugment parser but written as '.'.
+TEST(TrainArgs, TextIsUtf8) {
+  EXPECT_TRUE(vit::valid_utf8("ascii, caf\xc3\xa9, \xe2\x98\x95, \xf0\x9d\x94\x81"));
+  for (const char* bad : {"\xc0\xae", "\xe0\x80\xae", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xa5",
+                          "caf\xe9", "\xe2\x98", "\xff"})
+    EXPECT_FALSE(vit::valid_utf8(bad)) << bad;
+  auto message = [](std::vector<std::string> args) {
+    try {
+      parse(args);
+    } catch (const vit::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message({"--experiment", "caf\xe9"}),
+            "--experiment: not valid UTF-8 text (args.yaml is UTF-8)");
+  const std::string overlong = temp_yaml("overlong.yaml", "aa: rand-m9-`\xc0\xae-mstd0.5\n");
+  EXPECT_EQ(message({"-c", overlong}), "--aa: not valid UTF-8 text (args.yaml is UTF-8)");
+  // Valid text beyond ASCII round-trips through args.yaml byte for byte.
+  const vit::TrainArgs a = parse({"--experiment", "caf\xc3\xa9 \xe2\x98\x95 \xf0\x9d\x94\x81"});
+  const std::string dump = temp_yaml("utf8_rt.yaml", vit::to_yaml(a));
+  EXPECT_EQ(parse({"-c", dump}).experiment, a.experiment);
+  for (const auto& p : {overlong, dump}) fs::remove(p);
 }

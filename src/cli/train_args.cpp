@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "core/utf8.h"
 #include "train/batch_config.h"
 #include "train/budget.h"
 #include "train/curriculum.h"
@@ -147,6 +148,11 @@ std::vector<Option> options(TrainArgs& a) {
   };
 }
 
+std::string long_flag(const std::string& flags) {  // "-b,--batch-size" -> "--batch-size"
+  const size_t at = flags.rfind("--");
+  return at == std::string::npos ? flags : flags.substr(at, flags.find(',', at) - at);
+}
+
 std::string normalise_key(std::string k) {
   std::replace(k.begin(), k.end(), '-', '_');
   return k;
@@ -258,6 +264,13 @@ void validate(const TrainArgs& a) {
   for (double v : {a.lr, a.min_lr, a.warmup_epochs, a.warmup_lr, a.weight_decay, a.clip_grad,
                    a.smoothing, a.drop_path, a.hflip, a.et_warmup})
     VIT_CHECK(std::isfinite(v), "numeric options must be finite numbers (not inf or nan)");
+  // args.yaml holds text: bytes that are not UTF-8 would be replaced or re-decoded on writing,
+  // so the dump would not reproduce the run (found by fuzz_config).
+  TrainArgs copy = a;  // options() binds non-const pointers
+  for (const Option& o : options(copy))
+    if (const auto* p = std::get_if<std::string*>(&o.target))
+      VIT_CHECK(valid_utf8(**p),
+                fmt::format("{}: not valid UTF-8 text (args.yaml is UTF-8)", long_flag(o.flags)));
 }
 
 // A CLI11 app with every option of `opts`, plus -c/--config bound to `config`.
