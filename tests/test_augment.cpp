@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "data/augment.h"
@@ -177,4 +178,28 @@ TEST(Augment, BetaMean) {
   double m = 0;
   for (int i = 0; i < 20000; ++i) m += sample_beta(rng, 0.8) / 20000;
   EXPECT_NEAR(m, 0.5, 0.01);
+}
+
+// Random erasing's noise (core/erase_plan.h): a table of increasing normal quantiles, and
+// values over many keys and indices with a standard normal's mean and tail mass, and the
+// spread the construction gives (0.9983, computed in double from the quantiles).
+TEST(Augment, EraseNoiseIsStandardNormalShaped) {
+  const std::vector<float>& t = vit::erase_noise_table();
+  ASSERT_EQ(int(t.size()), vit::kEraseNoiseTable);
+  for (size_t j = 1; j < t.size(); ++j) ASSERT_LT(t[j - 1], t[j]) << j;
+  EXPECT_FLOAT_EQ(t[t.size() / 2], 0.0f);
+  double sum = 0, sum2 = 0;
+  int beyond2 = 0;
+  const int n = 1 << 20;
+  for (int i = 0; i < n; ++i) {
+    const double v = vit::erase_noise(t.data(), 0x1234u + uint64_t(i >> 10), uint64_t(i & 1023));
+    sum += v;
+    sum2 += v * v;
+    beyond2 += std::fabs(v) > 2.0;
+  }
+  const double mean = sum / n, sd = std::sqrt(sum2 / n - mean * mean);
+  std::printf("erase noise: mean %.5f, sd %.5f, P(|v| > 2) %.5f\n", mean, sd, double(beyond2) / n);
+  EXPECT_NEAR(mean, 0.0, 0.005);  // sd of the mean ~0.001
+  EXPECT_NEAR(sd, 1.0, 0.005);    // the cut tails take ~0.0005
+  EXPECT_NEAR(double(beyond2) / n, 0.0455, 0.002);
 }

@@ -1,8 +1,8 @@
 // vitrain train --augment-on-device: the loader ships planned crops and the engine makes the
 // images where the model runs. On the CPU (and in the bf16 emulation) that is the reference
 // expansion, so a run must train as the plain run does: the same per-update losses up to the
-// rounding of the normalisation (1e-5 relative), with mixup/cutmix too. Pipelines whose
-// augmentation runs on the CPU are refused with one clear line.
+// rounding of the normalisation (1e-5 relative), with random erasing and mixup/cutmix too.
+// Pipelines whose augmentation runs on the CPU are refused with one clear line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,15 +59,16 @@ TEST_F(AugmentOnDeviceCli, TrainsAsThePlainRunInTheBf16Emulation) {
   expect_same_training("emu");
 }
 
-// mixup/cutmix: drawn on the host, the targets mixed there, the images where they are made.
-TEST_F(AugmentOnDeviceCli, MixupAndCutmixTrainAsThePlainRun) {
-  expect_same_training("cpu", " --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
-  expect_same_training("emu", " --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
+// Random erasing and mixup/cutmix: drawn on the host (the targets mixed there), the images
+// erased and mixed where they are made.
+TEST_F(AugmentOnDeviceCli, ErasingMixupAndCutmixTrainAsThePlainRun) {
+  expect_same_training("cpu", " --reprob 0.5 --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
+  expect_same_training("emu", " --reprob 0.5 --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
 }
 
 TEST_F(AugmentOnDeviceCli, CpuOnlyAugmentationIsOneClearError) {
   for (const std::string extra :
-       {"--reprob 0.25", "--aa rand-m9-mstd0.5-inc1", "--scale '' --crop-pad 2"}) {
+       {"--color-jitter 0.4", "--aa rand-m9-mstd0.5-inc1", "--scale '' --crop-pad 2"}) {
     const RunResult r =
         run_vitrain(flags("refused", extra + " --device cpu --augment-on-device"), dir_.string());
     EXPECT_NE(r.exit_code, 0) << extra;

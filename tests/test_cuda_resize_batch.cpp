@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/erase_plan.h"
 #include "core/rng.h"
 #include "cuda_test_util.h"
 #include "data/planned_batch.h"
@@ -118,19 +119,23 @@ class CudaResizeBatch : public CudaTest {
                           rows.data());
     vit::cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S,
                           u8.data());
-    vit::cpu::normalize_u8(u8.data(), lut.data(), batch.mix, B, C, S, images.data());
+    vit::cpu::normalize_u8(u8.data(), lut.data(), vit::erase_noise_table().data(),
+                           batch.samples.data(), batch.mix, B, C, S, images.data());
 
     RawBuf<uint8_t> d_pixels(batch.pixels, what + " pixels");
     RawBuf<int32_t> d_tables(batch.tables, what + " tables");
     RawBuf<vit::ResizeSample> d_samples(batch.samples, what + " samples");
     RawBuf<float> d_lut(lut, what + " lut");
+    RawBuf<float> d_noise(vit::erase_noise_table(), what + " noise");
     RawBuf<uint8_t> d_rows(rows.size(), what + " rows"), d_u8(u8.size(), what + " u8");
     RawBuf<float> d_f32(static_cast<size_t>(n), what + " f32");
     RawBuf<__nv_bfloat16> d_b16(static_cast<size_t>(n), what + " bf16");
     vit::cuda::resize_rows(d_pixels.get(), d_tables.get(), d_samples.get(), B, C, S, d_rows.get());
     vit::cuda::resize_cols(d_rows.get(), d_tables.get(), d_samples.get(), B, C, S, d_u8.get());
-    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), batch.mix, B, C, S, d_f32.get());
-    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), batch.mix, B, C, S, d_b16.get());
+    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), d_noise.get(), d_samples.get(), batch.mix, B,
+                            C, S, d_f32.get());
+    vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), d_noise.get(), d_samples.get(), batch.mix, B,
+                            C, S, d_b16.get());
     vit::cuda::synchronize();
 
     EXPECT_TRUE(d_rows.download() == rows) << what << ": horizontal pass differs";
@@ -160,11 +165,14 @@ TEST_F(CudaResizeBatch, TrainSmallImagesOneChannel) {
   check(plan(1, cfg, true, shapes, 9), data::normalize_lut(cfg, 1), "train 32 C=1");
 }
 
-TEST_F(CudaResizeBatch, MixupAndCutmix) {
-  // The batch's mixup (fused multiply-add in fp32) and cutmix (the partner's box), odd batch.
+TEST_F(CudaResizeBatch, ErasingMixupAndCutmix) {
+  // Random erasing's noise (hash + interpolated quantile), then the batch's mixup (fused
+  // multiply-add in fp32) and cutmix (the partner's box), odd batch.
   const std::vector<Shape> shapes = {{375, 500}, {500, 333}, {224, 224}, {180, 260}, {640, 427}};
-  const data::BatchConfig cfg = config(224, true);
+  data::BatchConfig cfg = config(224, true);
+  cfg.reprob = 0.75;
   data::PlannedBatch batch = plan(3, cfg, true, shapes, 17);
+  check(batch, data::normalize_lut(cfg, 3), "erasing 224");
   batch.mix.lam = 0.3712f;
   check(batch, data::normalize_lut(cfg, 3), "mixup 224");
   batch.mix = vit::BatchMix{};

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/erase_plan.h"
 #include "core/rng.h"
 #include "data/augment.h"
 #include "data/batch.h"
@@ -64,6 +65,9 @@ std::vector<Case> cases(Index S) {
   c.interpolation = "random";
   c.scale_lo = 0.35;
   out.push_back({"train_rrc_random", true, c});
+  c.reprob = 0.75;  // random erasing: the same box and noise
+  out.push_back({"train_rrc_erase", true, c});
+  c.reprob = 0;
   c = base_config(S);
   c.hflip = 1.0;
   c.interpolation = "bilinear";
@@ -117,7 +121,8 @@ Expanded expand(const PlannedBatch& batch, const std::vector<float>& lut) {
   cpu::resize_rows(batch.pixels.data(), batch.tables.data(), batch.samples.data(), B, C, S,
                    rows.data());
   cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S, e.u8.data());
-  cpu::normalize_u8(e.u8.data(), lut.data(), batch.mix, B, C, S, e.f32.data());
+  cpu::normalize_u8(e.u8.data(), lut.data(), erase_noise_table().data(), batch.samples.data(),
+                    batch.mix, B, C, S, e.f32.data());
   return e;
 }
 
@@ -215,11 +220,12 @@ TEST(PlannedBatch, RefusesCpuOnlyAugmentation) {
   BatchConfig cfg = base_config(32);
   cfg.rrc = true;
   EXPECT_TRUE(plannable(cfg, true));
-  for (int which = 0; which < 3; ++which) {
+  cfg.reprob = 0.25;  // random erasing is planned (its box and noise key)
+  EXPECT_TRUE(plannable(cfg, true));
+  for (int which = 0; which < 2; ++which) {
     BatchConfig c = cfg;
     if (which == 0) c.auto_augment = "rand-m9-mstd0.5-inc1";
     if (which == 1) c.color_jitter = 0.4;
-    if (which == 2) c.reprob = 0.25;
     EXPECT_FALSE(plannable(c, true)) << which;
     EXPECT_TRUE(plannable(c, false)) << which;  // evaluation has no random augmentation
     PlannedBatch batch;
@@ -259,12 +265,14 @@ TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
 TEST(PlannedBatch, MixesAsTheCpuPipeline) {
   // The normalisation op's mixup/cutmix (the batch's draw applied where the images are made)
   // gives bit for bit what the CPU pipeline's mix_images makes of the unmixed images, for odd
-  // and even batches, both modes, and the targets as apply_mixup mixes them.
+  // and even batches, both modes, and the targets as apply_mixup mixes them; erased boxes are
+  // mixed as the CPU pipeline mixes them (erasing first).
   const MemorySource src(noise_dataset(12, 30, 34, 4, 21));
   BatchConfig cfg = base_config(16);
   cfg.rrc = true;
   cfg.hflip = 0.5;
   cfg.smoothing = 0.1;
+  cfg.reprob = 0.5;
   const MixupConfig mix{0.8, 1.0, 1.0, 0.5};
   const Index K = 4, S = 16, C = 3;
   const std::vector<float> lut = normalize_lut(cfg, C);
@@ -319,7 +327,7 @@ TEST(PlannedBatch, LoaderPlansTheBatchesItLoads) {
       expect_float_close(expand(plan, lut).f32, images,
                          "epoch " + std::to_string(epoch) + " batch " + std::to_string(k));
     }
-  cfg.reprob = 0.25;  // random erasing runs on the CPU: refused with one clear error
+  cfg.color_jitter = 0.4;  // colour jitter runs on the CPU: refused with one clear error
   std::vector<float> targets(size_t(B * K));
   PlannedBatch plan;
   EXPECT_THROW(loader.load_planned(0, 0, cfg, plan, targets.data()), Error);

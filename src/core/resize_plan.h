@@ -1,11 +1,14 @@
-// The plan of a batch of crop -> resize -> flip -> normalise, the pixel work of timm's
-// RandomResizedCrop / Resize + CenterCrop, hflip and Normalize (issue 15). A loader thread draws
-// every random choice and computes PIL's fixed-point resampling tables (data/planned_batch.h);
+// The plan of a batch of crop -> resize -> flip -> normalise (-> erase), the pixel work of
+// timm's RandomResizedCrop / Resize + CenterCrop, hflip, Normalize and RandomErasing (issue 15).
+// A loader thread draws every random choice and computes PIL's fixed-point resampling tables
+// (data/planned_batch.h);
 // the pixel work then runs as batched ops on either backend (src/ops/cpu/resize_batch.cpp, the
 // reference, and its CUDA twin), so the images can travel to the device as uint8 crops.
 // Plain data shared by the data layer and the ops.
 #pragma once
 #include <cstdint>
+
+#include "core/erase_plan.h"
 
 namespace vit {
 
@@ -24,6 +27,7 @@ struct ResizeSample {
   int32_t v_table = 0, v_ksize = 0;  // vertical (along y) table
   int32_t flip = 0;                  // 1: mirror the output horizontally
   int32_t reserved = 0;
+  ErasePlan erase;  // random erasing of the normalised image (none: erase.h == 0)
 };
 
 constexpr int kResizePrecision = 22;  // fixed-point bits of the tables (PIL's)

@@ -205,8 +205,9 @@ void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double stre
   }
 }
 
-void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double probability) {
-  if (rng.uniform() >= probability) return;
+ErasePlan draw_erasing(Rng& rng, Index H, Index W, double probability) {
+  ErasePlan e;
+  if (rng.uniform() >= probability) return e;
   const double area = double(H) * double(W);
   const double lr0 = std::log(0.3), lr1 = std::log(1.0 / 0.3);
   for (int attempt = 0; attempt < 10; ++attempt) {
@@ -214,13 +215,28 @@ void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double prob
     const double aspect = std::exp(lr0 + (lr1 - lr0) * rng.uniform());
     const Index h = pyround(std::sqrt(target * aspect)), w = pyround(std::sqrt(target / aspect));
     if (w < W && h < H) {
-      const Index top = randint(rng, 0, H - h), left = randint(rng, 0, W - w);
-      for (Index c = 0; c < C; ++c)
-        for (Index y = top; y < top + h; ++y)
-          for (Index x = left; x < left + w; ++x) img[(c * H + y) * W + x] = float(rng.normal());
-      return;
+      e.top = int32_t(randint(rng, 0, H - h));
+      e.left = int32_t(randint(rng, 0, W - w));
+      e.h = int32_t(h);
+      e.w = int32_t(w);
+      e.key = rng.next();
+      return e;
     }
   }
+  return e;
+}
+
+void apply_erasing(const ErasePlan& e, float* img, Index C, Index H, Index W) {
+  const float* table = erase_noise_table().data();
+  for (Index c = 0; c < C; ++c)
+    for (Index y = 0; y < e.h; ++y)
+      for (Index x = 0; x < e.w; ++x)
+        img[(c * H + e.top + y) * W + e.left + x] =
+            erase_noise(table, e.key, uint64_t((c * e.h + y) * e.w + x));
+}
+
+void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double probability) {
+  apply_erasing(draw_erasing(rng, H, W, probability), img, C, H, W);
 }
 
 CenterCrop eval_center_crop(Index H, Index W, Index size, double crop_pct) {

@@ -9,6 +9,7 @@
 
 #include "core/batch_mix.h"
 #include "core/common.h"
+#include "core/erase_plan.h"
 #include "core/rng.h"
 
 namespace vit::data {
@@ -61,8 +62,12 @@ void adjust_saturation(uint8_t* img, Index C, Index H, Index W, double factor);
 void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double strength);
 
 // timm RandomErasing(probability, mode='pixel', count 1) on a normalised image (C, H, W):
-// area in [0.02, 1/3], log-aspect in [log 0.3, log 1/0.3], 10 attempts, N(0, 1) per pixel.
+// area in [0.02, 1/3], log-aspect in [log 0.3, log 1/0.3], 10 attempts, N(0, 1)-shaped noise
+// per pixel (core/erase_plan.h). Equals draw_erasing, then apply_erasing.
 void random_erasing(Rng& rng, float* img, Index C, Index H, Index W, double probability);
+// Its random draws alone (the box and the noise's key), which --augment-on-device plans.
+ErasePlan draw_erasing(Rng& rng, Index H, Index W, double probability);
+void apply_erasing(const ErasePlan& e, float* img, Index C, Index H, Index W);
 
 // timm's eval geometry: resize (H, W) to (resized_h, resized_w), keep the size x size window at
 // (top, left). crop_pct > 0: the shorter side to floor(size / crop_pct), the window centred;

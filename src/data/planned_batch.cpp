@@ -69,7 +69,7 @@ void PlannedBatch::clear(Index channels, Index side) {
 }
 
 bool plannable(const BatchConfig& cfg, bool train) {
-  return !train || (cfg.auto_augment.empty() && cfg.color_jitter <= 0 && cfg.reprob <= 0);
+  return !train || (cfg.auto_augment.empty() && cfg.color_jitter <= 0);
 }
 
 bool plannable(const Source& src, const BatchConfig& cfg, bool train) {
@@ -104,11 +104,13 @@ void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfi
   Index full_h = S, full_w = S, off_y = 0, off_x = 0;
   Interp interp;
   bool flip = false;
-  if (train) {
+  ErasePlan erase;
+  if (train) {  // timm_sample's draws, in its order
     if (cfg.rrc)
       box = sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
     interp = train_interp(cfg.interpolation, rng);
     flip = cfg.hflip > 0 && rng.uniform() < cfg.hflip;
+    if (cfg.reprob > 0) erase = draw_erasing(rng, S, S, cfg.reprob);
   } else {
     interp = parse_interp(cfg.eval_interpolation);
     const CenterCrop cc = eval_center_crop(h, w, S, cfg.eval_crop_pct);
@@ -129,6 +131,7 @@ void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfi
   s.v_table = append_table(vy, batch.tables);
   s.v_ksize = int32_t(vy.ksize);
   s.flip = flip ? 1 : 0;
+  s.erase = erase;
   batch.pixels.resize(batch.pixels.size() + size_t(C * s.bh * s.bw));
   uint8_t* crop = batch.pixels.data() + s.pixels;  // (C, bh, bw)
   for (Index c = 0; c < C; ++c)

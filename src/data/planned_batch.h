@@ -1,11 +1,12 @@
 // Batches planned on the CPU for the device's pixel work (issue 15). A loader thread decodes,
-// draws every random choice of timm's pipeline (RandomResizedCrop box, interpolation, flip) and
-// computes PIL's resampling tables; what it ships is the uint8 crops (the pixels the resampling
-// reads, usually fewer bytes than the float image) and those tables. The batched ops of
-// src/ops/{cpu,cuda}/resize_batch then do the resize, flip and normalisation (normalize_lut's
-// table) and give timm_sample's image: the same uint8 pixels bit for bit, then one lookup.
-// Pipelines with RandAugment, colour jitter or random erasing are not plannable: those run on
-// uint8 images after the resize, on the CPU.
+// draws every random choice of timm's pipeline (RandomResizedCrop box, interpolation, flip,
+// the random erasing box) and computes PIL's resampling tables; what it ships is the uint8
+// crops (the pixels the resampling reads, usually fewer bytes than the float image) and those
+// tables. The batched ops of src/ops/{cpu,cuda}/resize_batch then do the resize, flip,
+// normalisation (normalize_lut's table) and erasing, and give timm_sample's image: the same
+// uint8 pixels bit for bit, then one lookup (and the same erasing noise).
+// Pipelines with RandAugment or colour jitter are not plannable: those run on uint8 images
+// after the resize, on the CPU.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -30,8 +31,8 @@ struct PlannedBatch {
   void clear(Index channels, Index side);  // empty batch of (channels, side, side) images
 };
 
-// True when timm_sample's transformation under cfg is crop/resize, flip and normalise only (no
-// RandAugment, colour jitter or random erasing; evaluation always is).
+// True when timm_sample's transformation under cfg is crop/resize, flip, normalise and random
+// erasing only (no RandAugment or colour jitter; evaluation always is).
 bool plannable(const BatchConfig& cfg, bool train);
 // ... and when the source's batches go through timm_sample: streamed sources always do,
 // in-memory ones only under the timm pipeline (uses_timm_pipeline).

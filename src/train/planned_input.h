@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/erase_plan.h"
 #include "core/resize_plan.h"
 #include "data/planned_batch.h"
 #include "ops/cpu/resize_batch.h"
@@ -22,7 +23,8 @@ inline void expand_on_host(const data::PlannedBatch& plan, const std::vector<flo
   cpu::resize_rows(plan.pixels.data(), plan.tables.data(), plan.samples.data(), B, C, S,
                    rows.data());
   cpu::resize_cols(rows.data(), plan.tables.data(), plan.samples.data(), B, C, S, u8.data());
-  cpu::normalize_u8(u8.data(), lut.data(), plan.mix, B, C, S, images);
+  cpu::normalize_u8(u8.data(), lut.data(), erase_noise_table().data(), plan.samples.data(),
+                    plan.mix, B, C, S, images);
 }
 
 // The device side, per engine: per input slot the plan's buffers, and the passes' scratch.
@@ -48,6 +50,11 @@ class DevicePlannedInput {
     fit(s.lut, lut.size());
     fit(rows_, size_t(plan.scratch_bytes));
     fit(u8_, size_t(B * C * S * S));
+    const std::vector<float>& noise = erase_noise_table();
+    if (noise_.size() < noise.size()) {  // once: the table never changes
+      noise_ = Buffer<float>(noise.size());
+      Backend::upload(noise_.data(), noise.data(), Index(noise.size()));
+    }
     void* dst[5] = {s.pixels.data(), s.tables.data(), s.samples.data(), s.lut.data(),
                     device_targets};
     const void* src[5] = {plan.pixels.data(), plan.tables.data(), plan.samples.data(), lut.data(),
@@ -58,7 +65,8 @@ class DevicePlannedInput {
     Backend::upload_input_n(dst, src, bytes, 5, slot);
     Backend::resize_rows(s.pixels.data(), s.tables.data(), s.samples.data(), B, C, S, rows_.data());
     Backend::resize_cols(rows_.data(), s.tables.data(), s.samples.data(), B, C, S, u8_.data());
-    Backend::normalize_u8(u8_.data(), s.lut.data(), plan.mix, B, C, S, images);
+    Backend::normalize_u8(u8_.data(), s.lut.data(), noise_.data(), s.samples.data(), plan.mix, B, C,
+                          S, images);
   }
 
  private:
@@ -77,6 +85,7 @@ class DevicePlannedInput {
   Slot slots_[2];
   Buffer<uint8_t> rows_;  // the horizontal passes' output, each sample's (C, bh, S)
   Buffer<uint8_t> u8_;    // (B, C, S, S) before normalisation
+  Buffer<float> noise_;   // (kEraseNoiseTable): erase_noise_table() on the device
 };
 
 }  // namespace vit

@@ -96,7 +96,7 @@ void TrainBatches::check_plannable(const data::Source& train) const {
     why = "the replay buffer keeps float images on the CPU";
   else if (!data::plannable(train, train_bc_, true))
     why =
-        "RandAugment, colour jitter, random erasing and an in-memory set's pad-and-crop path "
+        "RandAugment, colour jitter and an in-memory set's pad-and-crop path "
         "run on the CPU (in-memory sets need --scale)";
   VIT_CHECK(!why, fmt::format("--augment-on-device: {}; drop the flag or that option", why));
 }

@@ -58,26 +58,35 @@ void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSamp
   }
 }
 
-void normalize_u8(const uint8_t* u8, const float* lut, const BatchMix& mix, Index B, Index C,
-                  Index S, float* images) {
+namespace {
+// The value of sample s's pixel (c, y, x): its noise inside the erase box, else the table's.
+float input_value(const uint8_t* u8, const float* lut, const float* noise, const ResizeSample& s,
+                  Index c, Index y, Index x, Index S) {
+  const ErasePlan& e = s.erase;
+  if (e.covers(y, x))
+    return erase_noise(noise, e.key, uint64_t((c * e.h + y - e.top) * e.w + x - e.left));
+  return lut[c * 256 + u8[(c * S + y) * S + x]];
+}
+}  // namespace
+
+void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
+                  const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
+                  float* images) {
+  const Index per_sample = C * S * S;
   for (Index b = 0; b < B; ++b) {
-    const Index partner = (B - 1 - b) * C * S * S;  // offset of sample B-1-b
-    for (Index c = 0; c < C; ++c) {
-      const Index base = (b * C + c) * S * S;
-      const float* l = lut + c * 256;
+    const Index p = B - 1 - b;  // the mixing partner
+    for (Index c = 0; c < C; ++c)
       for (Index y = 0; y < S; ++y)
         for (Index x = 0; x < S; ++x) {
-          const Index i = base + y * S + x;
-          const float own = l[u8[i]];
-          if (mix.none()) {
-            images[i] = own;
-            continue;
+          const float own = input_value(u8 + b * per_sample, lut, noise, samples[b], c, y, x, S);
+          float v = own;
+          if (!mix.none()) {
+            const float other =
+                input_value(u8 + p * per_sample, lut, noise, samples[p], c, y, x, S);
+            v = mix.cutmix ? (mix.in_box(y, x) ? other : own) : mix_value(own, other, mix.lam);
           }
-          const float other = l[u8[partner + c * S * S + y * S + x]];
-          images[i] =
-              mix.cutmix ? (mix.in_box(y, x) ? other : own) : mix_value(own, other, mix.lam);
+          images[b * per_sample + (c * S + y) * S + x] = v;
         }
-    }
   }
 }
 

@@ -1,4 +1,4 @@
-// Batched crop -> resize -> flip -> normalise (-> mixup/cutmix) of planned uint8 crops
+// Batched crop -> resize -> flip -> normalise (-> erase -> mixup/cutmix) of planned uint8 crops
 // (core/resize_plan.h): the CPU reference of the device's input ops (src/ops/cuda/resize_batch.cu
 // gives the same bytes). Every pass is integer arithmetic (PIL's fixed point) or a table lookup, so
 // the GPU twins are checked bit for bit, and the uint8 result is PIL's (data/augment.h: resize_pil
@@ -24,9 +24,11 @@ void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSamp
 
 // images (B, C, S, S) = lut[c][u8 (B, C, S, S)]. lut (C, 256): the normalised value of each
 // byte per channel, (v / 255 - mean) / std as the CPU pipeline rounds it (data/planned_batch.h).
-// Then mixed as mix says (core/batch_mix.h): sample b with sample B-1-b, in fp32 before the
-// store, as data::mix_images mixes the CPU pipeline's float images.
-void normalize_u8(const uint8_t* u8, const float* lut, const BatchMix& mix, Index B, Index C,
-                  Index S, float* images);
+// Inside each sample's erase box the value is its noise instead (noise: erase_noise_table(),
+// core/erase_plan.h). Then mixed as mix says (core/batch_mix.h): sample b with sample B-1-b, in
+// fp32 before the store, as data::mix_images mixes the CPU pipeline's float images.
+void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
+                  const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
+                  float* images);
 
 }  // namespace vit::cpu

@@ -233,14 +233,15 @@ void judge_update(double* stats);
 
 // Input images (resize_batch.cu), the twins of src/ops/cpu/resize_batch.h on device buffers
 // (pixels, tables, samples, scratch and out included): the horizontal pass, the vertical pass
-// with the flip, and the normalisation by table (lut (C, 256)) and the batch's mixup/cutmix into
-// the model's input (B, C, S, S).
+// with the flip, and the normalisation by table (lut (C, 256)), random erasing (noise: the
+// erase_noise_table) and the batch's mixup/cutmix into the model's input (B, C, S, S).
 void resize_rows(const uint8_t* pixels, const int32_t* tables, const ResizeSample* samples, Index B,
                  Index C, Index S, uint8_t* scratch);
 void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSample* samples,
                  Index B, Index C, Index S, uint8_t* out);
 template <typename T>
-void normalize_u8(const uint8_t* u8, const float* lut, const BatchMix& mix, Index B, Index C,
-                  Index S, T* images);
+void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
+                  const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
+                  T* images);
 
 }  // namespace vit::cuda

@@ -1,5 +1,5 @@
-// Batched crop -> resize -> flip -> normalise (-> mixup/cutmix) of planned uint8 crops: the GPU
-// twin of src/ops/cpu/resize_batch.cpp (same integer arithmetic, so the same bytes; the
+// Batched crop -> resize -> flip -> normalise (-> erase -> mixup/cutmix) of planned uint8 crops:
+// the GPU twin of src/ops/cpu/resize_batch.cpp (same integer arithmetic, so the same bytes; the
 // normalisation is the same table lookup, rounded once to T).
 #include "ops/cuda/common.cuh"
 
@@ -56,17 +56,31 @@ __global__ void resize_cols_kernel(const uint8_t* scratch, const int32_t* tables
   }
 }
 
+// The value of sample s's pixel j = (c, y, x): its noise inside the erase box, else the
+// table's (ops/cpu/resize_batch.cpp: input_value).
+__device__ __forceinline__ float input_value(const uint8_t* u8, const float* lut,
+                                             const float* noise, const ResizeSample& s, Index j,
+                                             Index S) {
+  const Index c = j / (S * S), y = (j / S) % S, x = j % S;
+  const ErasePlan& e = s.erase;
+  if (e.covers(y, x))
+    return erase_noise(noise, e.key, uint64_t((c * e.h + y - e.top) * e.w + x - e.left));
+  return lut[c * 256 + u8[j]];
+}
+
 template <typename T>
-__global__ void normalize_u8_kernel(const uint8_t* u8, const float* lut, BatchMix mix, Index B,
-                                    Index C, Index S, T* images) {
-  // u8, images (B, C, S, S); lut (C, 256); sample b mixed with B-1-b in fp32 before the store
+__global__ void normalize_u8_kernel(const uint8_t* u8, const float* lut, const float* noise,
+                                    const ResizeSample* samples, BatchMix mix, Index B, Index C,
+                                    Index S, T* images) {
+  // u8, images (B, C, S, S); lut (C, 256); noise (kEraseNoiseTable); samples (B). Erased,
+  // then sample b mixed with B-1-b in fp32 before the store.
   const Index per_sample = C * S * S, n = B * per_sample;
   VIT_GRID_STRIDE(i, n) {
     const Index b = i / per_sample, j = i - b * per_sample;
-    const float* l = lut + (j / (S * S)) * 256;
-    float v = l[u8[i]];
+    float v = input_value(u8 + b * per_sample, lut, noise, samples[b], j, S);
     if (mix.cutmix || mix.lam != 1.0f) {  // BatchMix::none() (host-only, as in_box)
-      const float other = l[u8[(B - 1 - b) * per_sample + j]];
+      const Index p = B - 1 - b;
+      const float other = input_value(u8 + p * per_sample, lut, noise, samples[p], j, S);
       const Index y = (j / S) % S, x = j % S;
       const bool in_box = y >= mix.y0 && y < mix.y1 && x >= mix.x0 && x < mix.x1;
       // own * lam + other * (1 - lam) with mix_value's roundings (no other contraction)
@@ -98,18 +112,19 @@ void resize_cols(const uint8_t* scratch, const int32_t* tables, const ResizeSamp
 }
 
 template <typename T>
-void normalize_u8(const uint8_t* u8, const float* lut, const BatchMix& mix, Index B, Index C,
-                  Index S, T* images) {
+void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
+                  const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
+                  T* images) {
   const Index n = B * C * S * S;
   if (n <= 0) return;
-  normalize_u8_kernel<T>
-      <<<grid_stride_blocks(n), kBlock, 0, stream()>>>(u8, lut, mix, B, C, S, images);
+  normalize_u8_kernel<T><<<grid_stride_blocks(n), kBlock, 0, stream()>>>(u8, lut, noise, samples,
+                                                                         mix, B, C, S, images);
   VIT_CUDA_LAUNCHED();
 }
 
-#define INSTANTIATE(T)                                                                       \
-  template void normalize_u8<T>(const uint8_t*, const float*, const BatchMix&, Index, Index, \
-                                Index, T*);
+#define INSTANTIATE(T)                                                                           \
+  template void normalize_u8<T>(const uint8_t*, const float*, const float*, const ResizeSample*, \
+                                const BatchMix&, Index, Index, Index, T*);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 
 }  // namespace vit::cuda
