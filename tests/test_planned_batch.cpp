@@ -142,6 +142,15 @@ void expect_float_close(const std::vector<float>& got, const std::vector<float>&
   std::printf("%s: %zu of %zu floats bitwise equal\n", what.c_str(), exact, got.size());
 }
 
+// RandomResizedCrop + flip at S px with label smoothing: the training config of the batch tests.
+BatchConfig rrc_config(Index S) {
+  BatchConfig cfg = base_config(S);
+  cfg.rrc = true;
+  cfg.hflip = 0.5;
+  cfg.smoothing = 0.1;
+  return cfg;
+}
+
 // n noise images (3, h, w), labels i % K, class names "0".."K-1".
 ImageDataset noise_dataset(Index n, Index h, Index w, int K, uint64_t seed) {
   ImageDataset d;
@@ -239,10 +248,7 @@ TEST(PlannedBatch, RefusesCpuOnlyAugmentation) {
 TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
   // An in-memory set under the timm pipeline: same targets and labels, same images.
   const MemorySource src(noise_dataset(10, 40, 52, 4, 9));
-  BatchConfig cfg = base_config(24);
-  cfg.rrc = true;
-  cfg.hflip = 0.5;
-  cfg.smoothing = 0.1;
+  BatchConfig cfg = rrc_config(24);
   const std::vector<Index> idx = {3, 7, 0, 9, 3};
   const Index B = Index(idx.size()), K = 4, S = 24;
   std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), ptargets(targets);
@@ -268,10 +274,7 @@ TEST(PlannedBatch, MixesAsTheCpuPipeline) {
   // and even batches, both modes, and the targets as apply_mixup mixes them; erased boxes are
   // mixed as the CPU pipeline mixes them (erasing first).
   const MemorySource src(noise_dataset(12, 30, 34, 4, 21));
-  BatchConfig cfg = base_config(16);
-  cfg.rrc = true;
-  cfg.hflip = 0.5;
-  cfg.smoothing = 0.1;
+  BatchConfig cfg = rrc_config(16);
   cfg.reprob = 0.5;
   const MixupConfig mix{0.8, 1.0, 1.0, 0.5};
   const Index K = 4, S = 16, C = 3;

@@ -22,6 +22,16 @@ vit::TrainArgs parse(std::vector<std::string> args) {
   return vit::parse_train_args(int(av.size()), av.data());
 }
 
+// The vit::Error message of parsing args, or "(accepted)".
+std::string message(std::vector<std::string> args) {
+  try {
+    parse(args);
+  } catch (const vit::Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("(accepted)");
+}
+
 std::string temp_yaml(const std::string& name, const std::string& text) {
   const std::string p =
       (fs::temp_directory_path() / ("vitrain_args_" + std::to_string(getpid()) + name)).string();
@@ -124,14 +134,6 @@ TEST(TrainArgs, ConfigErrorsNameTheProblem) {
   const std::string type = temp_yaml("type.yaml", "epochs: many\n");
   const std::string list = temp_yaml("list.yaml", "- a\n- b\n");
   const std::string broken = temp_yaml("broken.yaml", "epochs: [1,\n");
-  auto message = [](std::vector<std::string> args) {
-    try {
-      parse(args);
-    } catch (const vit::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(accepted)");
-  };
   EXPECT_NE(message({"-c", typo}).find("unknown key 'batch_sise'"), std::string::npos);
   EXPECT_NE(message({"-c", typo}).find(typo), std::string::npos);  // names the file
   EXPECT_NE(message({"-c", type}).find(type), std::string::npos);
@@ -317,14 +319,6 @@ TEST(TrainArgs, TextIsUtf8) {
   for (const char* bad : {"\xc0\xae", "\xe0\x80\xae", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xa5",
                           "caf\xe9", "\xe2\x98", "\xff"})
     EXPECT_FALSE(vit::valid_utf8(bad)) << bad;
-  auto message = [](std::vector<std::string> args) {
-    try {
-      parse(args);
-    } catch (const vit::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(accepted)");
-  };
   EXPECT_EQ(message({"--experiment", "caf\xe9"}),
             "--experiment: not valid UTF-8 text (args.yaml is UTF-8)");
   const std::string overlong = temp_yaml("overlong.yaml", "aa: rand-m9-`\xc0\xae-mstd0.5\n");
