@@ -139,12 +139,17 @@ inline double tensor_rel_err(const std::vector<float>& a, const std::vector<floa
 //    added to every key of a row, so its gradient is zero in exact arithmetic and what either
 //    side holds there is rounding noise (~1e-22 measured): it must be tiny next to the query
 //    and value biases' gradients, and nothing more.
-//  * Weights after three updates: 1e-4 relative per tensor. Adam turns a gradient g into
+//  * Weights after three updates: 2.5e-4 relative per tensor. Adam turns a gradient g into
 //    lr g / (|g| + eps), so where |g| is near eps a rounding difference in g becomes a step
 //    difference of up to lr: with the default eps = 1e-8, CPU fp32 and fp64 differ by 4e-4 (an
 //    fc1 weight whose gradient is 5e-10) and 2e-3 (the key bias). The runs therefore use
-//    eps = 1e-6 (kComparisonAdamEps), where CPU fp32 vs fp64 measured 6e-5 at most.
+//    eps = 1e-6 (kComparisonAdamEps), where CPU fp32 vs fp64 measured 6e-5 at most on the
+//    machine the test was written on, and 1.23e-4 (blocks.0.attn.proj.bias, mlp_token) on an
+//    AMD EPYC Zen 3 (2026-11-25): the sums' order, and so the rounding of near-cancelling
+//    gradients, depends on the CPU the BLAS and -march=native pick kernels for. Hence 2.5e-4
+//    (kWeightRelTol); a wrong gradient or update is off by far more (1e-2 and up).
 constexpr double kComparisonAdamEps = 1e-6;
+constexpr double kWeightRelTol = 2.5e-4;
 
 inline void expect_three_steps_match(const ThreeSteps& got, const ThreeSteps& ref,
                                      const ParamTable& table, const ModelConfig& c) {
@@ -167,7 +172,8 @@ inline void expect_three_steps_match(const ThreeSteps& got, const ThreeSteps& re
         for (Index i = k; i < v; ++i)
           EXPECT_LE(std::fabs((*m)[i]), 1e-6 * qv_scale) << spec.name << " key gradient " << i - k;
     }
-    EXPECT_LE(tensor_rel_err(got.params, ref.params, spec.offset, spec.numel()), 1e-4) << spec.name;
+    EXPECT_LE(tensor_rel_err(got.params, ref.params, spec.offset, spec.numel()), kWeightRelTol)
+        << spec.name;
   }
 }
 
