@@ -311,3 +311,28 @@ TEST(Decode, JpegAdobeCmykBecomesRgb) {
       EXPECT_NEAR(d.at(y, x)[2], 50, 3);
     }
 }
+
+// Decompression bombs: a small JPEG whose header claims more pixels than PIL's limit
+// (178,956,970) is refused at once with one clear error, before libjpeg allocates or decodes
+// (the fuzzer found ~1 KB files claiming 200M-4G pixels that took up to 23 s or 12 GB).
+TEST(Decode, DecompressionBombIsRefusedAtOnce) {
+  std::vector<uint8_t> jpg = encode_jpeg(gradient(16, 16), 90);
+  size_t sof = 0;
+  for (size_t i = 2; i + 9 < jpg.size(); ++i)
+    if (jpg[i] == 0xFF && (jpg[i + 1] == 0xC0 || jpg[i + 1] == 0xC2)) sof = i;
+  ASSERT_GT(sof, 0u);
+  auto set_size = [&](int height, int width) {  // SOF: FF Cn, length, precision, H, W
+    jpg[sof + 5] = uint8_t(height >> 8), jpg[sof + 6] = uint8_t(height);
+    jpg[sof + 7] = uint8_t(width >> 8), jpg[sof + 8] = uint8_t(width);
+  };
+  set_size(20000, 20000);  // 400M pixels
+  try {
+    decode_image(jpg.data(), jpg.size(), 8);
+    ADD_FAILURE() << "a 20000 x 20000 JPEG was decoded";
+  } catch (const vit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("image too large (20000x20000"), std::string::npos)
+        << e.what();
+  }
+  set_size(16, 16);  // the same bytes with the true size decode
+  EXPECT_EQ(decode_image(jpg.data(), jpg.size()).w, 16);
+}

@@ -22,7 +22,15 @@ namespace vit::data {
 
 namespace {
 
-constexpr uint64_t kMaxPixels = uint64_t(1) << 28;
+// PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS * 2, where PIL raises instead of
+// warning): images whose header claims more pixels are refused before any decoding. The
+// fuzzer's JPEGs of ~1 KB claiming 200M-4G pixels took up to 23 s each, or 12 GB of libjpeg's
+// coefficient buffers (progressive), under the old limit of 2^28 output pixels (after DCT
+// scaling, so up to 2^34 source pixels).
+constexpr uint64_t kMaxPixels = 178956970;
+// libjpeg's own allocations (the whole image's DCT coefficients for progressive files: 2 bytes
+// per pixel and component): beyond this a clear error, as libjpeg-turbo has no backing store.
+constexpr long kJpegMaxMemory = 1536L << 20;
 
 // ---------------------------------------------------------------------------------------------
 // libjpeg plumbing. libjpeg reports fatal errors through error_exit, which must not return; we
@@ -86,8 +94,16 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
     return false;
   }
   jpeg_create_decompress(&cinfo);
+  cinfo.mem->max_memory_to_use = kJpegMaxMemory;
   jpeg_mem_src(&cinfo, ctx.bytes, static_cast<unsigned long>(ctx.n));
   jpeg_read_header(&cinfo, TRUE);
+  if (uint64_t(cinfo.image_width) * cinfo.image_height > kMaxPixels) {
+    std::snprintf(
+        ctx.msg, sizeof ctx.msg, "image too large (%ux%u, more than PIL's limit of %llu pixels)",
+        cinfo.image_width, cinfo.image_height, static_cast<unsigned long long>(kMaxPixels));
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
 
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
@@ -104,13 +120,7 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
       cinfo.scale_denom = 1;
     }
   }
-  jpeg_calc_output_dimensions(&cinfo);
-  if (uint64_t(cinfo.output_width) * cinfo.output_height > kMaxPixels) {
-    std::snprintf(ctx.msg, sizeof ctx.msg, "image too large (%ux%u)", cinfo.output_width,
-                  cinfo.output_height);
-    jpeg_destroy_decompress(&cinfo);
-    return false;
-  }
+  jpeg_calc_output_dimensions(&cinfo);  // at most the source's size, checked above
 
   jpeg_start_decompress(&cinfo);
   const int w = int(cinfo.output_width), h = int(cinfo.output_height);
@@ -242,7 +252,7 @@ bool png_decode_impl(PngDecodeCtx& ctx) {
   png_uint_32 w = 0, h = 0;
   int depth = 0, color = 0, interlace = 0;
   png_get_IHDR(png, info, &w, &h, &depth, &color, &interlace, nullptr, nullptr);
-  if (uint64_t(w) * h > kMaxPixels) png_error(png, "image too large");
+  if (uint64_t(w) * h > kMaxPixels) png_error(png, "image too large (more than PIL's limit)");
   png_set_expand(png);  // palette -> RGB, gray < 8 bit -> 8 bit, tRNS -> alpha
   if (depth == 16) png_set_scale_16(png);
   png_set_strip_alpha(png);
