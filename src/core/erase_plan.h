@@ -8,11 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define VIT_ERASE_HD __host__ __device__
-#else
-#define VIT_ERASE_HD
-#endif
+#include "core/host_device.h"
 
 namespace vit {
 
@@ -20,7 +16,7 @@ struct ErasePlan {
   int32_t top = 0, left = 0, h = 0, w = 0;  // the box; h == 0: nothing erased
   uint64_t key = 0;                         // the noise's key (one draw of the sample's RNG)
 
-  VIT_ERASE_HD bool covers(int64_t y, int64_t x) const {
+  VIT_HOST_DEVICE bool covers(int64_t y, int64_t x) const {
     return y >= top && y < top + h && x >= left && x < left + w;
   }
 };
@@ -30,7 +26,7 @@ constexpr int kEraseNoiseTable = (1 << kEraseNoiseBits) + 1;  // quantiles, kEra
 
 // The noise of value i (c, y, x of the box, row-major) under key: splitmix64 of (key, i); its
 // top 12 bits pick the interval of the table, the next 24 the position in it.
-VIT_ERASE_HD inline float erase_noise(const float* table, uint64_t key, uint64_t i) {
+VIT_HOST_DEVICE inline float erase_noise(const float* table, uint64_t key, uint64_t i) {
   uint64_t z = key ^ (i * 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;

@@ -78,14 +78,10 @@ __global__ void normalize_u8_kernel(const uint8_t* u8, const float* lut, const f
   VIT_GRID_STRIDE(i, n) {
     const Index b = i / per_sample, j = i - b * per_sample;
     float v = input_value(u8 + b * per_sample, lut, noise, samples[b], j, S);
-    if (mix.cutmix || mix.lam != 1.0f) {  // BatchMix::none() (host-only, as in_box)
+    if (!mix.none()) {
       const Index p = B - 1 - b;
       const float other = input_value(u8 + p * per_sample, lut, noise, samples[p], j, S);
-      const Index y = (j / S) % S, x = j % S;
-      const bool in_box = y >= mix.y0 && y < mix.y1 && x >= mix.x0 && x < mix.x1;
-      // own * lam + other * (1 - lam) with mix_value's roundings (no other contraction)
-      v = mix.cutmix ? (in_box ? other : v)
-                     : __fmaf_rn(v, mix.lam, __fmul_rn(other, __fsub_rn(1.0f, mix.lam)));
+      v = mix.cutmix ? (mix.in_box((j / S) % S, j % S) ? other : v) : mix_value(v, other, mix.lam);
     }
     images[i] = from_f32<T>(v);
   }
