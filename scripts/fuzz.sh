@@ -4,8 +4,10 @@
 #   bash scripts/fuzz.sh build                    configure and build only
 #   bash scripts/fuzz.sh short [SECONDS]          every target for SECONDS (default 10): CI
 #   bash scripts/fuzz.sh campaign N [TARGET...]   every (or each named) target to N executions,
-#                                                 FUZZ_LANES (default 1) targets at a time; table
-#                                                 in build-fuzz/campaign.md
+#                                                 FUZZ_LANES (default 1) targets at a time, each
+#                                                 stopping early after FUZZ_SECONDS if set (a
+#                                                 segment: the next one goes on from the corpus);
+#                                                 rows appended to build-fuzz/campaign.md
 #   bash scripts/fuzz.sh run TARGET [ARGS...]     one target with your own libFuzzer arguments
 #   bash scripts/fuzz.sh corpus                   rewrite fuzz/corpus/ with fuzz/make_corpus.cpp
 # Inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (never into the repo); a crashing,
@@ -43,7 +45,8 @@ stat_of() {  # stat_of LOG NAME: a value of libFuzzer's final stats
 campaign_target() {
   local t=$1 runs=$2 table=$3 log="build-fuzz/campaign-$1.log" start secs execs corpus crashes=0
   start=$(date +%s)
-  run_target "$t" "$log" -runs="$runs" || crashes=1
+  run_target "$t" "$log" -runs="$runs" ${FUZZ_SECONDS:+-max_total_time="$FUZZ_SECONDS"} ||
+    crashes=1
   secs=$(($(date +%s) - start))
   execs=$(stat_of "$log" number_of_executed_units)
   corpus=$(find "build-fuzz/corpus/$t" "fuzz/corpus/$t" -type f | wc -l)
@@ -82,19 +85,25 @@ case "$mode" in
     [ $# -gt 0 ] && TARGETS=("$@")
     build
     table=build-fuzz/campaign.md
+    mkdir -p build-fuzz
     commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src fuzz || echo '+changes')"
     lanes="${FUZZ_LANES:-1}"
+    # Segments append their tables, so a campaign run in several sessions keeps its history.
+    prev=0
+    if [ -f "$table" ]; then prev=$(wc -l <"$table"); fi
+    first_row=$((prev + 5 + (prev > 0)))
     # A campaign keeps no allocation stacks (ASan's malloc stack unwinding was ~22% of
     # fuzz_config's time): a finding still aborts and saves its input; replay it with
     # build-fuzz/fuzz/fuzz_<target> FILE for the full report.
     export ASAN_OPTIONS="${ASAN_OPTIONS:-malloc_context_size=0}"
     {
+      [ "$prev" -eq 0 ] || echo
       echo "Campaign $(date -u +%Y-%m-%d), commit $commit, $(nproc) cores, $lanes target(s) at a" \
-        "time, $runs runs per target, ASAN_OPTIONS=$ASAN_OPTIONS"
+        "time, $runs runs per target${FUZZ_SECONDS:+ or $FUZZ_SECONDS s}, ASAN_OPTIONS=$ASAN_OPTIONS"
       echo
       echo "| target | executions | seconds | exec/s | crashes | corpus |"
       echo "|---|---:|---:|---:|---:|---:|"
-    } >"$table"
+    } >>"$table"
     for t in "${TARGETS[@]}"; do
       # FUZZ_LANES targets run at once (one core each); wait for a lane before the next.
       while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do wait -n || true; done
@@ -103,8 +112,8 @@ case "$mode" in
     wait
     echo "fuzz: table in $table"
     # A finding, or a target without its row, fails the campaign.
-    rows=$(awk 'NR > 4' "$table" | wc -l)
-    crashed=$(awk -F'|' 'NR > 4 && $6 + 0 != 0' "$table" | wc -l)
+    rows=$(awk -v f="$first_row" 'NR >= f' "$table" | wc -l)
+    crashed=$(awk -F'|' -v f="$first_row" 'NR >= f && $6 + 0 != 0' "$table" | wc -l)
     [ "$rows" -eq "${#TARGETS[@]}" ] && [ "$crashed" -eq 0 ]
     ;;
   run)
