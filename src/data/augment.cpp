@@ -75,17 +75,6 @@ uint8_t clip8(int32_t acc) {
   return uint8_t(std::clamp(acc >> kPrecision, 0, 255));
 }
 
-// PIL L conversion (ITU-R 601-2 luma in 16-bit fixed point).
-uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
-  return uint8_t((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
-}
-
-// PIL Image.blend(degenerate, img, alpha): float lerp truncated to uint8 (clipped).
-uint8_t blend(uint8_t deg, uint8_t v, float alpha) {
-  const float t = float(deg) + alpha * (float(v) - float(deg));
-  return t <= 0.0f ? 0 : t >= 255.0f ? 255 : uint8_t(t);
-}
-
 }  // namespace
 
 CropBox sample_rrc(Rng& rng, Index H, Index W, double scale_lo, double scale_hi, double ratio_lo,
@@ -173,36 +162,30 @@ void hflip(uint8_t* img, Index C, Index H, Index W) {
 }
 
 void adjust_brightness(uint8_t* img, Index C, Index H, Index W, double factor) {
-  for (Index i = 0; i < C * H * W; ++i) img[i] = blend(0, img[i], float(factor));
+  apply_pixel_step(make_pixel_step(RaOp::Brightness, factor, false, H, W), img, C, H, W, {});
 }
 
 void adjust_contrast(uint8_t* img, Index C, Index H, Index W, double factor) {
-  const Index P = H * W;
-  double sum = 0;  // mean of the L image, rounded as PIL's ImageEnhance.Contrast does
-  for (Index i = 0; i < P; ++i) sum += C == 3 ? luma(img[i], img[P + i], img[2 * P + i]) : img[i];
-  const uint8_t mean = uint8_t(int(sum / double(P) + 0.5));
-  for (Index i = 0; i < C * P; ++i) img[i] = blend(mean, img[i], float(factor));
+  apply_pixel_step(make_pixel_step(RaOp::Contrast, factor, false, H, W), img, C, H, W, {});
 }
 
 void adjust_saturation(uint8_t* img, Index C, Index H, Index W, double factor) {
-  if (C != 3) return;  // grey images have no saturation (L -> L is the identity)
-  const Index P = H * W;
-  for (Index i = 0; i < P; ++i) {
-    const uint8_t l = luma(img[i], img[P + i], img[2 * P + i]);
-    for (Index c = 0; c < 3; ++c) img[c * P + i] = blend(l, img[c * P + i], float(factor));
-  }
+  apply_pixel_step(make_pixel_step(RaOp::Color, factor, false, H, W), img, C, H, W, {});
 }
 
-void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double strength) {
+void plan_color_jitter(Rng& rng, double strength, Index H, Index W, PixelStep steps[3]) {
   int order[3] = {0, 1, 2};
   for (int i = 2; i > 0; --i) std::swap(order[i], order[rng.below(uint64_t(i + 1))]);
   double f[3];
   for (double& v : f) v = std::max(0.0, 1.0 - strength + 2.0 * strength * rng.uniform());
-  for (int o : order) {
-    if (o == 0) adjust_brightness(img, C, H, W, f[0]);
-    if (o == 1) adjust_contrast(img, C, H, W, f[1]);
-    if (o == 2) adjust_saturation(img, C, H, W, f[2]);
-  }
+  constexpr RaOp kOp[3] = {RaOp::Brightness, RaOp::Contrast, RaOp::Color};
+  for (int k = 0; k < 3; ++k) steps[k] = make_pixel_step(kOp[order[k]], f[order[k]], false, H, W);
+}
+
+void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double strength) {
+  PixelStep steps[3];
+  plan_color_jitter(rng, strength, H, W, steps);
+  for (const PixelStep& s : steps) apply_pixel_step(s, img, C, H, W, {});
 }
 
 ErasePlan draw_erasing(Rng& rng, Index H, Index W, double probability) {

@@ -10,6 +10,7 @@
 #include "core/batch_mix.h"
 #include "core/common.h"
 #include "core/erase_plan.h"
+#include "core/pixel_step.h"
 #include "core/rng.h"
 
 namespace vit::data {
@@ -60,6 +61,8 @@ void adjust_saturation(uint8_t* img, Index C, Index H, Index W, double factor);
 // torchvision ColorJitter(b, c, s) with b = c = s = strength: factors uniform in
 // [1 - strength, 1 + strength], applied in a random order.
 void color_jitter(Rng& rng, uint8_t* img, Index C, Index H, Index W, double strength);
+// Its draws as the three steps in their order (core/pixel_step.h), for an (H, W) image.
+void plan_color_jitter(Rng& rng, double strength, Index H, Index W, PixelStep steps[3]);
 
 // timm RandomErasing(probability, mode='pixel', count 1) on a normalised image (C, H, W):
 // area in [0.02, 1/3], log-aspect in [log 0.3, log 1/0.3], 10 attempts, N(0, 1)-shaped noise

@@ -10,33 +10,12 @@
 #include <vector>
 
 #include "core/common.h"
+#include "core/pixel_step.h"
 #include "core/rng.h"
 
 namespace vit::data {
 
-enum class RaOp {
-  AutoContrast,
-  Equalize,
-  Invert,
-  Rotate,
-  Posterize,
-  Solarize,
-  SolarizeAdd,
-  Color,
-  Contrast,
-  Brightness,
-  Sharpness,
-  ShearX,
-  ShearY,
-  TranslateXRel,
-  TranslateYRel,
-  PosterizeIncreasing,
-  SolarizeIncreasing,
-  ColorIncreasing,
-  ContrastIncreasing,
-  BrightnessIncreasing,
-  SharpnessIncreasing
-};
+using vit::RaOp;  // core/pixel_step.h
 
 const char* ra_op_name(RaOp op);
 
@@ -58,6 +37,9 @@ std::array<uint8_t, 3> fill_mean_pixel(const std::vector<float>& mean);
 // stands for timm's 50% random sign of signed args.
 double ra_level_arg(RaOp op, double level, bool negate);
 
+// The same fill as the pixel steps take it.
+PixelFill pixel_fill(const std::array<uint8_t, 3>& fill);
+
 // One op with an explicit argument (PIL semantics). img (C, H, W), in place. Geometric ops use
 // `bicubic` or bilinear sampling and `fill` outside the source.
 void ra_apply_op(RaOp op, double arg, uint8_t* img, Index C, Index H, Index W,
@@ -71,6 +53,10 @@ class RandAugment {
               const std::string& resample = "random");
   // n ops drawn with replacement, each applied with probability p at a noisy magnitude.
   void apply(Rng& rng, uint8_t* img, Index C, Index H, Index W) const;
+  // The draws of apply, as steps[num_ops()] for an (H, W) image (kNone where p says no).
+  void plan(Rng& rng, Index H, Index W, PixelStep* steps) const;
+  int num_ops() const { return cfg_.num_ops; }
+  PixelFill fill() const { return pixel_fill(fill_); }
   const std::vector<RaOp>& ops() const { return ops_; }
 
  private:

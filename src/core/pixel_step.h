@@ -1,0 +1,184 @@
+// The uint8 image ops of timm's training pipeline that run after the resize and flip:
+// RandAugment's ops and colour jitter's brightness / contrast / saturation, with PIL's
+// arithmetic. A sample's ops are drawn on the host as PixelSteps (data/randaugment.h,
+// data/augment.h: plan_color_jitter), so the same steps can run in the CPU pipeline
+// (apply_pixel_step, core/pixel_step.cpp) and as batched ops on a planned batch
+// (src/ops/{cpu,cuda}/pixel_steps: the --augment-on-device path).
+// The per-pixel arithmetic below is shared by both backends; the files that use it compile
+// without fused multiply-add contraction (-ffp-contract=off, nvcc --fmad=false), so the CPU
+// and the GPU round every double and float operation alike and give the same bytes.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "core/common.h"
+#include "core/host_device.h"
+
+namespace vit {
+
+enum class RaOp : int32_t {
+  AutoContrast,
+  Equalize,
+  Invert,
+  Rotate,
+  Posterize,
+  Solarize,
+  SolarizeAdd,
+  Color,
+  Contrast,
+  Brightness,
+  Sharpness,
+  ShearX,
+  ShearY,
+  TranslateXRel,
+  TranslateYRel,
+  PosterizeIncreasing,
+  SolarizeIncreasing,
+  ColorIncreasing,
+  ContrastIncreasing,
+  BrightnessIncreasing,
+  SharpnessIncreasing
+};
+
+// The fill of geometric ops outside the source, per channel (a grey image uses v[0]).
+struct PixelFill {
+  uint8_t v[3] = {128, 128, 128};
+};
+
+// One op of one sample. Plain data: it travels to the device in the planned batch.
+struct PixelStep {
+  static constexpr int32_t kNone = -1;
+  int32_t op = kNone;   // RaOp, or kNone (RandAugment's probability test said no)
+  int32_t bicubic = 0;  // geometric ops: 1 bicubic, 0 bilinear sampling
+  double arg = 0;       // the op's argument: factor, threshold, bits (ra_level_arg)
+  double m[6] = {};     // geometric ops: PIL's inverse affine matrix (output -> source)
+
+  VIT_HOST_DEVICE bool geometric() const {
+    return op == int32_t(RaOp::Rotate) || op == int32_t(RaOp::ShearX) ||
+           op == int32_t(RaOp::ShearY) || op == int32_t(RaOp::TranslateXRel) ||
+           op == int32_t(RaOp::TranslateYRel);
+  }
+};
+
+// The step of op with argument arg on an (H, W) image: the affine matrix of geometric ops
+// (PIL Image.rotate / Image.transform(AFFINE) as timm calls them).
+PixelStep make_pixel_step(RaOp op, double arg, bool bicubic, Index H, Index W);
+
+// img (C, H, W) uint8, in place: the CPU implementation (the reference of the batched ops).
+void apply_pixel_step(const PixelStep& step, uint8_t* img, Index C, Index H, Index W,
+                      const PixelFill& fill);
+
+// ---- Per-pixel arithmetic shared with the CUDA twin ----
+
+// PIL L conversion (ITU-R 601-2 luma in 16-bit fixed point).
+VIT_HOST_DEVICE inline uint8_t pil_luma(uint8_t r, uint8_t g, uint8_t b) {
+  return uint8_t((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+// PIL Image.blend(degenerate, img, alpha) (ImageEnhance): float lerp truncated to uint8.
+VIT_HOST_DEVICE inline uint8_t pil_blend(uint8_t deg, uint8_t v, float alpha) {
+  const float t = float(deg) + alpha * (float(v) - float(deg));
+  return t <= 0.0f ? 0 : t >= 255.0f ? 255 : uint8_t(t);
+}
+
+// The table value of byte i of a pointwise op that needs no image statistics (invert,
+// posterize, solarize, solarize-add).
+VIT_HOST_DEVICE inline uint8_t pointwise_value(int32_t op, double arg, int i) {
+  switch (RaOp(op)) {
+    case RaOp::Invert:
+      return uint8_t(255 - i);
+    case RaOp::Posterize:
+    case RaOp::PosterizeIncreasing: {
+      const int bits = int(arg);
+      return bits >= 8 ? uint8_t(i) : uint8_t(i & ~((1 << (8 - bits)) - 1));
+    }
+    case RaOp::Solarize:
+    case RaOp::SolarizeIncreasing:
+      return uint8_t(i < arg ? i : 255 - i);
+    case RaOp::SolarizeAdd: {
+      const int v = i + int(arg);
+      return uint8_t(i < 128 ? (v < 255 ? v : 255) : i);
+    }
+    default:
+      return uint8_t(i);
+  }
+}
+
+// PIL ImageOps.autocontrast (cutoff 0) of byte i in a channel spanning [lo, hi], hi > lo.
+VIT_HOST_DEVICE inline uint8_t autocontrast_value(int lo, int hi, int i) {
+  const double scale = 255.0 / (hi - lo), offset = -lo * scale;
+  const int v = int(i * scale + offset);
+  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// PIL ImageOps.equalize's table from a channel's histogram (256 counts); false: PIL leaves the
+// channel as it is (one distinct value, or too few pixels outside the last bin).
+VIT_HOST_DEVICE inline bool equalize_table(const int64_t* hist, uint8_t* lut) {
+  int64_t total = 0, last = 0, nonzero = 0;
+  for (int i = 0; i < 256; ++i)
+    if (hist[i]) total += hist[i], last = hist[i], ++nonzero;
+  if (nonzero <= 1) return false;
+  const int64_t step = (total - last) / 256;
+  if (!step) return false;
+  int64_t n = step / 2;
+  for (int i = 0; i < 256; ++i) {
+    const int64_t v = n / step;
+    lut[i] = uint8_t(v < 255 ? v : 255);
+    n += hist[i];
+  }
+  return true;
+}
+
+// PIL ImageFilter.SMOOTH (3x3, centre 5, others 1, /13) at an interior pixel of plane (H, W).
+VIT_HOST_DEVICE inline uint8_t smooth_value(const uint8_t* plane, Index W, Index y, Index x) {
+  int s = 4 * plane[y * W + x];
+  for (Index dy = -1; dy <= 1; ++dy)
+    for (Index dx = -1; dx <= 1; ++dx) s += plane[(y + dy) * W + x + dx];
+  const long v = lround(s / 13.0);
+  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// PIL's geometric bicubic: cubic convolution with a = -1 through samples at -1, 0, 1, 2.
+VIT_HOST_DEVICE inline double pil_cubic4(double v1, double v2, double v3, double v4, double d) {
+  const double p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+  return v2 + d * (p2 + d * (p3 + d * p4));
+}
+
+// PIL Image.transform(AFFINE, m) at output pixel (y, x) of plane (H, W): the pixel centre maps
+// to source (m0 x' + m1 y' + m2, m3 x' + m4 y' + m5); outside the source it is `fill`.
+VIT_HOST_DEVICE inline uint8_t affine_value(const uint8_t* plane, Index H, Index W,
+                                            const PixelStep& s, Index y, Index x, uint8_t fill) {
+  const double xo = x + 0.5, yo = y + 0.5;
+  double xi = s.m[0] * xo + s.m[1] * yo + s.m[2], yi = s.m[3] * xo + s.m[4] * yo + s.m[5];
+  if (!(xi >= 0.0 && xi < W && yi >= 0.0 && yi < H)) return fill;
+  xi -= 0.5;
+  yi -= 0.5;
+  const Index x0 = Index(floor(xi)), y0 = Index(floor(yi));
+  const double dx = xi - x0, dy = yi - y0;
+  auto at = [&](Index yy, Index xx) {  // edge pixels repeat
+    yy = yy < 0 ? 0 : yy > H - 1 ? H - 1 : yy;
+    xx = xx < 0 ? 0 : xx > W - 1 ? W - 1 : xx;
+    return double(plane[yy * W + xx]);
+  };
+  double v;
+  if (!s.bicubic) {
+    const double top = at(y0, x0) + (at(y0, x0 + 1) - at(y0, x0)) * dx;
+    const double bot = at(y0 + 1, x0) + (at(y0 + 1, x0 + 1) - at(y0 + 1, x0)) * dx;
+    v = top + (bot - top) * dy;
+  } else {
+    double r[4];
+    for (Index j = 0; j < 4; ++j)
+      r[j] = pil_cubic4(at(y0 + j - 1, x0 - 1), at(y0 + j - 1, x0), at(y0 + j - 1, x0 + 1),
+                        at(y0 + j - 1, x0 + 2), dx);
+    v = pil_cubic4(r[0], r[1], r[2], r[3], dy);
+  }
+  return uint8_t(v <= 0.0 ? 0.0 : v >= 255.0 ? 255.0 : v);  // PIL truncates
+}
+
+// PIL ImageEnhance.Contrast's mean: the L image's mean rounded to a byte, from the sum of its
+// luma values over P pixels.
+VIT_HOST_DEVICE inline uint8_t contrast_mean(int64_t luma_sum, Index P) {
+  return uint8_t(int(double(luma_sum) / double(P) + 0.5));
+}
+
+}  // namespace vit
