@@ -1,8 +1,9 @@
 // vitrain train --augment-on-device: the loader ships planned crops and the engine makes the
 // images where the model runs. On the CPU (and in the bf16 emulation) that is the reference
 // expansion, so a run must train as the plain run does: the same per-update losses up to the
-// rounding of the normalisation (1e-5 relative), with random erasing and mixup/cutmix too.
-// Pipelines whose augmentation runs on the CPU are refused with one clear line.
+// rounding of the normalisation (1e-5 relative), with random erasing, mixup/cutmix, RandAugment
+// and colour jitter too. Pipelines whose augmentation runs on the CPU are refused with one clear
+// line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,8 +29,9 @@ class AugmentOnDeviceCli : public vit::testing::CliTest {
   std::map<int64_t, double> losses(const std::string& experiment) {
     return vit::testing::train_losses(dir_ / "out" / experiment);
   }
-  void expect_same_training(const std::string& device, const std::string& extra = "") {
-    const std::string tag = device + (extra.empty() ? "" : "_mix");
+  void expect_same_training(const std::string& device, const std::string& extra = "",
+                            const std::string& name = "") {
+    const std::string tag = device + name;
     const RunResult a =
         run_vitrain(flags("plain_" + tag, "--device " + device + extra), dir_.string());
     ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -62,13 +64,21 @@ TEST_F(AugmentOnDeviceCli, TrainsAsThePlainRunInTheBf16Emulation) {
 // Random erasing and mixup/cutmix: drawn on the host (the targets mixed there), the images
 // erased and mixed where they are made.
 TEST_F(AugmentOnDeviceCli, ErasingMixupAndCutmixTrainAsThePlainRun) {
-  expect_same_training("cpu", " --reprob 0.5 --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
-  expect_same_training("emu", " --reprob 0.5 --mixup 0.8 --cutmix 1.0 --smoothing 0.1");
+  expect_same_training("cpu", " --reprob 0.5 --mixup 0.8 --cutmix 1.0 --smoothing 0.1", "_mix");
+  expect_same_training("emu", " --reprob 0.5 --mixup 0.8 --cutmix 1.0 --smoothing 0.1", "_mix");
+}
+
+// RandAugment (every op at full probability, so each batch has geometric and table ops) and
+// colour jitter: drawn on the host as pixel steps, applied to the uint8 images where they are
+// made.
+TEST_F(AugmentOnDeviceCli, RandAugmentAndColourJitterTrainAsThePlainRun) {
+  expect_same_training("cpu", " --aa rand-n3-m9-p1.0-mstd0.5 --reprob 0.25", "_ra");
+  expect_same_training("emu", " --aa rand-m9-mstd0.5-inc1", "_ra");
+  expect_same_training("cpu", " --color-jitter 0.4", "_cj");
 }
 
 TEST_F(AugmentOnDeviceCli, CpuOnlyAugmentationIsOneClearError) {
-  for (const std::string extra :
-       {"--color-jitter 0.4", "--aa rand-m9-mstd0.5-inc1", "--scale '' --crop-pad 2"}) {
+  for (const std::string extra : {"--scale '' --crop-pad 2"}) {
     const RunResult r =
         run_vitrain(flags("refused", extra + " --device cpu --augment-on-device"), dir_.string());
     EXPECT_NE(r.exit_code, 0) << extra;

@@ -1,9 +1,11 @@
-// The device's input ops (src/ops/cuda/resize_batch.cu) against the CPU reference
-// (src/ops/cpu/resize_batch.cpp, itself checked against timm_sample in test_planned_batch.cpp):
-// the same bytes after each pass, the same floats after the normalisation, and in bf16 the
-// float rounded once to nearest even. Planned batches of random-noise images: RandomResizedCrop
-// with random interpolation and flips, ImageNet-sized images at 224 px and small ones at 32 px,
-// evaluation centre crops, 1 and 3 channels. Guard bytes around every device buffer catch
+// The device's input ops (src/ops/cuda/resize_batch.cu, pixel_steps.cu) against the CPU
+// reference (src/ops/cpu/resize_batch.cpp, pixel_steps.cpp, themselves checked against
+// timm_sample in test_planned_batch.cpp): the same bytes after each pass, the same floats after
+// the normalisation, and in bf16 the float rounded once to nearest even. Planned batches of
+// random-noise images: RandomResizedCrop with random interpolation and flips, RandAugment and
+// colour jitter, ImageNet-sized images at 224 px and small ones at 32 px, evaluation centre
+// crops, 1 and 3 channels; and every RandAugment op on its own, both samplings, on noise,
+// low-contrast and flat images. Guard bytes around every device buffer catch
 // out-of-bounds writes; outputs start as garbage so an unwritten pixel fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -17,7 +19,9 @@
 #include "core/rng.h"
 #include "cuda_test_util.h"
 #include "data/planned_batch.h"
+#include "data/randaugment.h"
 #include "gpu_test_util.h"
+#include "ops/cpu/pixel_steps.h"
 #include "ops/cpu/resize_batch.h"
 #include "ops/cuda/ops.h"
 
@@ -83,11 +87,12 @@ data::PlannedBatch plan(Index C, const data::BatchConfig& cfg, bool train,
                         const std::vector<Shape>& shapes, Index B) {
   data::PlannedBatch batch;
   batch.clear(C, cfg.img_size);
+  const auto ra = data::make_rand_augment(cfg, train);
   for (Index b = 0; b < B; ++b) {
     const Shape s = shapes[size_t(b) % shapes.size()];
     const std::vector<uint8_t> img = noise(C * s.h * s.w, 100 + uint64_t(b));  // (C, h, w)
     vit::Rng rng(7 + uint64_t(b));
-    data::plan_sample(img.data(), C, s.h, s.w, cfg, train, rng, batch);
+    data::plan_sample(img.data(), C, s.h, s.w, cfg, ra.get(), train, rng, batch);
   }
   return batch;
 }
@@ -119,6 +124,9 @@ class CudaResizeBatch : public CudaTest {
                           rows.data());
     vit::cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S,
                           u8.data());
+    const std::vector<uint8_t> resized = u8;
+    vit::cpu::apply_pixel_steps(u8.data(), batch.steps.data(), batch.step_slots, B, C, S,
+                                batch.fill);
     vit::cpu::normalize_u8(u8.data(), lut.data(), vit::erase_noise_table().data(),
                            batch.samples.data(), batch.mix, B, C, S, images.data());
 
@@ -126,12 +134,16 @@ class CudaResizeBatch : public CudaTest {
     RawBuf<int32_t> d_tables(batch.tables, what + " tables");
     RawBuf<vit::ResizeSample> d_samples(batch.samples, what + " samples");
     RawBuf<float> d_lut(lut, what + " lut");
+    RawBuf<vit::PixelStep> d_steps(batch.steps, what + " steps");
     RawBuf<float> d_noise(vit::erase_noise_table(), what + " noise");
     RawBuf<uint8_t> d_rows(rows.size(), what + " rows"), d_u8(u8.size(), what + " u8");
     RawBuf<float> d_f32(static_cast<size_t>(n), what + " f32");
     RawBuf<__nv_bfloat16> d_b16(static_cast<size_t>(n), what + " bf16");
     vit::cuda::resize_rows(d_pixels.get(), d_tables.get(), d_samples.get(), B, C, S, d_rows.get());
     vit::cuda::resize_cols(d_rows.get(), d_tables.get(), d_samples.get(), B, C, S, d_u8.get());
+    vit::cuda::synchronize();
+    EXPECT_TRUE(d_u8.download() == resized) << what << ": vertical pass / flip differs";
+    vit::cuda::apply_pixel_steps(d_u8.get(), d_steps.get(), batch.step_slots, B, C, S, batch.fill);
     vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), d_noise.get(), d_samples.get(), batch.mix, B,
                             C, S, d_f32.get());
     vit::cuda::normalize_u8(d_u8.get(), d_lut.get(), d_noise.get(), d_samples.get(), batch.mix, B,
@@ -139,7 +151,7 @@ class CudaResizeBatch : public CudaTest {
     vit::cuda::synchronize();
 
     EXPECT_TRUE(d_rows.download() == rows) << what << ": horizontal pass differs";
-    EXPECT_TRUE(d_u8.download() == u8) << what << ": vertical pass / flip differs";
+    EXPECT_TRUE(d_u8.download() == u8) << what << ": RandAugment / colour jitter differs";
     const std::vector<float> f32 = d_f32.download();
     EXPECT_EQ(std::memcmp(f32.data(), images.data(), images.size() * sizeof(float)), 0)
         << what << ": normalised fp32 differs";
@@ -179,6 +191,94 @@ TEST_F(CudaResizeBatch, ErasingMixupAndCutmix) {
   batch.mix.cutmix = 1;
   batch.mix.y0 = 20, batch.mix.y1 = 131, batch.mix.x0 = 0, batch.mix.x1 = 97;
   check(batch, data::normalize_lut(cfg, 3), "cutmix 224");
+}
+
+TEST_F(CudaResizeBatch, RandAugmentAndColourJitter) {
+  // The planned uint8 ops: timm's DeiT RandAugment with erasing, every op at full probability
+  // with uniform magnitudes (three ops: the odd count copies back from the ping-pong buffer),
+  // colour jitter (three steps).
+  const std::vector<Shape> shapes = {{375, 500}, {500, 333}, {224, 224}, {180, 260}, {640, 427}};
+  data::BatchConfig cfg = config(224, true);
+  cfg.auto_augment = "rand-m9-mstd0.5-inc1";
+  cfg.reprob = 0.25;
+  check(plan(3, cfg, true, shapes, 16), data::normalize_lut(cfg, 3), "randaugment 224");
+  cfg.auto_augment = "rand-n3-m10-p1.0-mstd101";
+  check(plan(3, cfg, true, shapes, 11), data::normalize_lut(cfg, 3), "randaugment n3 224");
+  data::BatchConfig small = config(32, true);
+  small.auto_augment = "rand-n3-m10-p1.0-mstd101-inc1";
+  check(plan(1, small, true, {{28, 28}, {17, 40}}, 24), data::normalize_lut(small, 1),
+        "randaugment 32 C=1");
+  cfg.auto_augment.clear();
+  cfg.color_jitter = 0.4;
+  check(plan(3, cfg, true, shapes, 9), data::normalize_lut(cfg, 3), "colour jitter 224");
+}
+
+TEST_F(CudaResizeBatch, EveryRandAugmentOp) {
+  // Each op alone at two levels and both signs, both samplings, on noise (full range),
+  // low-contrast noise (AutoContrast and Equalize stretch it), a gradient and a flat image
+  // (Equalize and AutoContrast leave it), odd sides, 1 and 3 channels.
+  const vit::RaOp ops[] = {vit::RaOp::AutoContrast,
+                           vit::RaOp::Equalize,
+                           vit::RaOp::Invert,
+                           vit::RaOp::Rotate,
+                           vit::RaOp::Posterize,
+                           vit::RaOp::Solarize,
+                           vit::RaOp::SolarizeAdd,
+                           vit::RaOp::Color,
+                           vit::RaOp::Contrast,
+                           vit::RaOp::Brightness,
+                           vit::RaOp::Sharpness,
+                           vit::RaOp::ShearX,
+                           vit::RaOp::ShearY,
+                           vit::RaOp::TranslateXRel,
+                           vit::RaOp::TranslateYRel,
+                           vit::RaOp::PosterizeIncreasing,
+                           vit::RaOp::SolarizeIncreasing,
+                           vit::RaOp::ColorIncreasing,
+                           vit::RaOp::ContrastIncreasing,
+                           vit::RaOp::BrightnessIncreasing,
+                           vit::RaOp::SharpnessIncreasing};
+  vit::PixelFill fill;
+  fill.v[0] = 124, fill.v[1] = 116, fill.v[2] = 104;
+  for (Index C : {Index(3), Index(1)}) {
+    for (Index S : {Index(37), Index(224)}) {
+      std::vector<vit::PixelStep> steps;
+      for (vit::RaOp op : ops)
+        for (double level : {3.0, 9.0})
+          for (int variant = 0; variant < 4; ++variant) {  // sign x sampling
+            const vit::PixelStep step = vit::make_pixel_step(
+                op, data::ra_level_arg(op, level, variant & 1), (variant & 2) != 0, S, S);
+            steps.insert(steps.end(), 4, step);  // on each kind of image (b % 4)
+          }
+      const Index B = Index(steps.size()), P = S * S;
+      std::vector<uint8_t> u8(static_cast<size_t>(B * C * P));  // (B, C, S, S)
+      vit::Rng rng(uint64_t(S * C));
+      for (Index b = 0; b < B; ++b)
+        for (Index i = 0; i < C * P; ++i) {
+          const Index y = (i % P) / S, x = i % S;
+          const int kind = int(b % 4);
+          u8[size_t(b * C * P + i)] = uint8_t(kind == 0   ? rng.below(256)
+                                              : kind == 1 ? 60 + rng.below(81)
+                                              : kind == 2 ? (3 * x + 2 * y + 40 * (i / P)) % 256
+                                                          : 77);
+        }
+      std::vector<uint8_t> want = u8;
+      vit::cpu::apply_pixel_steps(want.data(), steps.data(), 1, B, C, S, fill);
+      RawBuf<vit::PixelStep> d_steps(steps, "steps");
+      RawBuf<uint8_t> d_u8(u8, "u8");
+      vit::cuda::apply_pixel_steps(d_u8.get(), d_steps.get(), 1, B, C, S, fill);
+      vit::cuda::synchronize();
+      const std::vector<uint8_t> got = d_u8.download();
+      for (Index b = 0; b < B; ++b) {
+        size_t bad = 0;
+        for (Index i = 0; i < C * P; ++i)
+          bad += got[size_t(b * C * P + i)] != want[size_t(b * C * P + i)];
+        EXPECT_EQ(bad, 0u) << data::ra_op_name(vit::RaOp(steps[size_t(b)].op)) << " arg "
+                           << steps[size_t(b)].arg << " bicubic " << steps[size_t(b)].bicubic
+                           << " image kind " << b % 4 << " C=" << C << " S=" << S;
+      }
+    }
+  }
 }
 
 TEST_F(CudaResizeBatch, EvalCentreCrop) {

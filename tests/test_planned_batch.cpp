@@ -3,8 +3,8 @@
 // resize_pil + hflip with the same random draws, the floats equal to timm_sample's up to the
 // rounding of one multiply-subtract. Random-noise images (every tap matters), up- and
 // down-scaling, unchanged axes (PIL's skipped pass), extreme aspect ratios, 1 and 3 channels,
-// training (RandomResizedCrop, fixed or random interpolation, flips) and evaluation (plain
-// resize, centre crop).
+// training (RandomResizedCrop, fixed or random interpolation, flips, RandAugment and colour
+// jitter as pixel steps) and evaluation (plain resize, centre crop).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +20,10 @@
 #include "data/batch.h"
 #include "data/loader.h"
 #include "data/planned_batch.h"
+#include "data/randaugment.h"
 #include "data/source.h"
 #include "data/source_batch.h"
+#include "ops/cpu/pixel_steps.h"
 #include "ops/cpu/resize_batch.h"
 
 using namespace vit;
@@ -67,6 +69,15 @@ std::vector<Case> cases(Index S) {
   out.push_back({"train_rrc_random", true, c});
   c.reprob = 0.75;  // random erasing: the same box and noise
   out.push_back({"train_rrc_erase", true, c});
+  c.reprob = 0.25;
+  c.auto_augment = "rand-m9-mstd0.5-inc1";  // DeiT's RandAugment: the same draws, as steps
+  out.push_back({"train_randaugment", true, c});
+  c.auto_augment = "rand-n3-m10-p1.0-mstd101";  // every op always, the other op set
+  out.push_back({"train_randaugment_n3", true, c});
+  c.auto_augment.clear();
+  c.color_jitter = 0.4;
+  out.push_back({"train_colour_jitter", true, c});
+  c.color_jitter = 0;
   c.reprob = 0;
   c = base_config(S);
   c.hflip = 1.0;
@@ -81,7 +92,8 @@ std::vector<Case> cases(Index S) {
   return out;
 }
 
-// The reference uint8 image: timm_sample's geometry with the same draws, through resize_pil.
+// The reference uint8 image: timm_sample's geometry and uint8 ops with the same draws, through
+// resize_pil, hflip and RandAugment::apply / color_jitter.
 std::vector<uint8_t> reference_u8(const NoiseImage& im, const Case& k, uint64_t seed) {
   const Index S = k.cfg.img_size;
   std::vector<uint8_t> out(size_t(im.c * S * S));  // (c, S, S)
@@ -105,6 +117,10 @@ std::vector<uint8_t> reference_u8(const NoiseImage& im, const Case& k, uint64_t 
     f = parse_interp(k.cfg.interpolation);
   resize_pil(im.px.data(), im.c, im.h, im.w, box, out.data(), S, S, f);
   if (k.cfg.hflip > 0 && rng.uniform() < k.cfg.hflip) hflip(out.data(), im.c, S, S);
+  if (const auto ra = make_rand_augment(k.cfg, true))
+    ra->apply(rng, out.data(), im.c, S, S);
+  else if (k.cfg.color_jitter > 0)
+    color_jitter(rng, out.data(), im.c, S, S, k.cfg.color_jitter);
   return out;
 }
 
@@ -121,6 +137,7 @@ Expanded expand(const PlannedBatch& batch, const std::vector<float>& lut) {
   cpu::resize_rows(batch.pixels.data(), batch.tables.data(), batch.samples.data(), B, C, S,
                    rows.data());
   cpu::resize_cols(rows.data(), batch.tables.data(), batch.samples.data(), B, C, S, e.u8.data());
+  cpu::apply_pixel_steps(e.u8.data(), batch.steps.data(), batch.step_slots, B, C, S, batch.fill);
   cpu::normalize_u8(e.u8.data(), lut.data(), erase_noise_table().data(), batch.samples.data(),
                     batch.mix, B, C, S, e.f32.data());
   return e;
@@ -179,6 +196,7 @@ constexpr int kImages = 6;
 TEST(PlannedBatch, ExpandsToTimmSample) {
   const Index S = 32;
   for (const Case& k : cases(S)) {
+    const auto ra = make_rand_augment(k.cfg, k.train);
     for (Index C : {Index(1), Index(3)}) {
       PlannedBatch batch;
       batch.clear(C, S);
@@ -190,19 +208,20 @@ TEST(PlannedBatch, ExpandsToTimmSample) {
         for (uint64_t rep = 0; rep < 4; ++rep) {  // four draws of the randomness per image
           const uint64_t seed = 1000 * uint64_t(i) + rep;
           Rng rng(seed);
-          plan_sample(im.px.data(), C, im.h, im.w, k.cfg, k.train, rng, batch);
+          plan_sample(im.px.data(), C, im.h, im.w, k.cfg, ra.get(), k.train, rng, batch);
           const std::vector<uint8_t> u8 = reference_u8(im, k, seed);
           want_u8.insert(want_u8.end(), u8.begin(), u8.end());
           std::vector<float> f(size_t(C * S * S));
           Rng rng2(seed);
-          timm_sample(im.px.data(), C, im.h, im.w, k.cfg, nullptr, k.train, rng2, f.data());
+          timm_sample(im.px.data(), C, im.h, im.w, k.cfg, ra.get(), k.train, rng2, f.data());
           want_f32.insert(want_f32.end(), f.begin(), f.end());
         }
       }
       ASSERT_GT(batch.size(), 0);
       const Expanded got = expand(batch, normalize_lut(k.cfg, C));
       const std::string what = k.name + " C=" + std::to_string(C);
-      EXPECT_TRUE(got.u8 == want_u8) << what << ": uint8 images differ from resize_pil + hflip";
+      EXPECT_TRUE(got.u8 == want_u8)
+          << what << ": uint8 images differ from resize_pil + hflip (+ uint8 ops)";
       expect_float_close(got.f32, want_f32, what);
     }
   }
@@ -216,7 +235,7 @@ TEST(PlannedBatch, ShipsOnlyThePixelsTheResamplingReads) {
   PlannedBatch batch;
   batch.clear(1, 32);
   Rng rng(1);
-  plan_sample(im.px.data(), 1, im.h, im.w, cfg, false, rng, batch);
+  plan_sample(im.px.data(), 1, im.h, im.w, cfg, nullptr, false, rng, batch);
   ASSERT_EQ(batch.size(), 1);
   const ResizeSample& s = batch.samples[0];
   EXPECT_LT(s.bh, im.h);  // rows outside the crop window are not shipped
@@ -225,23 +244,40 @@ TEST(PlannedBatch, ShipsOnlyThePixelsTheResamplingReads) {
   EXPECT_EQ(batch.scratch_bytes, Index(s.bh) * 32);
 }
 
-TEST(PlannedBatch, RefusesCpuOnlyAugmentation) {
-  BatchConfig cfg = base_config(32);
-  cfg.rrc = true;
-  EXPECT_TRUE(plannable(cfg, true));
-  cfg.reprob = 0.25;  // random erasing is planned (its box and noise key)
-  EXPECT_TRUE(plannable(cfg, true));
-  for (int which = 0; which < 2; ++which) {
-    BatchConfig c = cfg;
-    if (which == 0) c.auto_augment = "rand-m9-mstd0.5-inc1";
-    if (which == 1) c.color_jitter = 0.4;
-    EXPECT_FALSE(plannable(c, true)) << which;
-    EXPECT_TRUE(plannable(c, false)) << which;  // evaluation has no random augmentation
-    PlannedBatch batch;
+TEST(PlannedBatch, PlansRandAugmentAndColourJitterAsSteps) {
+  // A step per RandAugment op (n) or jitter factor (3) and sample, some of them real ops;
+  // evaluation has none; the steps change the image (the equality with timm_sample above is not
+  // two no-ops agreeing).
+  const NoiseImage& im = image_of(1);
+  for (const Case& k : cases(32)) {
+    if (k.cfg.auto_augment.empty() && k.cfg.color_jitter <= 0) continue;
+    const auto ra = make_rand_augment(k.cfg, true);
+    const int32_t want_slots = ra ? ra->num_ops() : 3;
+    PlannedBatch batch, bare;
     batch.clear(3, 32);
+    bare.clear(3, 32);
+    BatchConfig plain = k.cfg;
+    plain.auto_augment.clear();
+    plain.color_jitter = 0;
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      Rng rng(seed), rng2(seed);
+      plan_sample(im.px.data(), 3, im.h, im.w, k.cfg, ra.get(), true, rng, batch);
+      plan_sample(im.px.data(), 3, im.h, im.w, plain, nullptr, true, rng2, bare);
+    }
+    EXPECT_EQ(batch.step_slots, want_slots) << k.name;
+    ASSERT_EQ(batch.steps.size(), size_t(8 * want_slots)) << k.name;
+    size_t ops = 0;
+    for (const PixelStep& s : batch.steps) ops += s.op != PixelStep::kNone;
+    EXPECT_GE(ops, size_t(8)) << k.name;
+    EXPECT_FALSE(expand(batch, normalize_lut(k.cfg, 3)).u8 ==
+                 expand(bare, normalize_lut(plain, 3)).u8)
+        << k.name << ": the steps left every image as it was";
+    PlannedBatch eval;
+    eval.clear(3, 32);
     Rng rng(1);
-    const NoiseImage& im = image_of(0);
-    EXPECT_THROW(plan_sample(im.px.data(), 3, im.h, im.w, c, true, rng, batch), Error) << which;
+    plan_sample(im.px.data(), 3, im.h, im.w, k.cfg, nullptr, false, rng, eval);
+    EXPECT_EQ(eval.step_slots, 0) << k.name;
+    EXPECT_TRUE(eval.steps.empty()) << k.name;
   }
 }
 
@@ -306,7 +342,8 @@ TEST(PlannedBatch, MixesAsTheCpuPipeline) {
 
 TEST(PlannedBatch, LoaderPlansTheBatchesItLoads) {
   // Worker threads (forced for an in-memory set) build float and planned batches side by side:
-  // each planned batch expands to the float batch of the same (epoch, k), same targets/labels.
+  // each planned batch expands to the float batch of the same (epoch, k), same targets/labels,
+  // with and without RandAugment.
   const MemorySource src(noise_dataset(24, 30, 26, 3, 11));
   BatchConfig cfg = base_config(20);
   cfg.rrc = true;
@@ -317,20 +354,25 @@ TEST(PlannedBatch, LoaderPlansTheBatchesItLoads) {
   opt.force_threads = true;
   Loader loader(src, B, true, 3, opt);
   const std::vector<float> lut = normalize_lut(cfg, 3);
-  for (uint64_t epoch = 0; epoch < 2; ++epoch)
-    for (Index k = 0; k < loader.batches_per_epoch(); ++k) {
-      std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), ptargets(targets);
-      std::vector<int32_t> labels(static_cast<size_t>(B)), plabels(labels);
-      PlannedBatch plan;
-      loader.load_planned(epoch, k, cfg, plan, ptargets.data(), plabels.data());
-      loader.load(epoch, k, cfg, images.data(), targets.data(), labels.data());
-      ASSERT_EQ(plan.size(), B);
-      EXPECT_EQ(targets, ptargets);
-      EXPECT_EQ(labels, plabels);
-      expect_float_close(expand(plan, lut).f32, images,
-                         "epoch " + std::to_string(epoch) + " batch " + std::to_string(k));
-    }
-  cfg.color_jitter = 0.4;  // colour jitter runs on the CPU: refused with one clear error
+  for (const char* aa : {"", "rand-m9-mstd0.5-inc1"}) {
+    cfg.auto_augment = aa;
+    for (uint64_t epoch = 0; epoch < 2; ++epoch)
+      for (Index k = 0; k < loader.batches_per_epoch(); ++k) {
+        std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), ptargets(targets);
+        std::vector<int32_t> labels(static_cast<size_t>(B)), plabels(labels);
+        PlannedBatch plan;
+        loader.load_planned(epoch, k, cfg, plan, ptargets.data(), plabels.data());
+        loader.load(epoch, k, cfg, images.data(), targets.data(), labels.data());
+        ASSERT_EQ(plan.size(), B);
+        EXPECT_EQ(targets, ptargets);
+        EXPECT_EQ(labels, plabels);
+        expect_float_close(
+            expand(plan, lut).f32, images,
+            std::string(aa) + " epoch " + std::to_string(epoch) + " batch " + std::to_string(k));
+      }
+  }
+  cfg.auto_augment.clear();
+  cfg.rrc = false;  // an in-memory set's pad-and-crop path runs on the CPU: one clear error
   std::vector<float> targets(size_t(B * K));
   PlannedBatch plan;
   EXPECT_THROW(loader.load_planned(0, 0, cfg, plan, targets.data()), Error);

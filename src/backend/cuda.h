@@ -34,6 +34,7 @@ struct CudaBackend {
   VIT_FORWARD_CUDA(resize_rows)
   VIT_FORWARD_CUDA(resize_cols)
   VIT_FORWARD_CUDA(normalize_u8)
+  VIT_FORWARD_CUDA(apply_pixel_steps)
 #undef VIT_FORWARD_CUDA
 
   template <class U>

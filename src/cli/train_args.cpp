@@ -121,8 +121,9 @@ std::vector<Option> options(TrainArgs& a) {
       {"--precision", "precision", "cuda: bf16 (mixed precision, fp32 master weights) or fp32",
        &a.precision},
       {"--augment-on-device", "augment_on_device",
-       "resize, flip and normalise training images where the model runs (on the GPU: uint8 "
-       "crops travel, not float images); RandomResizedCrop/resize + flip pipelines only",
+       "resize, flip, RandAugment / colour jitter, normalise, erase and mix training images "
+       "where the model runs (on the GPU: uint8 crops travel, not float images); not with "
+       "EfficientTrain++, replay or an in-memory set's pad-and-crop path",
        &a.augment_on_device},
       {"--stop-after-updates", "stop_after_updates",
        "save the state and stop after this many updates (testing)", &a.stop_after_updates},

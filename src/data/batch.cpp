@@ -50,6 +50,12 @@ bool uses_timm_pipeline(const BatchConfig& cfg, bool train) {
   return cfg.rrc || cfg.color_jitter > 0 || cfg.reprob > 0 || !cfg.auto_augment.empty();
 }
 
+std::unique_ptr<RandAugment> make_rand_augment(const BatchConfig& cfg, bool train) {
+  if (!train || cfg.auto_augment.empty()) return nullptr;
+  return std::make_unique<RandAugment>(parse_rand_augment(cfg.auto_augment, cfg.magnitude_override),
+                                       fill_mean_pixel(cfg.mean), cfg.interpolation);
+}
+
 void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
                  const RandAugment* ra, bool train, Rng& rng, float* dst) {
   const Index S = cfg.img_size;
@@ -102,11 +108,7 @@ void make_batch(const ImageDataset& d, const Index* indices, Index B, const Batc
     const Index K = d.num_classes, S = cfg.img_size;
     const float off = K > 1 ? float(cfg.smoothing / K) : 0.0f;
     const float on = float(1.0 - cfg.smoothing) + off;
-    std::unique_ptr<RandAugment> ra;
-    if (train && !cfg.auto_augment.empty())
-      ra = std::make_unique<RandAugment>(
-          parse_rand_augment(cfg.auto_augment, cfg.magnitude_override), fill_mean_pixel(cfg.mean),
-          cfg.interpolation);
+    const std::unique_ptr<RandAugment> ra = make_rand_augment(cfg, train);
 #pragma omp parallel for schedule(static)
     for (Index b = 0; b < B; ++b) {
       const Index idx = indices[b] % d.n;  // (virtual index: see epoch_order_repeated)

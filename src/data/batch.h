@@ -3,6 +3,7 @@
 // depend on thread count or on where a resumed run picked up.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ bool uses_timm_pipeline(const BatchConfig& cfg, bool train);
 class RandAugment;
 
 // One sample of any size through the timm pipeline: src (C, h, w) -> dst (C, S, S), normalised.
+// cfg's RandAugment for the split; null when --aa is off or for evaluation.
+std::unique_ptr<RandAugment> make_rand_augment(const BatchConfig& cfg, bool train);
+
 // Eval with eval_crop_pct <= 0 is a plain resize to S x S. `ra` is null when --aa is off.
 void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
                  const RandAugment* ra, bool train, Rng& rng, float* dst);

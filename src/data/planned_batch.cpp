@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "data/augment.h"
+#include "data/randaugment.h"
 #include "data/source_batch.h"
 #include "data/stage_clock.h"
 
@@ -65,17 +66,23 @@ void PlannedBatch::clear(Index channels, Index side) {
   tables.clear();
   samples.clear();
   scratch_bytes = 0;
+  step_slots = 0;
+  steps.clear();
+  fill = PixelFill{};
   mix = BatchMix{};
-}
-
-bool plannable(const BatchConfig& cfg, bool train) {
-  return !train || (cfg.auto_augment.empty() && cfg.color_jitter <= 0);
 }
 
 bool plannable(const Source& src, const BatchConfig& cfg, bool train) {
   // In-memory sets outside the timm pipeline take make_batch's own (pad-crop, float bilinear)
   // path, which is not a PIL resize.
-  return plannable(cfg, train) && (!src.memory() || uses_timm_pipeline(cfg, train));
+  return !src.memory() || uses_timm_pipeline(cfg, train);
+}
+
+int32_t pixel_step_slots(const BatchConfig& cfg, const RandAugment* ra, bool train) {
+  VIT_CHECK(!train || cfg.auto_augment.empty() == !ra,
+            "planned batches: --aa needs its RandAugment (make_rand_augment)");
+  if (!train) return 0;
+  return ra ? ra->num_ops() : cfg.color_jitter > 0 ? 3 : 0;
 }
 
 std::vector<float> normalize_lut(const BatchConfig& cfg, Index C) {
@@ -93,11 +100,18 @@ std::vector<float> normalize_lut(const BatchConfig& cfg, Index C) {
   return lut;
 }
 
-void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg, bool train,
-                 Rng& rng, PlannedBatch& batch) {
-  VIT_CHECK(plannable(cfg, train), "plan_sample: this pipeline is not plannable");
+void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
+                 const RandAugment* ra, bool train, Rng& rng, PlannedBatch& batch) {
   VIT_CHECK(C == batch.C, fmt::format("plan_sample: {} channels, the batch has {}", C, batch.C));
   const Index S = batch.S;
+  const int32_t slots = pixel_step_slots(cfg, ra, train);
+  if (batch.size() == 0) {
+    batch.step_slots = slots;
+    if (ra) batch.fill = ra->fill();
+  }
+  VIT_CHECK(slots == batch.step_slots, "plan_sample: samples of one batch differ in their ops");
+  const size_t first_step = batch.steps.size();
+  batch.steps.resize(first_step + size_t(slots));
   // Where the output comes from: a box of src resized to (full_h, full_w), of which the S x S
   // window at (off_y, off_x) is kept (off 0 and full S, except for the eval centre crop).
   CropBox box{0, 0, h, w};
@@ -110,6 +124,10 @@ void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfi
       box = sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
     interp = train_interp(cfg.interpolation, rng);
     flip = cfg.hflip > 0 && rng.uniform() < cfg.hflip;
+    if (ra)
+      ra->plan(rng, S, S, batch.steps.data() + first_step);
+    else if (slots)
+      plan_color_jitter(rng, cfg.color_jitter, S, S, batch.steps.data() + first_step);
     if (cfg.reprob > 0) erase = draw_erasing(rng, S, S, cfg.reprob);
   } else {
     interp = parse_interp(cfg.eval_interpolation);
@@ -146,10 +164,10 @@ void make_planned_batch(const Source& src, const Index* indices, Index B, const 
                         bool train, uint64_t seed, uint64_t epoch, PlannedBatch& batch,
                         float* targets, int32_t* labels) {
   VIT_CHECK(plannable(src, cfg, train),
-            "planned batches: this split's augmentation runs on the CPU (RandAugment, colour "
-            "jitter, random erasing, or an in-memory set's pad-and-crop path)");
+            "planned batches: an in-memory set's pad-and-crop path runs on the CPU");
   const Index K = src.num_classes(), C = src.channels();
   batch.clear(C, cfg.img_size);
+  const std::unique_ptr<RandAugment> ra = make_rand_augment(cfg, train);
   const int min_side = decode_min_side(cfg, train);
   Planar px;
   for (Index b = 0; b < B; ++b) {
@@ -158,7 +176,7 @@ void make_planned_batch(const Source& src, const Index* indices, Index B, const 
     Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));  // as make_source_batch
     {
       StageScope clock(Stage::Augment);
-      plan_sample(px.px.data(), C, px.h, px.w, cfg, train, rng, batch);
+      plan_sample(px.px.data(), C, px.h, px.w, cfg, ra.get(), train, rng, batch);
     }
     const int32_t label = src.label(used);
     smoothed_one_hot(label, K, cfg.smoothing, targets + b * K);

@@ -41,10 +41,7 @@ void make_source_batch(const Source& src, const Index* indices, Index B, const B
       for (Index b = 0; b < B; ++b) labels[b] = d->labels[size_t(indices[b] % d->n)];
     return;
   }
-  std::unique_ptr<RandAugment> ra;
-  if (train && !cfg.auto_augment.empty())
-    ra = std::make_unique<RandAugment>(parse_rand_augment(cfg.auto_augment, cfg.magnitude_override),
-                                       fill_mean_pixel(cfg.mean), cfg.interpolation);
+  const std::unique_ptr<RandAugment> ra = make_rand_augment(cfg, train);
   const int min_side = decode_min_side(cfg, train);
   Planar px;
   for (Index b = 0; b < B; ++b) {

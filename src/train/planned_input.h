@@ -10,6 +10,7 @@
 #include "core/erase_plan.h"
 #include "core/resize_plan.h"
 #include "data/planned_batch.h"
+#include "ops/cpu/pixel_steps.h"
 #include "ops/cpu/resize_batch.h"
 
 namespace vit {
@@ -23,6 +24,7 @@ inline void expand_on_host(const data::PlannedBatch& plan, const std::vector<flo
   cpu::resize_rows(plan.pixels.data(), plan.tables.data(), plan.samples.data(), B, C, S,
                    rows.data());
   cpu::resize_cols(rows.data(), plan.tables.data(), plan.samples.data(), B, C, S, u8.data());
+  cpu::apply_pixel_steps(u8.data(), plan.steps.data(), plan.step_slots, B, C, S, plan.fill);
   cpu::normalize_u8(u8.data(), lut.data(), erase_noise_table().data(), plan.samples.data(),
                     plan.mix, B, C, S, images);
 }
@@ -48,6 +50,7 @@ class DevicePlannedInput {
     fit(s.tables, plan.tables.size());
     fit(s.samples, plan.samples.size());
     fit(s.lut, lut.size());
+    fit(s.steps, plan.steps.size());
     fit(rows_, size_t(plan.scratch_bytes));
     fit(u8_, size_t(B * C * S * S));
     const std::vector<float>& noise = erase_noise_table();
@@ -55,16 +58,20 @@ class DevicePlannedInput {
       noise_ = Buffer<float>(noise.size());
       Backend::upload(noise_.data(), noise.data(), Index(noise.size()));
     }
-    void* dst[5] = {s.pixels.data(), s.tables.data(), s.samples.data(), s.lut.data(),
-                    device_targets};
-    const void* src[5] = {plan.pixels.data(), plan.tables.data(), plan.samples.data(), lut.data(),
-                          targets};
-    const size_t bytes[5] = {plan.pixels.size(), plan.tables.size() * sizeof(int32_t),
-                             plan.samples.size() * sizeof(ResizeSample), lut.size() * sizeof(float),
+    void* dst[6] = {s.pixels.data(), s.tables.data(), s.samples.data(),
+                    s.lut.data(),    s.steps.data(),  device_targets};
+    const void* src[6] = {plan.pixels.data(), plan.tables.data(), plan.samples.data(),
+                          lut.data(),         plan.steps.data(),  targets};
+    const size_t bytes[6] = {plan.pixels.size(),
+                             plan.tables.size() * sizeof(int32_t),
+                             plan.samples.size() * sizeof(ResizeSample),
+                             lut.size() * sizeof(float),
+                             plan.steps.size() * sizeof(PixelStep),
                              targets ? size_t(n_targets) * sizeof(float) : 0};
-    Backend::upload_input_n(dst, src, bytes, 5, slot);
+    Backend::upload_input_n(dst, src, bytes, 6, slot);
     Backend::resize_rows(s.pixels.data(), s.tables.data(), s.samples.data(), B, C, S, rows_.data());
     Backend::resize_cols(rows_.data(), s.tables.data(), s.samples.data(), B, C, S, u8_.data());
+    Backend::apply_pixel_steps(u8_.data(), s.steps.data(), plan.step_slots, B, C, S, plan.fill);
     Backend::normalize_u8(u8_.data(), s.lut.data(), noise_.data(), s.samples.data(), plan.mix, B, C,
                           S, images);
   }
@@ -75,6 +82,7 @@ class DevicePlannedInput {
     Buffer<int32_t> tables;        // the axis tables
     Buffer<ResizeSample> samples;  // (B)
     Buffer<float> lut;             // (C, 256)
+    Buffer<PixelStep> steps;       // (B, step_slots)
   };
   template <class U>
   void fit(Buffer<U>& b, size_t n) {

@@ -95,9 +95,7 @@ void TrainBatches::check_plannable(const data::Source& train) const {
   else if (plan_.replay > 1)
     why = "the replay buffer keeps float images on the CPU";
   else if (!data::plannable(train, train_bc_, true))
-    why =
-        "RandAugment, colour jitter and an in-memory set's pad-and-crop path "
-        "run on the CPU (in-memory sets need --scale)";
+    why = "an in-memory set's pad-and-crop path runs on the CPU (in-memory sets need --scale)";
   VIT_CHECK(!why, fmt::format("--augment-on-device: {}; drop the flag or that option", why));
 }
 

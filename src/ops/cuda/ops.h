@@ -22,6 +22,7 @@
 
 #include "core/batch_mix.h"
 #include "core/common.h"
+#include "core/pixel_step.h"
 #include "core/resize_plan.h"
 #include "ops/cpu/adamw.h"
 
@@ -44,15 +45,16 @@ void synchronize();
 // Device scratch memory owned by the backend: one buffer per slot (a slot per buffer that can be
 // live at the same time as another), grown on demand by the ops and never shrunk.
 enum ScratchSlot : int {
-  kScratchAttScores = 0,  // attention: fp32 scores / dP of one head
-  kScratchAttDs = 1,      // attention backward: dS of one head
-  kScratchGemmBias = 2,   // GEMM: a 16-byte aligned copy of a bias for the cuBLASLt epilogue
-  kScratchFlash = 3,      // flash attention backward: Drow = rowsum(dout * out) (B, H, N) fp32
-  kScratchNorm = 4,       // global grad norm partials
-  kScratchDwconv = 5,     // dwconv dweight partials
-  kScratchLayernorm = 6,  // layernorm dweight/dbias partials
-  kScratchColsum = 7,     // column-sum partials
-  kScratchSlots = 8,
+  kScratchAttScores = 0,   // attention: fp32 scores / dP of one head
+  kScratchAttDs = 1,       // attention backward: dS of one head
+  kScratchGemmBias = 2,    // GEMM: a 16-byte aligned copy of a bias for the cuBLASLt epilogue
+  kScratchFlash = 3,       // flash attention backward: Drow = rowsum(dout * out) (B, H, N) fp32
+  kScratchNorm = 4,        // global grad norm partials
+  kScratchDwconv = 5,      // dwconv dweight partials
+  kScratchLayernorm = 6,   // layernorm dweight/dbias partials
+  kScratchColsum = 7,      // column-sum partials
+  kScratchPixelSteps = 8,  // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
+  kScratchSlots = 9,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -243,5 +245,9 @@ template <typename T>
 void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
                   const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
                   T* images);
+// The uint8 ops between the resize and the normalisation (pixel_steps.cu), the twin of
+// src/ops/cpu/pixel_steps.h: images (B, C, S, S) in place, steps (B, slots) on the device.
+void apply_pixel_steps(uint8_t* images, const PixelStep* steps, int32_t slots, Index B, Index C,
+                       Index S, const PixelFill& fill);
 
 }  // namespace vit::cuda
