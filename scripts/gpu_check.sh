@@ -575,7 +575,7 @@ if want ops; then
     s_gtest test_cuda_flash_attention ""
   step b_flash_mma ops 120 "fused flash attention, mma.sync kernels (VIT_FLASH_MMA=1)" \
     s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=1
-  step b_resize ops 60 "input ops: planned crops -> resize, flip, normalise vs CPU (bitwise)" \
+  step b_resize ops 60 "input ops: planned crops -> resize, flip, RandAugment, normalise vs CPU (bitwise)" \
     s_gtest test_cuda_resize_batch ""
   # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
   # 2-byte-aligned operands).

@@ -52,11 +52,14 @@ void sharpness(uint8_t* img, Index C, Index H, Index W, float factor) {
 
 void affine(const PixelStep& s, uint8_t* img, Index C, Index H, Index W, const PixelFill& fill) {
   std::vector<uint8_t> src(img, img + C * H * W);  // (C, H, W)
-  for (Index c = 0; c < C; ++c)
-    for (Index y = 0; y < H; ++y)
-      for (Index x = 0; x < W; ++x)
-        img[(c * H + y) * W + x] =
-            affine_value(src.data() + c * H * W, H, W, s, y, x, fill.v[std::min<Index>(c, 2)]);
+  for (Index y = 0; y < H; ++y)
+    for (Index x = 0; x < W; ++x) {
+      const AffineTap t = affine_tap(s, H, W, y, x);
+      for (Index c = 0; c < C; ++c)
+        img[(c * H + y) * W + x] = t.inside
+                                       ? affine_sample(src.data() + c * H * W, H, W, t, s.bicubic)
+                                       : fill.v[std::min<Index>(c, 2)];
+    }
 }
 
 // torchvision's adjust_contrast / adjust_saturation on a PIL image: blends towards the L

@@ -144,35 +144,53 @@ VIT_HOST_DEVICE inline double pil_cubic4(double v1, double v2, double v3, double
   return v2 + d * (p2 + d * (p3 + d * p4));
 }
 
-// PIL Image.transform(AFFINE, m) at output pixel (y, x) of plane (H, W): the pixel centre maps
-// to source (m0 x' + m1 y' + m2, m3 x' + m4 y' + m5); outside the source it is `fill`.
-VIT_HOST_DEVICE inline uint8_t affine_value(const uint8_t* plane, Index H, Index W,
-                                            const PixelStep& s, Index y, Index x, uint8_t fill) {
+// Where output pixel (y, x) of an (H, W) image samples its source under PIL
+// Image.transform(AFFINE, m): the pixel centre maps to (m0 x' + m1 y' + m2, m3 x' + m4 y' + m5);
+// outside the source the pixel is the fill. The same for every channel.
+struct AffineTap {
+  bool inside;
+  Index x0, y0;   // the source pixel at or before the sample point
+  double dx, dy;  // the sample point's offset from it
+};
+
+VIT_HOST_DEVICE inline AffineTap affine_tap(const PixelStep& s, Index H, Index W, Index y,
+                                            Index x) {
   const double xo = x + 0.5, yo = y + 0.5;
   double xi = s.m[0] * xo + s.m[1] * yo + s.m[2], yi = s.m[3] * xo + s.m[4] * yo + s.m[5];
-  if (!(xi >= 0.0 && xi < W && yi >= 0.0 && yi < H)) return fill;
+  AffineTap t{xi >= 0.0 && xi < W && yi >= 0.0 && yi < H, 0, 0, 0.0, 0.0};
+  if (!t.inside) return t;
   xi -= 0.5;
   yi -= 0.5;
-  const Index x0 = Index(floor(xi)), y0 = Index(floor(yi));
-  const double dx = xi - x0, dy = yi - y0;
-  auto at = [&](Index yy, Index xx) {  // edge pixels repeat
+  t.x0 = Index(floor(xi));
+  t.y0 = Index(floor(yi));
+  t.dx = xi - t.x0;
+  t.dy = yi - t.y0;
+  return t;
+}
+
+// The sample of plane (H, W) at an inside tap: bilinear or PIL's bicubic, edge pixels repeated,
+// truncated to uint8 as PIL does.
+VIT_HOST_DEVICE inline uint8_t affine_sample(const uint8_t* plane, Index H, Index W,
+                                             const AffineTap& t, bool bicubic) {
+  auto at = [&](Index yy, Index xx) {
     yy = yy < 0 ? 0 : yy > H - 1 ? H - 1 : yy;
     xx = xx < 0 ? 0 : xx > W - 1 ? W - 1 : xx;
     return double(plane[yy * W + xx]);
   };
+  const Index x0 = t.x0, y0 = t.y0;
   double v;
-  if (!s.bicubic) {
-    const double top = at(y0, x0) + (at(y0, x0 + 1) - at(y0, x0)) * dx;
-    const double bot = at(y0 + 1, x0) + (at(y0 + 1, x0 + 1) - at(y0 + 1, x0)) * dx;
-    v = top + (bot - top) * dy;
+  if (!bicubic) {
+    const double top = at(y0, x0) + (at(y0, x0 + 1) - at(y0, x0)) * t.dx;
+    const double bot = at(y0 + 1, x0) + (at(y0 + 1, x0 + 1) - at(y0 + 1, x0)) * t.dx;
+    v = top + (bot - top) * t.dy;
   } else {
     double r[4];
     for (Index j = 0; j < 4; ++j)
       r[j] = pil_cubic4(at(y0 + j - 1, x0 - 1), at(y0 + j - 1, x0), at(y0 + j - 1, x0 + 1),
-                        at(y0 + j - 1, x0 + 2), dx);
-    v = pil_cubic4(r[0], r[1], r[2], r[3], dy);
+                        at(y0 + j - 1, x0 + 2), t.dx);
+    v = pil_cubic4(r[0], r[1], r[2], r[3], t.dy);
   }
-  return uint8_t(v <= 0.0 ? 0.0 : v >= 255.0 ? 255.0 : v);  // PIL truncates
+  return uint8_t(v <= 0.0 ? 0.0 : v >= 255.0 ? 255.0 : v);
 }
 
 // PIL ImageEnhance.Contrast's mean: the L image's mean rounded to a byte, from the sum of its

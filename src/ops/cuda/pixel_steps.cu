@@ -73,9 +73,11 @@ __global__ void pixel_step_kernel(const uint8_t* in_all, uint8_t* out_all, const
   if (s.op == PixelStep::kNone) {
     for (Index i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
   } else if (s.geometric()) {
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) {
-      const Index c = i / P, y = (i / S) % S, x = i % S;
-      out[i] = affine_value(in + c * P, S, S, s, y, x, fill.v[c < 2 ? c : 2]);
+    for (Index p = threadIdx.x; p < P; p += blockDim.x) {  // one source point for all channels
+      const AffineTap t = affine_tap(s, S, S, p / S, p % S);
+      for (Index c = 0; c < C; ++c)
+        out[c * P + p] =
+            t.inside ? affine_sample(in + c * P, S, S, t, s.bicubic != 0) : fill.v[c < 2 ? c : 2];
     }
   } else if (op == RaOp::Sharpness || op == RaOp::SharpnessIncreasing) {
     for (Index i = threadIdx.x; i < n; i += blockDim.x) {
