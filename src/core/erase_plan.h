@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/host_device.h"
+#include "core/rng.h"
 
 namespace vit {
 
@@ -27,10 +28,7 @@ constexpr int kEraseNoiseTable = (1 << kEraseNoiseBits) + 1;  // quantiles, kEra
 // The noise of value i (c, y, x of the box, row-major) under key: splitmix64 of (key, i); its
 // top 12 bits pick the interval of the table, the next 24 the position in it.
 VIT_HOST_DEVICE inline float erase_noise(const float* table, uint64_t key, uint64_t i) {
-  uint64_t z = key ^ (i * 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
+  const uint64_t z = mix64(key ^ (i * kGoldenGamma));
   const uint32_t at = uint32_t(z >> (64 - kEraseNoiseBits));
   const float frac = float(uint32_t(z >> (40 - kEraseNoiseBits)) & 0xffffffu) * 0x1.0p-24f;
   const float lo = table[at], hi = table[at + 1];

@@ -5,13 +5,21 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace vit {
 
-inline uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;  // splitmix64's increment
+
+// splitmix64's output function: a bijective 64-bit mix (also in kernels: core/erase_plan.h).
+VIT_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+inline uint64_t splitmix64(uint64_t& x) {
+  return mix64(x += kGoldenGamma);
 }
 
 // Mixes several integers into one seed (e.g. seed, epoch, sample index).
