@@ -14,12 +14,12 @@ namespace {
 constexpr int kStepThreads = 512;
 
 // Per-channel minima / maxima of the in-image, for AutoContrast.
-__device__ void channel_range(const uint8_t* in, Index C, Index P, int* lo, int* hi) {
-  for (Index c = threadIdx.x; c < C; c += blockDim.x) lo[c] = 255, hi[c] = 0;
+__device__ void channel_range(const uint8_t* in, int C, int P, int* lo, int* hi) {
+  for (int c = threadIdx.x; c < C; c += blockDim.x) lo[c] = 255, hi[c] = 0;
   __syncthreads();
-  for (Index c = 0; c < C; ++c) {
+  for (int c = 0; c < C; ++c) {
     int mn = 255, mx = 0;
-    for (Index i = threadIdx.x; i < P; i += blockDim.x) {
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
       const int v = in[c * P + i];
       mn = v < mn ? v : mn;
       mx = v > mx ? v : mx;
@@ -32,11 +32,11 @@ __device__ void channel_range(const uint8_t* in, Index C, Index P, int* lo, int*
 
 // Equalize's table of channel plane (P): histogram in shared memory, table by one thread.
 // Returns whether the channel changes (equalize_table).
-__device__ bool equalize_lut(const uint8_t* plane, Index P, int* hist, int64_t* hist64,
-                             uint8_t* lut, int* apply) {
+__device__ bool equalize_lut(const uint8_t* plane, int P, int* hist, int64_t* hist64, uint8_t* lut,
+                             int* apply) {
   for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
   __syncthreads();
-  for (Index i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&hist[plane[i]], 1);
+  for (int i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&hist[plane[i]], 1);
   __syncthreads();
   for (int i = threadIdx.x; i < 256; i += blockDim.x) hist64[i] = hist[i];
   __syncthreads();
@@ -46,11 +46,11 @@ __device__ bool equalize_lut(const uint8_t* plane, Index P, int* hist, int64_t* 
 }
 
 // The sum of the L image over the in-image (Contrast's mean), or of the one channel.
-__device__ int64_t luma_sum(const uint8_t* in, Index C, Index P, unsigned long long* total) {
+__device__ int64_t luma_sum(const uint8_t* in, int C, int P, unsigned long long* total) {
   if (threadIdx.x == 0) *total = 0;
   __syncthreads();
   unsigned long long s = 0;
-  for (Index i = threadIdx.x; i < P; i += blockDim.x)
+  for (int i = threadIdx.x; i < P; i += blockDim.x)
     s += C == 3 ? pil_luma(in[i], in[P + i], in[2 * P + i]) : in[i];
   atomicAdd(total, s);
   __syncthreads();
@@ -64,62 +64,64 @@ __global__ void pixel_step_kernel(const uint8_t* in_all, uint8_t* out_all, const
   __shared__ int64_t hist64[256];
   __shared__ uint8_t lut[256];
   __shared__ unsigned long long total;
-  const Index b = blockIdx.x, P = S * S, n = C * P;
-  const uint8_t* in = in_all + b * n;  // (C, S, S)
-  uint8_t* out = out_all + b * n;      // (C, S, S)
+  // Within an image 32-bit index math (the host checks C * S * S < 2^31).
+  const int P = int(S * S), n = int(C) * P;
+  const uint8_t* in = in_all + Index(blockIdx.x) * n;  // (C, S, S)
+  uint8_t* out = out_all + Index(blockIdx.x) * n;      // (C, S, S)
+  const int b = blockIdx.x, W = int(S);
   const PixelStep s = steps[b * slots + k];
   const RaOp op = RaOp(s.op);
   const float factor = float(s.arg);
   if (s.op == PixelStep::kNone) {
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
   } else if (s.geometric()) {
-    for (Index p = threadIdx.x; p < P; p += blockDim.x) {  // one source point for all channels
-      const AffineTap t = affine_tap(s, S, S, p / S, p % S);
-      for (Index c = 0; c < C; ++c)
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {  // one source point for all channels
+      const AffineTap t = affine_tap(s, S, S, p / W, p % W);
+      for (int c = 0; c < C; ++c)
         out[c * P + p] =
             t.inside ? affine_sample(in + c * P, S, S, t, s.bicubic != 0) : fill.v[c < 2 ? c : 2];
     }
   } else if (op == RaOp::Sharpness || op == RaOp::SharpnessIncreasing) {
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) {
-      const Index c = i / P, y = (i / S) % S, x = i % S;
-      const bool border = y == 0 || x == 0 || y == S - 1 || x == S - 1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int c = i / P, y = (i / W) % W, x = i % W;
+      const bool border = y == 0 || x == 0 || y == W - 1 || x == W - 1;
       out[i] = border ? in[i] : pil_blend(smooth_value(in + c * P, S, y, x), in[i], factor);
     }
   } else if (op == RaOp::Brightness || op == RaOp::BrightnessIncreasing) {
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) out[i] = pil_blend(0, in[i], factor);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = pil_blend(0, in[i], factor);
   } else if (op == RaOp::Color || op == RaOp::ColorIncreasing) {
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
       if (C != 3) {  // grey images have no saturation
         out[i] = in[i];
         continue;
       }
-      const Index p = i % P;
+      const int p = i % P;
       out[i] = pil_blend(pil_luma(in[p], in[P + p], in[2 * P + p]), in[i], factor);
     }
   } else if (op == RaOp::Contrast || op == RaOp::ContrastIncreasing) {
     const uint8_t mean = contrast_mean(luma_sum(in, C, P, &total), P);
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) out[i] = pil_blend(mean, in[i], factor);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = pil_blend(mean, in[i], factor);
   } else if (op == RaOp::AutoContrast) {
     channel_range(in, C, P, lo, hi);
-    for (Index c = 0; c < C; ++c) {
+    for (int c = 0; c < C; ++c) {
       const bool same = hi[c] <= lo[c];
       for (int v = threadIdx.x; v < 256; v += blockDim.x)
         lut[v] = same ? uint8_t(v) : autocontrast_value(lo[c], hi[c], v);
       __syncthreads();
-      for (Index i = threadIdx.x; i < P; i += blockDim.x) out[c * P + i] = lut[in[c * P + i]];
+      for (int i = threadIdx.x; i < P; i += blockDim.x) out[c * P + i] = lut[in[c * P + i]];
       __syncthreads();
     }
   } else if (op == RaOp::Equalize) {
-    for (Index c = 0; c < C; ++c) {
+    for (int c = 0; c < C; ++c) {
       const bool change = equalize_lut(in + c * P, P, hist, hist64, lut, &apply);
-      for (Index i = threadIdx.x; i < P; i += blockDim.x)
+      for (int i = threadIdx.x; i < P; i += blockDim.x)
         out[c * P + i] = change ? lut[in[c * P + i]] : in[c * P + i];
       __syncthreads();
     }
   } else {  // the table ops
     for (int v = threadIdx.x; v < 256; v += blockDim.x) lut[v] = pointwise_value(s.op, s.arg, v);
     __syncthreads();
-    for (Index i = threadIdx.x; i < n; i += blockDim.x) out[i] = lut[in[i]];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = lut[in[i]];
   }
 }
 
@@ -129,6 +131,7 @@ void apply_pixel_steps(uint8_t* images, const PixelStep* steps, int32_t slots, I
                        Index S, const PixelFill& fill) {
   if (slots <= 0 || B <= 0) return;
   VIT_CHECK(C <= 3, "apply_pixel_steps: images of 1 to 3 channels");
+  VIT_CHECK(C * S * S < (Index(1) << 31), "apply_pixel_steps: images of 2^31 or more values");
   const size_t bytes = size_t(B * C * S * S);
   // Geometric ops and the smoothing read neighbours, so each step writes the other buffer.
   auto* other = static_cast<uint8_t*>(scratch(bytes, kScratchPixelSteps));  // (B, C, S, S)
