@@ -155,7 +155,7 @@ void ra_apply_op(RaOp op, double arg, uint8_t* img, Index C, Index H, Index W,
 
 RandAugment::RandAugment(const RandAugmentConfig& cfg, const std::array<uint8_t, 3>& fill,
                          const std::string& resample)
-    : cfg_(cfg), fill_(fill) {
+    : cfg_(cfg), fill_(pixel_fill(fill)) {
   if (resample == "bilinear")
     resample_ = 1;
   else if (resample == "bicubic")
@@ -195,8 +195,7 @@ void RandAugment::plan(Rng& rng, Index H, Index W, PixelStep* steps) const {
 void RandAugment::apply(Rng& rng, uint8_t* img, Index C, Index H, Index W) const {
   std::vector<PixelStep> steps(size_t(std::max(cfg_.num_ops, 0)));
   plan(rng, H, W, steps.data());
-  const PixelFill f = fill();
-  for (const PixelStep& s : steps) apply_pixel_step(s, img, C, H, W, f);
+  for (const PixelStep& s : steps) apply_pixel_step(s, img, C, H, W, fill_);
 }
 
 }  // namespace vit::data

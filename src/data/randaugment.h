@@ -56,12 +56,12 @@ class RandAugment {
   // The draws of apply, as steps[num_ops()] for an (H, W) image (kNone where p says no).
   void plan(Rng& rng, Index H, Index W, PixelStep* steps) const;
   int num_ops() const { return cfg_.num_ops; }
-  PixelFill fill() const { return pixel_fill(fill_); }
+  PixelFill fill() const { return fill_; }
   const std::vector<RaOp>& ops() const { return ops_; }
 
  private:
   RandAugmentConfig cfg_;
-  std::array<uint8_t, 3> fill_;
+  PixelFill fill_;    // converted once: apply and the planned batches take it per image
   int resample_ = 0;  // 0 random, 1 bilinear, 2 bicubic
   std::vector<RaOp> ops_;
 };
