@@ -5,22 +5,27 @@
 // random-noise images: RandomResizedCrop with random interpolation and flips, RandAugment and
 // colour jitter, ImageNet-sized images at 224 px and small ones at 32 px, evaluation centre
 // crops, 1 and 3 channels; and every RandAugment op on its own, both samplings, on noise,
-// low-contrast and flat images. Guard bytes around every device buffer catch
-// out-of-bounds writes; outputs start as garbage so an unwritten pixel fails.
+// low-contrast and flat images; EfficientTrain++'s low-frequency pass and the mix after it.
+// Guard bytes around every device buffer catch out-of-bounds writes; outputs start as garbage
+// so an unwritten pixel fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/erase_plan.h"
+#include "core/lowfreq_operator.h"
 #include "core/rng.h"
 #include "cuda_test_util.h"
 #include "data/planned_batch.h"
 #include "data/randaugment.h"
 #include "gpu_test_util.h"
+#include "ops/cpu/lowfreq_batch.h"
 #include "ops/cpu/pixel_steps.h"
 #include "ops/cpu/resize_batch.h"
 #include "ops/cuda/ops.h"
@@ -285,6 +290,77 @@ TEST_F(CudaResizeBatch, EvalCentreCrop) {
   const std::vector<Shape> shapes = {{375, 500}, {256, 256}, {500, 375}};
   const data::BatchConfig cfg = config(224, false);
   check(plan(3, cfg, false, shapes, 6), data::normalize_lut(cfg, 3), "eval 224");
+}
+
+// EfficientTrain++'s low-frequency pass (lowfreq_batch.cu: two fp32 GEMMs, no TF32) against the
+// CPU products (equal to float rounding: the summation orders differ), then the mix after it
+// (mix_images: fp32 bit for bit, bf16 the fp32 rounded once), on random planes of normalised
+// range at ImageNet and small sides, both kinds, one and three channels.
+TEST_F(CudaResizeBatch, EfficientTrainLowFrequencyPass) {
+  struct Case {
+    vit::LowFreqKind kind;
+    Index B, C, F, S;
+  };
+  vit::cuda::reset_gemm_fallback_count();
+  const Case cases[] = {{vit::LowFreqKind::kFft, 4, 3, 224, 160},
+                        {vit::LowFreqKind::kFft, 3, 3, 224, 96},
+                        {vit::LowFreqKind::kFft, 5, 1, 32, 16},
+                        {vit::LowFreqKind::kDownsample, 4, 3, 224, 112},
+                        {vit::LowFreqKind::kDownsample, 5, 1, 31, 11}};
+  for (const Case& k : cases) {
+    const bool complex = k.kind == vit::LowFreqKind::kFft;
+    const Index planes = k.B * k.C, n_in = planes * k.F * k.F, n_out = planes * k.S * k.S;
+    const std::string what = std::string(complex ? "fft " : "downsample ") + std::to_string(k.F) +
+                             " -> " + std::to_string(k.S);
+    std::vector<float> in(static_cast<size_t>(n_in));
+    vit::Rng rng(uint64_t(k.F * 1000 + k.S));
+    for (float& v : in) v = float(rng.uniform() * 5.0 - 2.5);
+    const std::vector<float>& op = vit::lowfreq_operator(k.kind, k.F, k.S);
+    const size_t scratch_n = vit::cpu::lowfreq_scratch_floats(planes, k.F, k.S, complex);
+    std::vector<float> scratch(scratch_n), want(static_cast<size_t>(n_out));
+    vit::cpu::lowfreq_batch(in.data(), op.data(), complex, planes, k.F, k.S, scratch.data(),
+                            want.data());
+
+    RawBuf<float> d_in(in, what + " in"), d_op(op, what + " op");
+    RawBuf<float> d_scratch(scratch_n, what + " scratch"), d_out(want.size(), what + " out");
+    vit::cuda::lowfreq_batch(d_in.get(), d_op.get(), complex, planes, k.F, k.S, d_scratch.get(),
+                             d_out.get());
+    vit::cuda::synchronize();
+    const std::vector<float> got = d_out.download();
+    float worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LT(worst, 1e-5f) << what;  // NaN (an unwritten output) fails too
+    EXPECT_EQ(vit::cuda::gemm_fallback_count(), 0) << what << ": cuBLASLt had no algorithm";
+
+    // The mix after the pass, on the CPU's output: cutmix box and mixup.
+    for (int mode = 0; mode < 2; ++mode) {
+      vit::BatchMix mix;
+      if (mode == 0) {
+        mix.cutmix = 1;
+        mix.y0 = 1, mix.y1 = k.S / 2 + 1, mix.x0 = 0, mix.x1 = k.S / 3 + 1;
+      } else {
+        mix.lam = 0.3712f;
+      }
+      std::vector<float> mixed(want.size());
+      vit::cpu::mix_images(want.data(), mix, k.B, k.C, k.S, mixed.data());
+      RawBuf<float> d_low(want, what + " low");
+      RawBuf<float> d_f32(want.size(), what + " mixed f32");
+      RawBuf<__nv_bfloat16> d_b16(want.size(), what + " mixed bf16");
+      vit::cuda::mix_images(d_low.get(), mix, k.B, k.C, k.S, d_f32.get());
+      vit::cuda::mix_images(d_low.get(), mix, k.B, k.C, k.S, d_b16.get());
+      vit::cuda::synchronize();
+      const std::vector<float> f32 = d_f32.download();
+      EXPECT_EQ(std::memcmp(f32.data(), mixed.data(), mixed.size() * sizeof(float)), 0)
+          << what << " mode " << mode << ": mixed fp32 differs";
+      const std::vector<__nv_bfloat16> b16 = d_b16.download();
+      size_t bad = 0;
+      for (size_t i = 0; i < b16.size(); ++i) {
+        const __nv_bfloat16 r = __float2bfloat16_rn(mixed[i]);
+        bad += std::memcmp(&b16[i], &r, sizeof(r)) != 0;
+      }
+      EXPECT_EQ(bad, 0u) << what << " mode " << mode << ": mixed bf16 differs";
+    }
+  }
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ struct CudaBackend {
   VIT_FORWARD_CUDA(resize_cols)
   VIT_FORWARD_CUDA(normalize_u8)
   VIT_FORWARD_CUDA(apply_pixel_steps)
+  VIT_FORWARD_CUDA(mix_images)
+  VIT_FORWARD_CUDA(lowfreq_batch)
 #undef VIT_FORWARD_CUDA
 
   template <class U>

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "core/lowfreq_operator.h"
 
 namespace vit {
 
@@ -63,43 +64,6 @@ ComplexBuf alloc_complex(size_t n) {
   return p;
 }
 
-// One axis of torch's antialiased interpolation (aten upsample "_aa" kernels, bilinear filter):
-// for output index i, the source window [xmin, xmin + size) and normalised weights.
-struct AxisWeights {
-  std::vector<int> xmin, xsize;
-  std::vector<double> w;  // out * max_size, row i holds xsize[i] weights
-  int max_size = 0;
-};
-
-AxisWeights aa_weights(int in_size, int out_size) {
-  AxisWeights a;
-  const double scale = double(in_size) / double(out_size);
-  const double support = scale >= 1.0 ? scale : 1.0;  // (interp_size / 2) * scale, interp_size 2
-  const double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
-  a.max_size = int(std::ceil(support)) * 2 + 1;
-  a.xmin.resize(out_size);
-  a.xsize.resize(out_size);
-  a.w.assign(size_t(out_size) * a.max_size, 0.0);
-  for (int i = 0; i < out_size; ++i) {
-    const double center = scale * (i + 0.5);
-    const int lo = std::max(int(center - support + 0.5), 0);  // int() truncates, as in aten
-    const int hi = std::min(int(center + support + 0.5), in_size);
-    const int n = std::min(hi - lo, a.max_size);
-    double* w = &a.w[size_t(i) * a.max_size];
-    double total = 0;
-    for (int j = 0; j < n; ++j) {
-      const double x = std::fabs((j + lo - center + 0.5) * invscale);
-      w[j] = x < 1.0 ? 1.0 - x : 0.0;
-      total += w[j];
-    }
-    if (total != 0)
-      for (int j = 0; j < n; ++j) w[j] /= total;
-    a.xmin[i] = lo;
-    a.xsize[i] = n;
-  }
-  return a;
-}
-
 }  // namespace
 
 void fft_lowfreq_crop(const float* in, int C, int S, float* out, int Bsz) {
@@ -148,7 +112,7 @@ void antialias_downsample(const float* in, int C, int S, float* out, int Bsz) {
                                   std::to_string(S) + ", " + std::to_string(S) + ")");
   VIT_CHECK(Bsz >= 1 && Bsz <= S, "antialias_downsample: output size must be in [1, " +
                                       std::to_string(S) + "], got " + std::to_string(Bsz));
-  const AxisWeights a = aa_weights(S, Bsz);
+  const AntialiasAxis a = antialias_axis(S, Bsz);
   std::vector<double> tmp(size_t(S) * Bsz);  // horizontal pass: (S rows, Bsz cols)
   std::vector<double> line(Bsz);             // one output row of the vertical pass
   for (int c = 0; c < C; ++c) {

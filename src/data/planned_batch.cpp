@@ -70,6 +70,7 @@ void PlannedBatch::clear(Index channels, Index side) {
   steps.clear();
   fill = PixelFill{};
   mix = BatchMix{};
+  lowfreq = LowFreqPass{};
 }
 
 bool plannable(const Source& src, const BatchConfig& cfg, bool train) {

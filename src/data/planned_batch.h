@@ -12,6 +12,7 @@
 
 #include "core/batch_mix.h"
 #include "core/common.h"
+#include "core/lowfreq_operator.h"
 #include "core/pixel_step.h"
 #include "core/resize_plan.h"
 #include "core/rng.h"
@@ -29,8 +30,10 @@ struct PlannedBatch {
   int32_t step_slots = 0;             // uint8 ops per sample: RandAugment's n, 3 for jitter
   std::vector<PixelStep> steps;       // (B, step_slots), after the resize and flip
   PixelFill fill;                     // the geometric ops' fill
-  BatchMix mix;                       // mixup/cutmix of the whole batch, applied by normalize_u8
+  BatchMix mix;                       // mixup/cutmix of the whole batch, applied last
+  LowFreqPass lowfreq;                // EfficientTrain++: made at S, trained at lowfreq.side
   Index size() const { return Index(samples.size()); }
+  Index out_side() const { return lowfreq.active() ? lowfreq.side : S; }  // the model's side
   void clear(Index channels, Index side);  // empty batch of (channels, side, side) images
 };
 

@@ -279,10 +279,10 @@ class ModelEngine : public Engine {
                       const float* targets) {
     const ModelConfig& c = config();
     const Index B = plan.size();
-    VIT_CHECK(plan.C == c.in_chans && plan.S == c.img_size,
+    VIT_CHECK(plan.C == c.in_chans && plan.out_side() == c.img_size,
               fmt::format("engine: a planned batch of {}-channel {} px images for a model of {} "
                           "channels at {} px",
-                          plan.C, plan.S, c.in_chans, c.img_size));
+                          plan.C, plan.out_side(), c.in_chans, c.img_size));
     VIT_CHECK(Index(lut.size()) == plan.C * 256, "engine: the lookup table needs (C, 256) values");
     VIT_CHECK(B > 0 && B <= max_batch(), "engine: batch larger than the engine was made for");
     if constexpr (Backend::kHost) {

@@ -90,18 +90,23 @@ void TrainBatches::load_fresh(int64_t epoch, Index mb, float* images, float* tar
 
 void TrainBatches::check_plannable(const data::Source& train) const {
   const char* why = nullptr;
-  if (plan_.efficienttrain)
-    why = "EfficientTrain++'s low-frequency crop runs on the CPU";
-  else if (plan_.replay > 1)
+  if (plan_.replay > 1)
     why = "the replay buffer keeps float images on the CPU";
-  else if (!data::plannable(train, train_bc_, true))
+  else if (!data::plannable(train, plan_.efficienttrain ? et_bc_ : train_bc_, true))
     why = "an in-memory set's pad-and-crop path runs on the CPU (in-memory sets need --scale)";
   VIT_CHECK(!why, fmt::format("--augment-on-device: {}; drop the flag or that option", why));
 }
 
 Index TrainBatches::load_planned(int64_t epoch, Index mb, double* data_seconds) {
   const auto t0 = std::chrono::steady_clock::now();
-  loader_.load_planned(uint64_t(epoch), mb, train_bc_, plan_batch_, targets_.data());
+  // ET++ as load_fresh: the plan at the final size, its low-frequency pass where it is made.
+  const bool et = plan_.efficienttrain;
+  loader_.load_planned(uint64_t(epoch), mb, et ? et_bc_ : train_bc_, plan_batch_, targets_.data());
+  if (et && size_ != plan_.final_size) {
+    plan_batch_.lowfreq.kind =
+        args_.lowfreq == "fft" ? LowFreqKind::kFft : LowFreqKind::kDownsample;
+    plan_batch_.lowfreq.side = size_;
+  }
   data::widen_targets(targets_.data(), B_, Kd_, K_);
   // load_fresh's mixup: the same draws; the targets mix here, the images where they are made.
   if (mix_.mixup_alpha > 0 || mix_.cutmix_alpha > 0) {

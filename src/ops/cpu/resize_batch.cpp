@@ -90,4 +90,19 @@ void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
   }
 }
 
+void mix_images(const float* in, const BatchMix& mix, Index B, Index C, Index S, float* images) {
+  const Index per_sample = C * S * S;
+  for (Index b = 0; b < B; ++b) {
+    const float* own = in + b * per_sample;
+    const float* other = in + (B - 1 - b) * per_sample;  // the mixing partner
+    for (Index j = 0; j < per_sample; ++j) {
+      float v = own[j];
+      if (!mix.none())
+        v = mix.cutmix ? (mix.in_box((j / S) % S, j % S) ? other[j] : v)
+                       : mix_value(v, other[j], mix.lam);
+      images[b * per_sample + j] = v;
+    }
+  }
+}
+
 }  // namespace vit::cpu

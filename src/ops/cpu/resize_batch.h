@@ -31,4 +31,9 @@ void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
                   const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
                   float* images);
 
+// images (B, C, S, S) = in (B, C, S, S) mixed as mix says (sample b with sample B-1-b, as
+// normalize_u8 mixes): the mixing of a batch whose images are made at another side first
+// (EfficientTrain++'s low-frequency pass, ops/cpu/lowfreq_batch.h). in and images must not overlap.
+void mix_images(const float* in, const BatchMix& mix, Index B, Index C, Index S, float* images);
+
 }  // namespace vit::cpu

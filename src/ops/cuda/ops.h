@@ -245,6 +245,13 @@ template <typename T>
 void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
                   const ResizeSample* samples, const BatchMix& mix, Index B, Index C, Index S,
                   T* images);
+// images (B, C, S, S) in T = in (B, C, S, S) fp32 mixed as mix says: ops/cpu/resize_batch.h.
+template <typename T>
+void mix_images(const float* in, const BatchMix& mix, Index B, Index C, Index S, T* images);
+// EfficientTrain++'s low-frequency pass (lowfreq_batch.cu), the twin of
+// src/ops/cpu/lowfreq_batch.h: out (planes, S, S) from in (planes, F, F), op (2, S, F).
+void lowfreq_batch(const float* in, const float* op, bool complex, Index planes, Index F, Index S,
+                   float* scratch, float* out);
 // The uint8 ops between the resize and the normalisation (pixel_steps.cu), the twin of
 // src/ops/cpu/pixel_steps.h: images (B, C, S, S) in place, steps (B, slots) on the device.
 void apply_pixel_steps(uint8_t* images, const PixelStep* steps, int32_t slots, Index B, Index C,

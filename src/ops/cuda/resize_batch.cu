@@ -87,6 +87,22 @@ __global__ void normalize_u8_kernel(const uint8_t* u8, const float* lut, const f
   }
 }
 
+template <typename T>
+__global__ void mix_images_kernel(const float* in, BatchMix mix, Index B, Index C, Index S,
+                                  T* images) {
+  // in, images (B, C, S, S): sample b mixed with B-1-b in fp32, rounded once to T
+  const Index per_sample = C * S * S, n = B * per_sample;
+  VIT_GRID_STRIDE(i, n) {
+    const Index b = i / per_sample, j = i - b * per_sample;
+    float v = in[i];
+    if (!mix.none()) {
+      const float other = in[(B - 1 - b) * per_sample + j];
+      v = mix.cutmix ? (mix.in_box((j / S) % S, j % S) ? other : v) : mix_value(v, other, mix.lam);
+    }
+    images[i] = from_f32<T>(v);
+  }
+}
+
 }  // namespace
 
 void resize_rows(const uint8_t* pixels, const int32_t* tables, const ResizeSample* samples, Index B,
@@ -122,5 +138,19 @@ void normalize_u8(const uint8_t* u8, const float* lut, const float* noise,
   template void normalize_u8<T>(const uint8_t*, const float*, const float*, const ResizeSample*, \
                                 const BatchMix&, Index, Index, Index, T*);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
+#undef INSTANTIATE
+
+template <typename T>
+void mix_images(const float* in, const BatchMix& mix, Index B, Index C, Index S, T* images) {
+  const Index n = B * C * S * S;
+  if (n <= 0) return;
+  mix_images_kernel<T><<<grid_stride_blocks(n), kBlock, 0, stream()>>>(in, mix, B, C, S, images);
+  VIT_CUDA_LAUNCHED();
+}
+
+#define INSTANTIATE(T) \
+  template void mix_images<T>(const float*, const BatchMix&, Index, Index, Index, T*);
+VIT_CUDA_INSTANTIATE(INSTANTIATE)
+#undef INSTANTIATE
 
 }  // namespace vit::cuda
