@@ -97,9 +97,26 @@ TEST(Augment, RandAugmentGrammar) {
   EXPECT_THROW(parse_rand_augment("augmix-m5"), Error);
   EXPECT_THROW(parse_rand_augment("rand-q5"), Error);
   EXPECT_THROW(parse_rand_augment("rand-m9x"), Error);
+  // Counts and magnitudes whose integers would overflow (fuzz_config, 2026-11-25: n6333333333600
+  // was converted to int unchecked), fractional counts, magnitudes off any sensible scale.
+  for (const char* bad : {"rand-n6333333333600", "rand-n101", "rand-n2.5", "rand-m1e9",
+                          "rand-mmax2000", "rand-m9-mmax1001", "rand-p1.5"})
+    EXPECT_THROW(parse_rand_augment(bad), Error) << bad;
+  EXPECT_EQ(parse_rand_augment("rand-n100-m1000-mmax1000").num_ops, kMaxRandAugmentOps);
   RandAugment ra(c, {124, 116, 104});
   ASSERT_EQ(ra.ops().size(), 15u);
   EXPECT_EQ(ra.ops()[4], RaOp::PosterizeIncreasing);
+}
+
+// The largest magnitude the grammar takes (m = mmax = 1000) makes PosterizeIncreasing keep
+// 4 - 400 bits: PIL's mask ~(2^(8 - bits) - 1) is then 0, so every pixel goes to 0 (the shift
+// itself would overflow an int).
+TEST(Augment, PosterizeBelowOneBitKeepsNothing) {
+  for (const double bits : {0.0, -1.0, -396.0})
+    for (int i : {0, 1, 127, 255}) EXPECT_EQ(pointwise_value(int32_t(RaOp::Posterize), bits, i), 0);
+  EXPECT_EQ(pointwise_value(int32_t(RaOp::Posterize), 1.0, 200), 128);
+  EXPECT_EQ(pointwise_value(int32_t(RaOp::Posterize), 8.0, 201), 201);
+  EXPECT_EQ(ra_level_arg(RaOp::PosterizeIncreasing, 1000.0, false), -396.0);
 }
 
 TEST(Augment, DefaultConfigKeepsLegacyPath) {

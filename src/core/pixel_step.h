@@ -91,8 +91,8 @@ VIT_HOST_DEVICE inline uint8_t pointwise_value(int32_t op, double arg, int i) {
       return uint8_t(255 - i);
     case RaOp::Posterize:
     case RaOp::PosterizeIncreasing: {
-      const int bits = int(arg);
-      return bits >= 8 ? uint8_t(i) : uint8_t(i & ~((1 << (8 - bits)) - 1));
+      const int bits = int(arg);  // PIL's mask ~(2^(8 - bits) - 1) keeps nothing below 1 bit
+      return bits >= 8 ? uint8_t(i) : bits <= 0 ? 0 : uint8_t(i & ~((1 << (8 - bits)) - 1));
     }
     case RaOp::Solarize:
     case RaOp::SolarizeIncreasing:

@@ -52,6 +52,7 @@ const char* ra_op_name(RaOp op) {
 
 RandAugmentConfig parse_rand_augment(const std::string& spec, double magnitude_override) {
   RandAugmentConfig cfg;
+  double num_ops = cfg.num_ops;  // as parsed: range-checked before it becomes an int
   std::vector<std::string> parts;
   for (size_t pos = 0;;) {
     const size_t dash = spec.find('-', pos);
@@ -85,15 +86,22 @@ RandAugmentConfig parse_rand_augment(const std::string& spec, double magnitude_o
     else if (key == "m")
       cfg.magnitude = v;
     else if (key == "n")
-      cfg.num_ops = int(v);
+      num_ops = v;  // checked, then converted, below
     else if (key == "p")
       cfg.prob = v;
     else
       throw Error(fmt::format("--aa '{}': unknown section '{}' (known: m, n, p, mstd, mmax, inc)",
                               spec, s));
   }
-  if (cfg.num_ops < 0 || cfg.prob < 0 || cfg.prob > 1 || cfg.magnitude < 0)
-    throw Error(fmt::format("--aa '{}': n must be >= 0, p in [0, 1], m >= 0", spec));
+  // Bounds keep every derived integer (ops per sample, posterize bits, solarize thresholds) in
+  // range; timm's magnitudes live on a 0-10 scale.
+  if (!(num_ops >= 0 && num_ops <= kMaxRandAugmentOps && num_ops == std::floor(num_ops)) ||
+      !(cfg.prob >= 0 && cfg.prob <= 1) || !(cfg.magnitude >= 0 && cfg.magnitude <= 1000) ||
+      !(cfg.magnitude_max >= 0 && cfg.magnitude_max <= 1000))
+    throw Error(fmt::format("--aa '{}': n must be an integer in [0, {}], p in [0, 1], m and mmax "
+                            "in [0, 1000]",
+                            spec, kMaxRandAugmentOps));
+  cfg.num_ops = int(num_ops);
   if (magnitude_override >= 0) cfg.magnitude = magnitude_override;
   return cfg;
 }

@@ -19,6 +19,9 @@ using vit::RaOp;  // core/pixel_step.h
 
 const char* ra_op_name(RaOp op);
 
+// The most ops per image the grammar accepts (timm's recipes use 2-4).
+constexpr int kMaxRandAugmentOps = 100;
+
 struct RandAugmentConfig {
   double magnitude = 10.0, magnitude_std = 0.0, magnitude_max = 10.0;
   int num_ops = 2;
