@@ -165,6 +165,46 @@ TEST_F(DataCli, PrepareThenTrainAndEvalOnThePackedFiles) {
   EXPECT_EQ(rr.exit_code, 0) << rr.err;
 }
 
+// bench-data into a device's model input (--device: the engine's input stage, the model idle),
+// with the augmentation flags, on both paths; its JSON line carries the device side's rate.
+TEST_F(DataCli, BenchDataStagesBatchesIntoTheModelInput) {
+  const std::string base = "bench-data --data-dir " + photos_.string() +
+                           " --img-size 16 -b 4 --batches 3 -j 2 --json --aa rand-m9-n3-p1.0 "
+                           "--reprob 0.5 --color-jitter 0.4";
+  for (const std::string device : {"cpu", "emu"})
+    for (const std::string planned : {"", " --planned"}) {
+      const std::string what = device + planned;
+      const RunResult r = run(base + " --device " + device + planned);
+      ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["device"], device) << what;
+      EXPECT_EQ(j["planned"], !planned.empty()) << what;
+      EXPECT_EQ(j["aa"], "rand-m9-n3-p1.0") << what;
+      EXPECT_EQ(j["batch"], 4) << what;
+      EXPECT_GT(j["img_per_s"].get<double>(), 0) << what;
+      EXPECT_GT(j["device_img_per_s"].get<double>(), 0) << what;
+      EXPECT_GT(j["device_ms_per_batch"].get<double>(), 0) << what;
+      // Planned batches ship uint8 crops, tables and steps, far fewer than 4-byte floats.
+      const double float_bytes = 3 * 16 * 16 * 4;
+      if (planned.empty())
+        EXPECT_EQ(j["bytes_per_img"].get<double>(), float_bytes) << what;
+      else
+        EXPECT_LT(j["bytes_per_img"].get<double>(), float_bytes) << what;
+    }
+  // Without --device: the loader alone, no device fields.
+  const RunResult host = run(base);
+  ASSERT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_FALSE(nlohmann::json::parse(host.out).contains("device"));
+  for (const std::string bad : {" --device tpu", " --aa rand-n2.5", " --reprob 2",
+                                " --color-jitter -1", " --precision fp8"}) {
+    const RunResult r = run(base + bad);
+    EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << bad << ": exit " << r.exit_code;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << bad << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), std::ptrdiff_t(1))
+        << bad << ": " << r.err;
+  }
+}
+
 // A packed file truncated while a run reads it (memory-mapped: SIGBUS) ends the run with one
 // error line naming the file and exit 1; the checkpoints written before stay loadable, and the
 // run resumes once the file is restored.

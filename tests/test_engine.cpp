@@ -251,6 +251,37 @@ TEST(Engine, StateRoundTripsAndSizeChecks) {
   EXPECT_THROW(e->infer(images.data(), targets.data(), 3, nullptr, nullptr), vit::Error);
 }
 
+// The input stage alone (bench-data --device): the same checks as training's upload, and no
+// trace in training: an update after staged batches equals a fresh engine's, bitwise.
+TEST(Engine, StagedInputChecksAndLeavesTrainingAlone) {
+  const auto c = small_config(vit::Ffn::Mlp, vit::Classifier::Avg);
+  const Index B = 2;
+  for (const std::string device : {"cpu", "emu"}) {
+    auto staged = vit::make_engine(options(device, c, B)),
+         fresh = vit::make_engine(options(device, c, B));
+    const std::vector<float> p = initial_params(staged->table(), c);
+    staged->write_params(p);
+    fresh->write_params(p);
+    const Batch other = make_batch(c, B, 5), b = make_batch(c, B, 6);
+    staged->stage_input(other.images.data(), other.targets.data(), B);
+    staged->synchronize();
+    EXPECT_THROW(staged->stage_input(other.images.data(), other.targets.data(), B + 1), vit::Error)
+        << device;
+    vit::data::PlannedBatch plan;
+    plan.clear(c.in_chans, c.img_size / 2);  // images at half the model's side
+    const std::vector<float> lut(size_t(c.in_chans) * 256, 0.0f);
+    EXPECT_THROW(staged->stage_input_planned(plan, lut, other.targets.data()), vit::Error)
+        << device;
+    for (auto* e : {staged.get(), fresh.get()}) {
+      e->zero_grad();
+      e->forward_backward(b.images.data(), b.targets.data(), B, 0.5f, 3);
+      e->step(1e-3);
+    }
+    EXPECT_EQ(staged->read_stats().last_loss, fresh->read_stats().last_loss) << device;
+    EXPECT_EQ(staged->read_params(), fresh->read_params()) << device;
+  }
+}
+
 // The non-finite guard: an update whose loss (NaN input) or gradient (NaN loss scale) is not
 // finite is skipped, weights, moments and the bf16 copy bitwise untouched, and counted; the
 // run of consecutive skips survives a read and ends at the next applied update.

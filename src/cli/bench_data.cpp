@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <optional>
 
 #include "cli/train_args.h"
 #include "core/common.h"
@@ -14,104 +16,199 @@
 #include "data/source.h"
 #include "data/stage_clock.h"
 #include "train/batch_config.h"
+#include "train/engine.h"
 
 namespace vit {
+namespace {
 
-int run_bench_data(int argc, char** argv) {
-  CLI::App app{
-      "Measure the training input pipeline: decode + RandomResizedCrop + flip + "
-      "normalise, images/s",
-      "bench-data"};
-  std::string data_dir, interpolation = "bilinear";
+struct BenchDataArgs {
+  std::string data_dir, interpolation = "bilinear", device, precision = "bf16";
+  std::string auto_augment;  // --aa
+  double reprob = 0, color_jitter = 0;
   int img_size = 224, workers = 1, batch = 64, batches = 16;
   bool json = false, planned = false;
-  app.add_option("--data-dir", data_dir, "ImageFolder root or vitrain prepare output")->required();
-  app.add_option("--img-size", img_size, "output side")->check(CLI::PositiveNumber);
-  app.add_option("-j,--workers", workers, "loader threads (0 = all cores)")
+};
+
+// The flags; nullopt after --help.
+std::optional<BenchDataArgs> parse_args(int argc, char** argv) {
+  CLI::App app{
+      "Measure the training input pipeline: decode + RandomResizedCrop + flip (+ the "
+      "augmentation flags) + normalise, images/s; with --device, into a device's model input",
+      "bench-data"};
+  BenchDataArgs a;
+  app.add_option("--data-dir", a.data_dir, "ImageFolder root or vitrain prepare output")
+      ->required();
+  app.add_option("--img-size", a.img_size, "output side")->check(CLI::PositiveNumber);
+  app.add_option("-j,--workers", a.workers, "loader threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
-  app.add_option("--batches", batches, "timed batches")->check(CLI::PositiveNumber);
-  app.add_option("--interpolation", interpolation, "bilinear (torchvision's default) or bicubic")
+  app.add_option("-b,--batch-size", a.batch, "batch size")->check(CLI::PositiveNumber);
+  app.add_option("--batches", a.batches, "timed batches")->check(CLI::PositiveNumber);
+  app.add_option("--interpolation", a.interpolation, "bilinear (torchvision's default) or bicubic")
       ->check(CLI::IsMember({"bilinear", "bicubic"}));
-  app.add_flag("--planned", planned,
-               "workers decode and plan (crop box, flip, PIL tables) and leave the resize, flip "
-               "and normalisation to the device's batched ops: the CPU side of that path");
-  app.add_flag("--json", json, "print one JSON line instead of text");
+  app.add_option("--aa", a.auto_augment, "RandAugment, timm's grammar (rand-m9-mstd0.5-inc1)");
+  app.add_option("--reprob", a.reprob, "random erasing probability");
+  app.add_option("--color-jitter", a.color_jitter, "colour jitter strength");
+  app.add_flag("--planned", a.planned,
+               "workers decode and plan (crop box, flip, PIL tables, augmentation draws) and "
+               "leave the resize, flip, augmentation and normalisation to the device's batched "
+               "ops (--augment-on-device)");
+  app.add_option("--device", a.device,
+                 "also make each batch the model's input on this device (cpu, emu, cuda, auto), "
+                 "as training does: the copy, and with --planned the input ops; without it, "
+                 "the loader alone (host batches)")
+      ->check(CLI::IsMember({"cpu", "emu", "cuda", "auto"}));
+  app.add_option("--precision", a.precision, "cuda: bf16 or fp32 model input")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  app.add_flag("--json", a.json, "print one JSON line instead of text");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     fmt::print("{}", app.help());
-    return 0;
+    return std::nullopt;
   } catch (const CLI::ParseError& e) {
     std::string m = e.what();
     std::replace(m.begin(), m.end(), '\n', ' ');
     throw Error(fmt::format("bench-data: {}", m));
   }
+  return a;
+}
 
-  const data::DataSplits d = data::load_data_dir(data_dir);
+// An engine whose model is one block over a single patch: only its input slot and the input
+// ops matter, and the model never runs.
+std::unique_ptr<Engine> input_engine(const BenchDataArgs& a, Index C, Index K) {
+  EngineOptions eo;
+  eo.device = resolve_device(a.device);
+  eo.precision = a.precision;
+  eo.cfg.name = "bench_data_input";
+  eo.cfg.img_size = a.img_size;
+  eo.cfg.patch_size = a.img_size;
+  eo.cfg.in_chans = int(C);
+  eo.cfg.embed_dim = 32;
+  eo.cfg.depth = 1;
+  eo.cfg.num_heads = 1;
+  eo.cfg.num_classes = int(K);
+  eo.cfg.validate();
+  eo.max_batch = a.batch;
+  return make_engine(eo);
+}
+
+// What one timed run measured.
+struct BenchDataResult {
+  double seconds = 0, shipped_bytes = 0;
+  data::StageTotals stages;
+  double device_seconds = -1;  // the device's input stage alone over the same batch count
+};
+
+}  // namespace
+
+int run_bench_data(int argc, char** argv) {
+  const std::optional<BenchDataArgs> parsed = parse_args(argc, argv);
+  if (!parsed) return 0;
+  const BenchDataArgs& a = *parsed;
+  const data::DataSplits d = data::load_data_dir(a.data_dir);
   VIT_CHECK(d.streamed(), fmt::format("bench-data: '{}' holds {} data (in memory); point it at an "
                                       "ImageFolder root or a vitrain prepare folder",
-                                      data_dir, d.format));
-  TrainArgs a;
-  a.train_interpolation = interpolation;
-  const data::BatchConfig cfg = train_batch_config(a, img_size, d.mean, d.std, true);
-  data::Loader loader(*d.train, batch, true, 42, {workers});
+                                      a.data_dir, d.format));
+  TrainArgs ta;
+  ta.train_interpolation = a.interpolation;
+  ta.aa = a.auto_augment;
+  ta.reprob = a.reprob;
+  ta.color_jitter = a.color_jitter;
+  validate_augment_args(ta);
+  const data::BatchConfig cfg = train_batch_config(ta, a.img_size, d.mean, d.std, true);
+  data::Loader loader(*d.train, a.batch, true, 42, {a.workers});
   VIT_CHECK(loader.batches_per_epoch() > 0,
-            fmt::format("bench-data: batch size {} exceeds the {} training images", batch,
+            fmt::format("bench-data: batch size {} exceeds the {} training images", a.batch,
                         d.train->size()));
   const Index C = d.train->channels(), K = d.train->num_classes();
-  std::vector<float> images(size_t(batch) * C * img_size * img_size);  // (B, C, S, S)
-  std::vector<float> targets(size_t(batch) * K);                       // (B, K)
+  std::unique_ptr<Engine> engine = a.device.empty() ? nullptr : input_engine(a, C, K);
+  const std::vector<float> lut = data::normalize_lut(cfg, C);                // (C, 256)
+  std::vector<float> images(size_t(a.batch) * C * a.img_size * a.img_size);  // (B, C, S, S)
+  std::vector<float> targets(size_t(a.batch) * K);                           // (B, K)
   const Index nb = loader.batches_per_epoch();
   data::PlannedBatch plan;
-  double shipped_bytes = 0;  // what would travel to the device, timed batches
+  BenchDataResult r;
+  // One batch from the loader, then (with --device) into the engine's input.
+  auto stage = [&] {
+    if (!engine) return;
+    if (a.planned)
+      engine->stage_input_planned(plan, lut, targets.data());
+    else
+      engine->stage_input(images.data(), targets.data(), a.batch);
+  };
   auto load = [&](Index i) {
-    if (!planned) {
+    if (!a.planned) {
       loader.load(uint64_t(i / nb), i % nb, cfg, images.data(), targets.data());
-      shipped_bytes += double(images.size() * sizeof(float));
-      return;
+      r.shipped_bytes += double(images.size() * sizeof(float));
+    } else {
+      loader.load_planned(uint64_t(i / nb), i % nb, cfg, plan, targets.data());
+      r.shipped_bytes += double(plan.pixels.size() + plan.tables.size() * sizeof(int32_t) +
+                                plan.samples.size() * sizeof(ResizeSample) +
+                                plan.steps.size() * sizeof(PixelStep));
     }
-    loader.load_planned(uint64_t(i / nb), i % nb, cfg, plan, targets.data());
-    shipped_bytes += double(plan.pixels.size() + plan.tables.size() * sizeof(int32_t) +
-                            plan.samples.size() * sizeof(ResizeSample));
+    stage();
   };
   data::stage_clock_enable(true);
-  load(0);  // warm-up: starts the workers, fills the page cache
+  load(0);  // warm-up: starts the workers, fills the page cache, sizes the device buffers
+  if (engine) engine->synchronize();
   // The workers may already build the next batches: the stage sums cover whatever they did
   // from here to the end, which is the timed window up to the prefetch of its last batches.
   data::stage_clock_reset();
-  shipped_bytes = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (Index i = 1; i <= batches; ++i) load(i);
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const data::StageTotals st = data::stage_clock_totals();
+  r.shipped_bytes = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (Index i = 1; i <= a.batches; ++i) load(i);
+  if (engine) engine->synchronize();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.stages = data::stage_clock_totals();
   data::stage_clock_enable(false);
-  const double ips = double(batch) * batches / sec;
-  const double bytes_per_img = shipped_bytes / (double(batch) * batches);
+  if (engine) {  // the device side alone: the last batch staged again, as often
+    t0 = std::chrono::steady_clock::now();
+    for (Index i = 1; i <= a.batches; ++i) stage();
+    engine->synchronize();
+    r.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  const double n_img = double(a.batch) * a.batches, ips = n_img / r.seconds;
+  const double bytes_per_img = r.shipped_bytes / n_img;
   const int w = std::max(1, loader.workers());
   // Shares of the workers' time (workers x wall); what no stage holds is queueing, idling and
   // the loop's own bookkeeping. The copy runs in the caller's thread, outside the workers.
   std::string shares, shares_json;
   for (int i = 0; i < data::kNumStages; ++i) {
-    const auto stage = data::Stage(i);
-    const double share = 100.0 * st.seconds[i] / (sec * w);
-    shares += fmt::format("{}{} {:.1f}%", i ? ", " : "", data::stage_name(stage), share);
-    shares_json += fmt::format(",\"{}_pct\":{:.2f}", data::stage_name(stage), share);
+    const auto st = data::Stage(i);
+    const double share = 100.0 * r.stages.seconds[i] / (r.seconds * w);
+    shares += fmt::format("{}{} {:.1f}%", i ? ", " : "", data::stage_name(st), share);
+    shares_json += fmt::format(",\"{}_pct\":{:.2f}", data::stage_name(st), share);
   }
-  if (json)
+  const double dev_ips = engine ? n_img / r.device_seconds : 0;
+  const double dev_ms = engine ? 1e3 * r.device_seconds / a.batches : 0;
+  const std::string dev_name = engine ? engine->description() : "";
+  if (a.json) {
+    std::string dev_json;
+    if (engine)
+      dev_json = fmt::format(
+          ",\"device\":\"{}\",\"engine\":\"{}\",\"device_img_per_s\":{:.1f},"
+          "\"device_ms_per_batch\":{:.6g}",
+          resolve_device(a.device), dev_name, dev_ips, dev_ms);
     fmt::print(
-        "{{\"impl\":\"vitrain\",\"format\":\"{}\",\"img_size\":{},\"workers\":{},"
-        "\"planned\":{},\"img_per_s\":{:.1f},\"img_per_s_per_worker\":{:.1f},"
-        "\"bytes_per_img\":{:.0f}{}}}\n",
-        d.format, img_size, w, planned, ips, ips / w, bytes_per_img, shares_json);
-  else
-    fmt::print(
-        "{} {}: {} px, {} workers{}: {:.1f} img/s ({:.1f} per worker), {} unreadable\n"
-        "  {:.0f} bytes per image to the device ({})\n"
-        "  share of worker time: {}\n",
-        d.format, data_dir, img_size, w, planned ? ", planned" : "", ips, ips / w,
-        d.train->unreadable_count(), bytes_per_img,
-        planned ? "uint8 crops + tables" : "float images", shares);
+        "{{\"impl\":\"vitrain\",\"format\":\"{}\",\"img_size\":{},\"batch\":{},\"workers\":{},"
+        "\"planned\":{},\"aa\":\"{}\",\"reprob\":{},\"color_jitter\":{},\"img_per_s\":{:.1f},"
+        "\"img_per_s_per_worker\":{:.1f},\"bytes_per_img\":{:.0f}{}{}}}\n",
+        d.format, a.img_size, a.batch, w, a.planned, a.auto_augment, a.reprob, a.color_jitter, ips,
+        ips / w, bytes_per_img, dev_json, shares_json);
+    return 0;
+  }
+  fmt::print(
+      "{} {}: {} px, {} workers{}{}: {:.1f} img/s ({:.1f} per worker), {} unreadable\n"
+      "  {:.0f} bytes per image to the device ({})\n"
+      "  share of worker time: {}\n",
+      d.format, a.data_dir, a.img_size, w, a.planned ? ", planned" : "",
+      engine ? ", into the model input on " + dev_name : "", ips, ips / w,
+      d.train->unreadable_count(), bytes_per_img,
+      a.planned ? "uint8 crops + tables" : "float images", shares);
+  if (engine)
+    fmt::print("  the input stage alone on {}: {:.3f} ms per batch ({:.1f} img/s)\n", dev_name,
+               dev_ms, dev_ips);
   return 0;
 }
 

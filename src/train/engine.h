@@ -71,6 +71,15 @@ class Engine {
   virtual void forward_backward_planned(const data::PlannedBatch& plan,
                                         const std::vector<float>& lut, const float* targets,
                                         float loss_scale, uint64_t seed) = 0;
+  // The input stage alone, for `vitrain bench-data --device`: the batch's copy to the device
+  // and, for a planned batch, the input ops make the model's input exactly as
+  // forward_backward(_planned) would; the model does no work and the input slot is released at
+  // once. Asynchronous on the GPU: synchronize() waits for it.
+  virtual void stage_input(const float* images, const float* targets, Index B) = 0;
+  virtual void stage_input_planned(const data::PlannedBatch& plan, const std::vector<float>& lut,
+                                   const float* targets) = 0;
+  virtual void synchronize() = 0;  // waits for everything enqueued on the device
+
   // One AdamW update with learning rate lr; the update's loss is the mean of its micro-batches'.
   // Skipped (nothing written) when that loss or the grad norm is not finite; the schedule's
   // step count and AdamW's bias correction still count it.

@@ -78,6 +78,17 @@ class ModelEngine : public Engine {
     train_on_input(plan.size(), loss_scale, seed);
   }
 
+  void stage_input(const float* images, const float* targets, Index B) override {
+    upload_batch(images, targets, B);
+    release_batch();
+  }
+  void stage_input_planned(const data::PlannedBatch& plan, const std::vector<float>& lut,
+                           const float* targets) override {
+    upload_planned(plan, lut, targets);
+    release_batch();
+  }
+  void synchronize() override { Backend::synchronize(); }
+
   // The training pass over the uploaded batch.
   void train_on_input(Index B, float loss_scale, uint64_t seed) {
     model_.forward(cur_images_, cur_targets_, B, true, seed);
