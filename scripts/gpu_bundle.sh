@@ -13,10 +13,13 @@
 #   data/fashion-mnist  the four IDX .gz files (the device machine cannot download them)
 #   recipes/, py/       the recipes and the Python scripts gpu_check.sh runs (copies: the working
 #                       tree travels too, and gpu_check.sh prefers the tree's own files)
+#   photos/             scikit-image's colour photos as PNG, from which the data phase makes its
+#                       ImageNet-like set on the device (bench/make_photo_jpegs.py --photos-dir)
 #   env.sh              sourced: unpacks the libraries, finds the machine's libcublasLt.so.13 and
 #                       sets VIT_LD_LIBRARY_PATH for our binaries only (PyTorch keeps its own)
 #   run.sh              the op harness alone: bash gpu_bundle/run.sh [gtest flags]
-#   gpu_check.sh        a copy of scripts/gpu_check.sh, the whole one-shot check
+#   gpu_check.sh        a copy of scripts/gpu_check.sh, the whole one-shot check (and its data
+#                       phase, gpu_check_data.sh)
 #   MANIFEST.txt        commit, local changes, build and sizes, to tie results to sources
 # Then, in a session with a GPU (docs/gpu.md):
 #   run(command="bash scripts/gpu_check.sh tests", carry=["gpu_bundle"], timeout_s=600)
@@ -99,8 +102,14 @@ done
   "$FMNIST_DIR (apt-get install dataset-fashion-mnist); the training steps will fail" >&2
 cp recipes/*.yaml "$OUT/recipes/"
 cp bench/torch_train_bench.py tests/reference/timm_logits_check.py tests/reference/torch_vit.py \
-  "$OUT/py/"
+  bench/make_photo_jpegs.py bench/data_torch.py "$OUT/py/"
 cp scripts/gpu_check.sh "$OUT/gpu_check.sh"
+cp scripts/gpu_check_data.sh "$OUT/gpu_check_data.sh"
+# The data phase's source photos (the device image may lack scikit-image): ~5 MB of PNGs.
+if ! /usr/bin/python3 bench/make_photo_jpegs.py --save-photos "$OUT/photos" >/dev/null; then
+  echo "gpu_bundle: WARNING: no source photos (apt-get install python3-skimage); the data" \
+    "phase's steps will fail" >&2
+fi
 
 cat >"$OUT/env.sh" <<'EOF'
 # Sourced by run.sh and scripts/gpu_check.sh on the device machine (bash). Unpacks the bundled

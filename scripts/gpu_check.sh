@@ -20,7 +20,12 @@
 #                                                     ViT-S/16 and ViT-B/16 at batch 256, the
 #                                                     CIFAR-size ViT-Ti/4 at 1024, two rounds
 #   bash scripts/gpu_check.sh all [DEST]          everything (over 10 minutes on a GPU: dry runs)
-#   Also: info, ops, model, train, repeat, bench, compile, comma-separated (tests =
+#   bash scripts/gpu_check.sh data [DEST]         (i) the input pipeline on the device's cores and
+#                                                     GPU (issue 15): an ImageNet-like set made
+#                                                     there, bench-data vs torchvision's
+#                                                     DataLoader, training from the packed set vs
+#                                                     synthetic data (scripts/gpu_check_data.sh)
+#   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
 #   and in fp32).
 #
@@ -59,12 +64,12 @@ for p in ${phases//,/ }; do
   case "$p" in
     tests) groups+=" ops model compile" ;;
     train-bench) groups+=" train bench" ;;
-    all) groups+=" ops model train bench compile" ;;
+    all) groups+=" ops model train bench data compile" ;;
     info) ;;
-    ops | model | train | repeat | bench | compile) groups+=" $p" ;;
+    ops | model | train | repeat | bench | data | compile) groups+=" $p" ;;
     *)
       echo "gpu_check: unknown phase '$p' (tests, train-bench, all, info, ops, model, train, repeat," \
-        "bench, compile)" >&2
+        "bench, data, compile)" >&2
       exit 2
       ;;
   esac
@@ -293,12 +298,12 @@ s_logits() {
   return "$rc"
 }
 
-# Args: model, batch.
+# Args: model, batch, optional image size (default: the preset's).
 s_vbench() {
   need_bin vitrain
   local out="$WORK/$STEP_ID.out" rc
-  vt bench --device "$DEVICE" --model "$1" -b "$2" --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
-    --json 2>&1 | tee "$out"
+  vt bench --device "$DEVICE" --model "$1" -b "$2" ${3:+--img-size "$3"} --steps "$BENCH_STEPS" \
+    --warmup "$BENCH_WARMUP" --json 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   last_json "$out" >"$MET/$STEP_ID.json"
   [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
@@ -657,6 +662,11 @@ if want bench; then
   done
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "h_profile_$(short "$m")" bench 120 "vitrain bench --profile $m b$b" s_vprofile "$m" "$b"
+fi
+if want data; then
+  # shellcheck source=scripts/gpu_check_data.sh
+  source "$(pick scripts/gpu_check_data.sh gpu_check_data.sh)"
+  data_steps
 fi
 if want compile; then
   # The last (smallest) model first: max-autotune's compile time grows with the model, and the
