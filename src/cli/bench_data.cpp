@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/train_args.h"
@@ -96,8 +97,54 @@ std::unique_ptr<Engine> input_engine(const BenchDataArgs& a, Index C, Index K) {
 struct BenchDataResult {
   double seconds = 0, shipped_bytes = 0;
   data::StageTotals stages;
-  double device_seconds = -1;  // the device's input stage alone over the same batch count
+  int workers = 1;
+  std::string device, engine;  // resolved device and engine description ("" without --device)
+  double device_seconds = 0;   // the device's input stage alone over the same batch count
 };
+
+// One JSON line (nlohmann: the --aa text is the user's and needs escaping).
+void print_json(const BenchDataArgs& a, const std::string& format, const BenchDataResult& r) {
+  const double n_img = double(a.batch) * a.batches, ips = n_img / r.seconds;
+  nlohmann::ordered_json j = {
+      {"impl", "vitrain"},    {"format", format},     {"img_size", a.img_size},
+      {"batch", a.batch},     {"workers", r.workers}, {"planned", a.planned},
+      {"aa", a.auto_augment}, {"reprob", a.reprob},   {"color_jitter", a.color_jitter}};
+  j["img_per_s"] = ips;
+  j["img_per_s_per_worker"] = ips / r.workers;
+  j["bytes_per_img"] = r.shipped_bytes / n_img;
+  if (!r.engine.empty()) {
+    j["device"] = r.device;
+    j["engine"] = r.engine;
+    j["device_img_per_s"] = n_img / r.device_seconds;
+    j["device_ms_per_batch"] = 1e3 * r.device_seconds / a.batches;
+  }
+  // Shares of the workers' time (workers x wall); what no stage holds is queueing, idling and
+  // the loop's own bookkeeping. The copy runs in the caller's thread, outside the workers.
+  for (int i = 0; i < data::kNumStages; ++i)
+    j[std::string(data::stage_name(data::Stage(i))) + "_pct"] =
+        100.0 * r.stages.seconds[i] / (r.seconds * r.workers);
+  fmt::print("{}\n", j.dump());
+}
+
+void print_text(const BenchDataArgs& a, const std::string& format, Index unreadable,
+                const BenchDataResult& r) {
+  const double n_img = double(a.batch) * a.batches, ips = n_img / r.seconds;
+  std::string shares;
+  for (int i = 0; i < data::kNumStages; ++i)
+    shares += fmt::format("{}{} {:.1f}%", i ? ", " : "", data::stage_name(data::Stage(i)),
+                          100.0 * r.stages.seconds[i] / (r.seconds * r.workers));
+  fmt::print(
+      "{} {}: {} px, {} workers{}{}: {:.1f} img/s ({:.1f} per worker), {} unreadable\n"
+      "  {:.0f} bytes per image to the device ({})\n"
+      "  share of worker time: {}\n",
+      format, a.data_dir, a.img_size, r.workers, a.planned ? ", planned" : "",
+      r.engine.empty() ? "" : ", into the model input on " + r.engine, ips, ips / r.workers,
+      unreadable, r.shipped_bytes / n_img, a.planned ? "uint8 crops + tables" : "float images",
+      shares);
+  if (!r.engine.empty())
+    fmt::print("  the input stage alone on {}: {:.3f} ms per batch ({:.1f} img/s)\n", r.engine,
+               1e3 * r.device_seconds / a.batches, n_img / r.device_seconds);
+}
 
 }  // namespace
 
@@ -168,47 +215,15 @@ int run_bench_data(int argc, char** argv) {
     r.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  const double n_img = double(a.batch) * a.batches, ips = n_img / r.seconds;
-  const double bytes_per_img = r.shipped_bytes / n_img;
-  const int w = std::max(1, loader.workers());
-  // Shares of the workers' time (workers x wall); what no stage holds is queueing, idling and
-  // the loop's own bookkeeping. The copy runs in the caller's thread, outside the workers.
-  std::string shares, shares_json;
-  for (int i = 0; i < data::kNumStages; ++i) {
-    const auto st = data::Stage(i);
-    const double share = 100.0 * r.stages.seconds[i] / (r.seconds * w);
-    shares += fmt::format("{}{} {:.1f}%", i ? ", " : "", data::stage_name(st), share);
-    shares_json += fmt::format(",\"{}_pct\":{:.2f}", data::stage_name(st), share);
+  r.workers = std::max(1, loader.workers());
+  if (engine) {
+    r.device = resolve_device(a.device);
+    r.engine = engine->description();
   }
-  const double dev_ips = engine ? n_img / r.device_seconds : 0;
-  const double dev_ms = engine ? 1e3 * r.device_seconds / a.batches : 0;
-  const std::string dev_name = engine ? engine->description() : "";
-  if (a.json) {
-    std::string dev_json;
-    if (engine)
-      dev_json = fmt::format(
-          ",\"device\":\"{}\",\"engine\":\"{}\",\"device_img_per_s\":{:.1f},"
-          "\"device_ms_per_batch\":{:.6g}",
-          resolve_device(a.device), dev_name, dev_ips, dev_ms);
-    fmt::print(
-        "{{\"impl\":\"vitrain\",\"format\":\"{}\",\"img_size\":{},\"batch\":{},\"workers\":{},"
-        "\"planned\":{},\"aa\":\"{}\",\"reprob\":{},\"color_jitter\":{},\"img_per_s\":{:.1f},"
-        "\"img_per_s_per_worker\":{:.1f},\"bytes_per_img\":{:.0f}{}{}}}\n",
-        d.format, a.img_size, a.batch, w, a.planned, a.auto_augment, a.reprob, a.color_jitter, ips,
-        ips / w, bytes_per_img, dev_json, shares_json);
-    return 0;
-  }
-  fmt::print(
-      "{} {}: {} px, {} workers{}{}: {:.1f} img/s ({:.1f} per worker), {} unreadable\n"
-      "  {:.0f} bytes per image to the device ({})\n"
-      "  share of worker time: {}\n",
-      d.format, a.data_dir, a.img_size, w, a.planned ? ", planned" : "",
-      engine ? ", into the model input on " + dev_name : "", ips, ips / w,
-      d.train->unreadable_count(), bytes_per_img,
-      a.planned ? "uint8 crops + tables" : "float images", shares);
-  if (engine)
-    fmt::print("  the input stage alone on {}: {:.3f} ms per batch ({:.1f} img/s)\n", dev_name,
-               dev_ms, dev_ips);
+  if (a.json)
+    print_json(a, d.format, r);
+  else
+    print_text(a, d.format, d.train->unreadable_count(), r);
   return 0;
 }
 
