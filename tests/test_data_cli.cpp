@@ -169,7 +169,7 @@ TEST_F(DataCli, PrepareThenTrainAndEvalOnThePackedFiles) {
 // with the augmentation flags, on both paths; its JSON line carries the device side's rate.
 TEST_F(DataCli, BenchDataStagesBatchesIntoTheModelInput) {
   const std::string base = "bench-data --data-dir " + photos_.string() +
-                           " --img-size 16 -b 4 --batches 3 -j 2 --json --aa rand-m9-n3-p1.0 "
+                           " --img-size 16 -b 4 --batches 3 -j 2 --json --aa 'rand-m9-n3-p1.0-\"q' "
                            "--reprob 0.5 --color-jitter 0.4";
   for (const std::string device : {"cpu", "emu"})
     for (const std::string planned : {"", " --planned"}) {
@@ -179,7 +179,7 @@ TEST_F(DataCli, BenchDataStagesBatchesIntoTheModelInput) {
       const nlohmann::json j = nlohmann::json::parse(r.out);
       EXPECT_EQ(j["device"], device) << what;
       EXPECT_EQ(j["planned"], !planned.empty()) << what;
-      EXPECT_EQ(j["aa"], "rand-m9-n3-p1.0") << what;
+      EXPECT_EQ(j["aa"], "rand-m9-n3-p1.0-\"q") << what;  // escaped: one valid JSON line
       EXPECT_EQ(j["batch"], 4) << what;
       EXPECT_GT(j["img_per_s"].get<double>(), 0) << what;
       EXPECT_GT(j["device_img_per_s"].get<double>(), 0) << what;
