@@ -36,6 +36,15 @@ TEST(Duration, RejectsBadText) {
   }
 }
 
+// Numbers past double's range, or below it, are one vit::Error, not std::stod's out_of_range
+// (fuzz_config campaign, 2026-11-25: 400 digits ended `vitrain train` with "error: stod").
+TEST(Duration, RejectsNumbersOutOfRange) {
+  const std::string huge(400, '9'), tiny = "0." + std::string(400, '0') + "1";
+  for (const std::string& bad : {huge, huge + "s", "1h" + huge + "m", tiny, tiny + "h"})
+    EXPECT_THROW(vit::parse_duration_seconds(bad), vit::Error) << bad.size() << " chars";
+  EXPECT_DOUBLE_EQ(vit::parse_duration_seconds("1h" + tiny + "s"), 3600.0);  // underflows to 0
+}
+
 TEST(TimeBudget, FractionAndStopRule) {
   const vit::TimeBudget b{1000, 100};  // 900 s usable
   EXPECT_DOUBLE_EQ(b.usable_s(), 900.0);
