@@ -1,5 +1,6 @@
 // `vitrain bench-data`: images/s of the training input pipeline (decode + RandomResizedCrop +
-// flip + normalise into (B, 3, S, S) batches) on an ImageFolder root or a prepared folder.
+// flip + the augmentation flags + normalise into (B, 3, S, S) batches) on an ImageFolder root or
+// a prepared folder; with --device, into that device's model input as training makes it.
 #pragma once
 
 namespace vit {
