@@ -314,6 +314,24 @@ TEST(TrainArgs, ConfigAloneIsTrainDashC) {
 // args.yaml is UTF-8: text options that are not (from a flag or a config file) are one clear
 // error naming the flag, so every accepted run's args.yaml reads back as the same run. Found by
 // fuzz_config: an overlong '.' in --aa was skipped by the RandAugment parser but written as '.'.
+// Every number is finite, whichever option holds it: fuzz_config (2026-11-25, 68167c7) found
+// `dist_timeout: .Inf` accepted, and the args.yaml it wrote refused on reading back.
+TEST(TrainArgs, EveryNumberIsFinite) {
+  for (const char* flag : {"--dist-timeout", "--mixup", "--cutmix", "--reprob", "--model-ema-decay",
+                           "--color-jitter", "--lr"})
+    for (const char* v : {"inf", "-inf", "nan"}) {
+      try {
+        parse({flag, v});
+        ADD_FAILURE() << "accepted " << flag << " " << v;
+      } catch (const vit::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+      }
+    }
+  const std::string p = temp_yaml("inf.yaml", "dist_timeout: .Inf\n");
+  EXPECT_THROW(parse({"-c", p}), vit::Error);
+  EXPECT_THROW(vit::parse_train_config(p), vit::Error);
+}
+
 TEST(TrainArgs, TextIsUtf8) {
   EXPECT_TRUE(vit::valid_utf8("ascii, caf\xc3\xa9, \xe2\x98\x95, \xf0\x9d\x94\x81"));
   for (const char* bad : {"\xc0\xae", "\xe0\x80\xae", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xa5",

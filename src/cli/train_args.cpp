@@ -262,16 +262,19 @@ void validate(const TrainArgs& a) {
   VIT_CHECK(a.stem == "patch" || a.stem == "conv",
             fmt::format("--stem {}: use patch or conv", a.stem));
   VIT_CHECK(a.stop_after_updates >= 0, "--stop-after-updates must be >= 0");
-  for (double v : {a.lr, a.min_lr, a.warmup_epochs, a.warmup_lr, a.weight_decay, a.clip_grad,
-                   a.smoothing, a.drop_path, a.hflip, a.et_warmup})
-    VIT_CHECK(std::isfinite(v), "numeric options must be finite numbers (not inf or nan)");
-  // args.yaml holds text: bytes that are not UTF-8 would be replaced or re-decoded on writing,
-  // so the dump would not reproduce the run (found by fuzz_config).
+  // Every number finite: no option means anything by inf or nan, and args.yaml would not read
+  // them back (fuzz_config found `dist_timeout: .Inf` accepted, then refused on reading back).
+  // Text: bytes that are not UTF-8 would be replaced or re-decoded on writing args.yaml, so the
+  // dump would not reproduce the run (also found by fuzz_config).
   TrainArgs copy = a;  // options() binds non-const pointers
-  for (const Option& o : options(copy))
+  for (const Option& o : options(copy)) {
+    if (const auto* d = std::get_if<double*>(&o.target))
+      VIT_CHECK(std::isfinite(**d),
+                fmt::format("{}: must be a finite number (not inf or nan)", long_flag(o.flags)));
     if (const auto* p = std::get_if<std::string*>(&o.target))
       VIT_CHECK(valid_utf8(**p),
                 fmt::format("{}: not valid UTF-8 text (args.yaml is UTF-8)", long_flag(o.flags)));
+  }
 }
 
 // A CLI11 app with every option of `opts`, plus -c/--config bound to `config`.
