@@ -76,9 +76,10 @@ std::optional<BenchDataArgs> parse_args(int argc, char** argv) {
 
 // An engine whose model is one block over a single patch: only its input slot and the input
 // ops matter, and the model never runs.
-std::unique_ptr<Engine> input_engine(const BenchDataArgs& a, Index C, Index K) {
+std::unique_ptr<Engine> input_engine(const BenchDataArgs& a, const std::string& device, Index C,
+                                     Index K) {
   EngineOptions eo;
-  eo.device = resolve_device(a.device);
+  eo.device = device;
   eo.precision = a.precision;
   eo.cfg.name = "bench_data_input";
   eo.cfg.img_size = a.img_size;
@@ -168,13 +169,14 @@ int run_bench_data(int argc, char** argv) {
             fmt::format("bench-data: batch size {} exceeds the {} training images", a.batch,
                         d.train->size()));
   const Index C = d.train->channels(), K = d.train->num_classes();
-  std::unique_ptr<Engine> engine = a.device.empty() ? nullptr : input_engine(a, C, K);
+  BenchDataResult r;
+  if (!a.device.empty()) r.device = resolve_device(a.device);  // probes the GPU: once
+  std::unique_ptr<Engine> engine = r.device.empty() ? nullptr : input_engine(a, r.device, C, K);
   const std::vector<float> lut = data::normalize_lut(cfg, C);                // (C, 256)
   std::vector<float> images(size_t(a.batch) * C * a.img_size * a.img_size);  // (B, C, S, S)
   std::vector<float> targets(size_t(a.batch) * K);                           // (B, K)
   const Index nb = loader.batches_per_epoch();
   data::PlannedBatch plan;
-  BenchDataResult r;
   // One batch from the loader, then (with --device) into the engine's input.
   auto stage = [&] {
     if (!engine) return;
@@ -216,10 +218,7 @@ int run_bench_data(int argc, char** argv) {
   }
 
   r.workers = std::max(1, loader.workers());
-  if (engine) {
-    r.device = resolve_device(a.device);
-    r.engine = engine->description();
-  }
+  if (engine) r.engine = engine->description();
   if (a.json)
     print_json(a, d.format, r);
   else
