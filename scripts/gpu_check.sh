@@ -25,6 +25,10 @@
 #                                                     there, bench-data vs torchvision's
 #                                                     DataLoader, training from the packed set vs
 #                                                     synthetic data (scripts/gpu_check_data.sh)
+#   bash scripts/gpu_check.sh recipes [DEST]      (r) the long Fashion-MNIST recipe (issue 16's 94%,
+#                                                     recipes/fmnist_long.yaml) on the GPU, its time
+#                                                     and top-1; GPU_CHECK_RECIPES picks recipes and
+#                                                     GPU_CHECK_SEEDS seeds (default: the recipe's)
 #   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
 #   and in fp32).
@@ -66,10 +70,10 @@ for p in ${phases//,/ }; do
     train-bench) groups+=" train bench" ;;
     all) groups+=" ops model train bench data compile" ;;
     info) ;;
-    ops | model | train | repeat | bench | data | compile) groups+=" $p" ;;
+    ops | model | train | repeat | bench | data | compile | recipes) groups+=" $p" ;;
     *)
       echo "gpu_check: unknown phase '$p' (tests, train-bench, all, info, ops, model, train, repeat," \
-        "bench, data, compile)" >&2
+        "bench, data, compile, recipes)" >&2
       exit 2
       ;;
   esac
@@ -239,26 +243,42 @@ s_train() {
     note "no Fashion-MNIST in the bundle"
     return 3
   }
-  local out="$WORK/$STEP_ID.out" rc
+  local out="$WORK/$STEP_ID.out" rc stop=()
+  # TRAIN_STOP_S: SIGTERM the run that long into the step (it checkpoints and writes its files),
+  # so a run longer than the step still returns its curves.
+  [ -n "${TRAIN_STOP_S:-}" ] && stop=(timeout -s TERM -k 20 "$TRAIN_STOP_S")
   # shellcheck disable=SC2086  # TRAIN_ARGS: extra flags, split on purpose
-  vt train -c "$RECIPE" --device "$DEVICE" --data-dir "$DATA" --output "$WORK/runs" \
-    --experiment "$exp" "$@" $TRAIN_ARGS 2>&1 | tee "$out"
+  "${stop[@]}" env LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "$BUNDLE/bin/vitrain" train \
+    -c "$RECIPE" --device "$DEVICE" --data-dir "$DATA" --output "$WORK/runs" --experiment "$exp" "$@" $TRAIN_ARGS 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   local top1 run
   top1=$(grep -oE 'Final test top-1: [0-9.]+' "$out" | grep -oE '[0-9.]+$' | tail -n 1)
   run=$(grep -oE 'Run folder: .*' "$out" | sed 's/^Run folder: //' | tail -n 1)
   [ -n "$top1" ] && kv top1 "$top1"
-  [ -d "${run:-$WORK/runs/$exp}" ] || run="$WORK/runs/$exp"
+  # No "Run folder:" line (a run stopped early): the folder the flags name.
+  [ -n "$run" ] && [ -d "$run" ] || run="$WORK/runs/$exp"
   mkdir -p "$LOGS/$STEP_ID"
   for f in args.yaml summary.csv log.jsonl plot.png; do
     [ -f "$run/$f" ] && cp "$run/$f" "$LOGS/$STEP_ID/"
   done
+  if [ -n "${TRAIN_STOP_S:-}" ] && [ "$rc" = 124 ]; then
+    note "stopped after ${TRAIN_STOP_S}s (the step's limit), unfinished: $(grep -oE 'Stopped at epoch [0-9]+ update [0-9]+' "$out" | tail -n 1)"
+    return 4
+  fi
   if [ "$rc" = 0 ] && [ -z "$top1" ]; then
     note "exit 0 but no 'Final test top-1' line"
     return 3
   fi
   [ -n "$top1" ] && note "top-1 ${top1}%"
   return "$rc"
+}
+
+# Args: recipe file, experiment, then extra train flags: s_train with another recipe, stopped
+# (SIGTERM) 40 s before the step's timeout.
+s_recipe() {
+  local recipe="$1"
+  shift
+  RECIPE="$recipe" TRAIN_STOP_S=$((STEP_TIMEOUT - 40)) s_train "$@"
 }
 
 s_export() {
@@ -351,7 +371,7 @@ s_tbench() {
   return "$rc"
 }
 
-export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_export s_logits \
+export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
   s_vbench s_vbench_unfused s_vbench_mma s_vprofile s_tbench
 
 # ---------------------------------------------------------------------------------------------
@@ -507,7 +527,7 @@ with open(os.path.join(tmp, "console.txt"), "w") as f:
     f.write("".join(C) + ("\n" if C else "") + table)
 PY
   local plot
-  plot=$(find "$LOGS" -path '*train_fmnist*' -name plot.png 2>/dev/null | head -n 1)
+  plot=$(find "$LOGS" \( -path '*train_fmnist*' -o -path '*/r_*' \) -name plot.png 2>/dev/null | head -n 1)
   [ -n "$plot" ] && cp "$plot" "$WORK/pack/fmnist_plot.png"
   tar -C "$WORK" -czf "$WORK/pack/logs.tar.gz" logs metrics notes steps.tsv 2>/dev/null
   local f
@@ -625,6 +645,20 @@ if want repeat; then
   done
   step e_train_fp32 repeat 120 "train $(basename "$RECIPE") --precision fp32" \
     s_train fmnist_fp32 --precision fp32
+fi
+
+if want recipes; then
+  # One step per recipe and seed; a run longer than its step is stopped and its curves kept.
+  for r in ${GPU_CHECK_RECIPES:-recipes/fmnist_long.yaml}; do
+    rf="$(pick "$r" "recipes/$(basename "$r")")"
+    for seed in ${GPU_CHECK_SEEDS:-recipe}; do
+      sflag=()
+      [ "$seed" != recipe ] && sflag=(--seed "$seed")
+      n="$(basename "$r" .yaml)_$seed"
+      step "r_$n" recipes 540 "train $(basename "$r") ${sflag[*]} --device $DEVICE" \
+        s_recipe "$rf" "$n" "${sflag[@]}"
+    done
+  done
 fi
 
 BENCH_MODELS=("vit_small_patch16_224 256" "vit_base_patch16_224 256" "vit_tiny_patch4_32 1024")  # smallest last
