@@ -269,6 +269,50 @@ TYPED_TEST(CudaOps, Activations) {
   }
 }
 
+// The activations move 16-byte packs where every pointer is 16-byte aligned, else one element
+// per thread (elementwise.cuh): the two paths must agree bit for bit, at every tail length.
+// Offset 0 takes the packed path, offset 1 (2- or 4-byte aligned) the scalar one.
+TYPED_TEST(CudaOps, ElementwisePacksMatchTheScalarPath) {
+  using T = TypeParam;
+  uint64_t seed = 450;
+  for (Index n : {Index(1), Index(7), Index(8), Index(9), Index(4099), Index(3 * 197 * 64 + 5)}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const Vec x = rnd<T>(n, ++seed, 4.0), dout = rnd<T>(n, ++seed);  // covers |x| > 3
+    // Each op on both paths: name -> (packed result, scalar result).
+    auto run = [&](size_t off) {
+      DevBuf<T> d_x(x, "inp", off), d_dout(dout, "dout", off), d_out(n, "out", off);
+      std::vector<Vec> r;
+      auto keep = [&] {
+        gpu::synchronize();
+        r.push_back(d_out.download());
+      };
+      gpu::gelu_forward(d_out.get(), d_x.get(), n);
+      keep();
+      gpu::gelu_backward(d_out.get(), d_dout.get(), d_x.get(), n);
+      keep();
+      gpu::hswish_forward(d_out.get(), d_x.get(), n);
+      keep();
+      gpu::hswish_backward(d_out.get(), d_dout.get(), d_x.get(), n);
+      keep();
+      gpu::relu_backward(d_out.get(), d_dout.get(), d_x.get(), n);
+      keep();
+      gpu::relu_forward(d_x.get(), d_x.get(), n);  // in place, as the conv stem runs it
+      gpu::synchronize();
+      r.push_back(d_x.download());
+      return r;
+    };
+    const std::vector<Vec> packed = run(0), scalar = run(1);
+    const char* names[] = {"gelu out",    "gelu dinp", "hswish out",
+                           "hswish dinp", "relu dinp", "relu out (in place)"};
+    ASSERT_EQ(packed.size(), std::size(names));
+    for (size_t k = 0; k < packed.size(); ++k) expect_close(names[k], packed[k], scalar[k], {0, 0});
+    // And the packed path is the op: GELU against the CPU as in the Activations test.
+    Vec gf(n);
+    cpu::gelu_forward(gf.data(), x.data(), n);
+    expect_close("gelu out vs cpu", packed[0], gf, pick<T>({1e-4, 1e-6}, {8e-3, 1e-3}));
+  }
+}
+
 TYPED_TEST(CudaOps, DwConv) {
   using T = TypeParam;
   const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});

@@ -1,109 +1,83 @@
 // Elementwise activations: exact (erf) GELU, h-swish and ReLU (the conv stem), fp32 math on any
-// storage type.
-#include "ops/cuda/common.cuh"
+// storage type, through the 16-byte packed maps of elementwise.cuh.
+#include "ops/cuda/elementwise.cuh"
 
 namespace vit::cuda {
 
 namespace {
 
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, Index n) {
-  // out, inp (n)
-  VIT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
-    out[i] = from_f32<T>(0.5f * x * (1.0f + erff(x * 0.70710678118654752f)));
+// The maps (elementwise.cuh) apply these to fp32 values: one element's formula each.
+struct GeluForward {
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
   }
-}
-
-template <typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* dout, const T* inp, Index n) {
-  // dinp, dout, inp (n); d/dx [x Phi(x)] = Phi(x) + x phi(x)
-  VIT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
+};
+struct GeluBackward {
+  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+  __device__ float operator()(float dout, float x) const {
     const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
     const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
-    dinp[i] = from_f32<T>(to_f32(dout[i]) * (cdf + x * pdf));
+    return dout * (cdf + x * pdf);
   }
-}
-
-template <typename T>
-__global__ void hswish_forward_kernel(T* out, const T* inp, Index n) {
-  // out, inp (n): x * relu6(x + 3) / 6
-  VIT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
-    out[i] = from_f32<T>(x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f);
+};
+struct HswishForward {
+  // x * relu6(x + 3) / 6
+  __device__ float operator()(float x) const {
+    return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
   }
-}
-
-template <typename T>
-__global__ void hswish_backward_kernel(T* dinp, const T* dout, const T* inp, Index n) {
-  // dinp, dout, inp (n); derivative 0 below -3, (2x + 3) / 6 on [-3, 3], 1 above 3
-  VIT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
+};
+struct HswishBackward {
+  // derivative 0 below -3, (2x + 3) / 6 on [-3, 3], 1 above 3
+  __device__ float operator()(float dout, float x) const {
     const float g = x < -3.0f ? 0.0f : (x > 3.0f ? 1.0f : (2.0f * x + 3.0f) / 6.0f);
-    dinp[i] = from_f32<T>(to_f32(dout[i]) * g);
+    return dout * g;
   }
-}
-
-template <typename T>
-__global__ void relu_forward_kernel(T* out, const T* inp, Index n) {
-  // out, inp (n), may alias; a NaN passes (not fmaxf, which would drop it)
-  VIT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
-    out[i] = from_f32<T>(x < 0.0f ? 0.0f : x);
-  }
-}
-
-template <typename T>
-__global__ void relu_backward_kernel(T* dinp, const T* dout, const T* inp, Index n) {
-  // dinp, dout, inp (n); inp may be the forward's output; dinp may alias dout
-  VIT_GRID_STRIDE(i, n) {
-    dinp[i] = from_f32<T>(to_f32(inp[i]) <= 0.0f ? 0.0f : to_f32(dout[i]));
-  }
-}
+};
+struct ReluForward {
+  // a NaN passes (not fmaxf, which would drop it)
+  __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
+};
+struct ReluBackward {
+  // inp may be the forward's output
+  __device__ float operator()(float dout, float x) const { return x <= 0.0f ? 0.0f : dout; }
+};
 
 }  // namespace
 
+// out, inp (n)
 template <typename T>
 void gelu_forward(T* out, const T* inp, Index n) {
-  if (n <= 0) return;
-  gelu_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, inp, n);
-  VIT_CUDA_LAUNCHED();
+  map1(out, inp, n, GeluForward{});
 }
 
+// dinp, dout, inp (n)
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, Index n) {
-  if (n <= 0) return;
-  gelu_backward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dinp, dout, inp, n);
-  VIT_CUDA_LAUNCHED();
+  map2(dinp, dout, inp, n, GeluBackward{});
 }
 
+// out, inp (n)
 template <typename T>
 void hswish_forward(T* out, const T* inp, Index n) {
-  if (n <= 0) return;
-  hswish_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, inp, n);
-  VIT_CUDA_LAUNCHED();
+  map1(out, inp, n, HswishForward{});
 }
 
+// dinp, dout, inp (n)
 template <typename T>
 void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
-  if (n <= 0) return;
-  hswish_backward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dinp, dout, inp, n);
-  VIT_CUDA_LAUNCHED();
+  map2(dinp, dout, inp, n, HswishBackward{});
 }
 
+// out, inp (n), may alias
 template <typename T>
 void relu_forward(T* out, const T* inp, Index n) {
-  if (n <= 0) return;
-  relu_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, inp, n);
-  VIT_CUDA_LAUNCHED();
+  map1(out, inp, n, ReluForward{});
 }
 
+// dinp, dout, inp (n); dinp may alias dout
 template <typename T>
 void relu_backward(T* dinp, const T* dout, const T* inp, Index n) {
-  if (n <= 0) return;
-  relu_backward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dinp, dout, inp, n);
-  VIT_CUDA_LAUNCHED();
+  map2(dinp, dout, inp, n, ReluBackward{});
 }
 
 #define INSTANTIATE(T)                                             \
