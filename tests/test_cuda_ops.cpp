@@ -313,6 +313,39 @@ TYPED_TEST(CudaOps, ElementwisePacksMatchTheScalarPath) {
   }
 }
 
+// The residual's maps likewise (packs when C is a multiple of the pack and the pointers are
+// aligned; offset 1 forces the scalar loop), with and without layer scale and drop path.
+TYPED_TEST(CudaOps, ResidualPacksMatchTheScalarPath) {
+  using T = TypeParam;
+  uint64_t seed = 470;
+  for (const TokShape& s : kTokShapes) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, layer scale, + drop path
+      SCOPED_TRACE(str(s) + " variant=" + std::to_string(variant));
+      const Index n = s.B * s.N * s.C;
+      const Vec x = rnd<T>(n, ++seed), br = rnd<T>(n, ++seed), dout = rnd<T>(n, ++seed);
+      const Vec gamma = rnd<T>(s.C, ++seed, 0.1);
+      Vec scale(s.B);
+      for (Index b = 0; b < s.B; ++b) scale[b] = b % 3 == 1 ? 0.0f : 1.0f / 0.9f;
+      auto run = [&](size_t off) {
+        DevBuf<T> d_x(x, "x", off), d_br(br, "branch", off), d_dout(dout, "dout", off);
+        DevBuf<T> d_gamma(gamma, "gamma", off), d_out(n, "out", off), d_dbr(n, "dbranch", off);
+        DevBuf<float> d_scale(scale, "sample_scale");
+        T* g = variant >= 1 ? d_gamma.get() : nullptr;
+        const float* k = variant == 2 ? d_scale.get() : nullptr;
+        gpu::residual_forward(d_out.get(), d_x.get(), d_br.get(), g, k, s.B, s.N, s.C);
+        gpu::residual_backward(d_dbr.get(), static_cast<float*>(nullptr), d_dout.get(), d_br.get(),
+                               g, k, s.B, s.N, s.C);
+        gpu::synchronize();
+        return std::pair(d_out.download(), d_dbr.download());
+      };
+      const auto [out_p, dbr_p] = run(0);
+      const auto [out_s, dbr_s] = run(1);
+      expect_close("out", out_p, out_s, {0, 0});
+      expect_close("dbranch", dbr_p, dbr_s, {0, 0});
+    }
+  }
+}
+
 TYPED_TEST(CudaOps, DwConv) {
   using T = TypeParam;
   const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});

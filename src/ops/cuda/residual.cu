@@ -1,6 +1,9 @@
 // Residual add of a block branch with optional layer scale (gamma) and stochastic depth (a
 // per-sample scale of 0 or 1/keep_prob); the layer-scale gradient is a deterministic column sum.
-#include "ops/cuda/common.cuh"
+// The elementwise maps move 16-byte packs where they can (elementwise.cuh).
+#include <initializer_list>
+
+#include "ops/cuda/elementwise.cuh"
 
 namespace vit::cuda {
 
@@ -31,6 +34,60 @@ __global__ void residual_dbranch_kernel(T* dbranch, const T* dout, const T* gamm
   }
 }
 
+// The same two maps on 16-byte packs (elementwise.cuh) with 32-bit indices, when C is a
+// multiple of the pack (a pack never straddles rows) and every pointer is 16-byte aligned;
+// same formulas, so the same bits.
+template <typename T>
+__global__ void residual_forward_packed_kernel(T* out, const T* x, const T* branch, const T* gamma,
+                                               const float* sample_scale, int npack, int SC,
+                                               int C) {
+  // out, x, branch (B, S, C) in npack packs; gamma (C); sample_scale (B). out may alias x.
+  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < npack; p += gridDim.x * blockDim.x) {
+    const int i = p * kPack<T>, c = i % C;
+    const float k = sample_scale ? sample_scale[i / SC] : 1.0f;
+    const Pack<T> xv = reinterpret_cast<const Pack<T>*>(x)[p];
+    const Pack<T> bv = reinterpret_cast<const Pack<T>*>(branch)[p];
+    Pack<T> gv{};
+    if (gamma) gv = *reinterpret_cast<const Pack<T>*>(gamma + c);
+    Pack<T> o;
+#pragma unroll
+    for (int j = 0; j < kPack<T>; ++j) {
+      const float g = gamma ? to_f32(gv.v[j]) : 1.0f;
+      o.v[j] = from_f32<T>(to_f32(xv.v[j]) + k * g * to_f32(bv.v[j]));
+    }
+    reinterpret_cast<Pack<T>*>(out)[p] = o;
+  }
+}
+
+template <typename T>
+__global__ void residual_dbranch_packed_kernel(T* dbranch, const T* dout, const T* gamma,
+                                               const float* sample_scale, int npack, int SC,
+                                               int C) {
+  // dbranch, dout (B, S, C) in npack packs = sample_scale[b] * gamma[c] * dout
+  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < npack; p += gridDim.x * blockDim.x) {
+    const int i = p * kPack<T>, c = i % C;
+    const float k = sample_scale ? sample_scale[i / SC] : 1.0f;
+    const Pack<T> dv = reinterpret_cast<const Pack<T>*>(dout)[p];
+    Pack<T> gv{};
+    if (gamma) gv = *reinterpret_cast<const Pack<T>*>(gamma + c);
+    Pack<T> o;
+#pragma unroll
+    for (int j = 0; j < kPack<T>; ++j) {
+      const float g = gamma ? to_f32(gv.v[j]) : 1.0f;
+      o.v[j] = from_f32<T>(k * g * to_f32(dv.v[j]));
+    }
+    reinterpret_cast<Pack<T>*>(dbranch)[p] = o;
+  }
+}
+
+template <typename T>
+bool packable(Index n, Index C, const T* gamma, std::initializer_list<const void*> ptrs) {
+  if (n >= kPackedMaxN || C % kPack<T> != 0 || (gamma && !aligned16(gamma))) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
 template <typename T>
 struct GammaGrad {  // f(r, c) = sample_scale[b] * branch * dout at row r = b * S + s
   const T* branch;
@@ -48,19 +105,32 @@ struct GammaGrad {  // f(r, c) = sample_scale[b] * branch * dout at row r = b * 
 template <typename T>
 void residual_forward(T* out, const T* x, const T* branch, const T* gamma,
                       const float* sample_scale, Index B, Index S, Index C) {
-  if (B * S * C <= 0) return;
-  residual_forward_kernel<<<grid_stride_blocks(B * S * C), kBlock, 0, stream()>>>(
-      out, x, branch, gamma, sample_scale, B, S, C);
+  const Index n = B * S * C;
+  if (n <= 0) return;
+  if (packable(n, C, gamma, {out, x, branch})) {
+    const Index npack = n / kPack<T>;
+    residual_forward_packed_kernel<<<grid_stride_blocks(npack), kBlock, 0, stream()>>>(
+        out, x, branch, gamma, sample_scale, int(npack), int(S * C), int(C));
+  } else {
+    residual_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, x, branch, gamma,
+                                                                            sample_scale, B, S, C);
+  }
   VIT_CUDA_LAUNCHED();
 }
 
 template <typename T>
 void residual_backward(T* dbranch, float* dgamma, const T* dout, const T* branch, const T* gamma,
                        const float* sample_scale, Index B, Index S, Index C) {
-  if (B * S * C <= 0) return;
-  if (dbranch) {
-    residual_dbranch_kernel<<<grid_stride_blocks(B * S * C), kBlock, 0, stream()>>>(
-        dbranch, dout, gamma, sample_scale, B, S, C);
+  const Index n = B * S * C;
+  if (n <= 0) return;
+  if (dbranch && packable(n, C, gamma, {dbranch, dout})) {
+    const Index npack = n / kPack<T>;
+    residual_dbranch_packed_kernel<<<grid_stride_blocks(npack), kBlock, 0, stream()>>>(
+        dbranch, dout, gamma, sample_scale, int(npack), int(S * C), int(C));
+    VIT_CUDA_LAUNCHED();
+  } else if (dbranch) {
+    residual_dbranch_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dbranch, dout, gamma,
+                                                                            sample_scale, B, S, C);
     VIT_CUDA_LAUNCHED();
   }
   if (dgamma) colsum_accumulate(dgamma, GammaGrad<T>{branch, dout, sample_scale, S, C}, B * S, C);
