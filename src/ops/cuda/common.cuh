@@ -116,15 +116,25 @@ __global__ void colsum_finish_kernel(A* out, const A* partial, Index chunks, Ind
   out[c] += s;
 }
 
+// The row chunks of a column sum over (R, C): about 4 blocks of 32 columns per SM, each chunk
+// at least 64 rows. The packed column sum (elementwise.cuh) uses the same chunks, so its sums
+// have the same order and bits.
+struct ColsumChunks {
+  Index chunks, rows_per_chunk;
+};
+inline ColsumChunks colsum_chunks(Index R, Index C) {
+  const Index col_blocks = (C + 31) / 32;
+  Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
+  chunks = chunks < (R + 63) / 64 ? chunks : (R + 63) / 64;
+  chunks = chunks < 1 ? 1 : (chunks > 65535 ? 65535 : chunks);
+  return {chunks, (R + chunks - 1) / chunks};
+}
+
 template <typename F>
 void colsum_accumulate(float* out, F f, Index R, Index C) {
   if (R <= 0 || C <= 0) return;
   const Index col_blocks = (C + 31) / 32;
-  // About 4 blocks per SM in total, each chunk at least 64 rows.
-  Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
-  chunks = chunks < (R + 63) / 64 ? chunks : (R + 63) / 64;
-  chunks = chunks < 1 ? 1 : (chunks > 65535 ? 65535 : chunks);
-  const Index rows_per_chunk = (R + chunks - 1) / chunks;
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, C);
   auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
   colsum_partial_kernel<<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
       partial, f, R, C, rows_per_chunk);

@@ -95,4 +95,60 @@ void map2(T* out, const T* a, const T* b, Index n, F f) {
   VIT_CUDA_LAUNCHED();
 }
 
+template <typename T>
+__global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, int C,
+                                             int rows_per_chunk) {
+  // d (R, C) -> partial (chunks, C). Block (32, 8): x walks packs of columns, y interleaves the
+  // chunk's rows, then the 8 y-sums in order: colsum_partial_kernel's order for every column.
+  constexpr int P = kPack<T>;
+  __shared__ float sm[8][32 * P + 1];
+  const int c0 = (blockIdx.x * 32 + threadIdx.x) * P;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+  float acc[P] = {};
+  if (c0 < C)
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      const Pack<T> v = *reinterpret_cast<const Pack<T>*>(d + size_t(r) * C + c0);
+#pragma unroll
+      for (int j = 0; j < P; ++j) acc[j] += to_f32(v.v[j]);
+    }
+#pragma unroll
+  for (int j = 0; j < P; ++j) sm[threadIdx.y][threadIdx.x * P + j] = acc[j];
+  __syncthreads();
+  for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * P; k += 256) {
+    const int c = blockIdx.x * 32 * P + k;
+    if (c >= C) break;
+    float s = 0.0f;
+    for (int y = 0; y < 8; ++y) s += sm[y][k];
+    partial[size_t(blockIdx.y) * C + c] = s;
+  }
+}
+
+template <typename T>
+struct MatrixValue {  // f(r, c) = d[r, c] of a (R, C) buffer
+  const T* d;
+  Index C;
+  __device__ float operator()(Index r, Index c) const { return to_f32(d[r * C + c]); }
+};
+
+// out (C) += column sums of d (R, C): 16-byte packs where C is a multiple of the pack and d is
+// aligned, else colsum_accumulate; the same bits either way.
+template <typename T>
+void colsum_rows_accumulate(float* out, const T* d, Index R, Index C) {
+  if (R <= 0 || C <= 0) return;
+  if (R * C >= kPackedMaxN || C % kPack<T> != 0 || !aligned16(d)) {
+    colsum_accumulate(out, MatrixValue<T>{d, C}, R, C);
+    return;
+  }
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, C);
+  auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
+  const Index col_blocks = (C / kPack<T> + 31) / 32;
+  colsum_packed_partial_kernel<T>
+      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
+          partial, d, int(R), int(C), int(rows_per_chunk));
+  VIT_CUDA_LAUNCHED();
+  colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(out, partial, chunks, C);
+  VIT_CUDA_LAUNCHED();
+}
+
 }  // namespace vit::cuda

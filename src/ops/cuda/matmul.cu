@@ -1,18 +1,9 @@
 // Linear layers as cuBLASLt GEMMs (bias in the epilogue); the bias gradient is a
-// deterministic column sum.
+// deterministic column sum (on 16-byte packs where it can, elementwise.cuh).
 #include "ops/cuda/blas.cuh"
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/elementwise.cuh"
 
 namespace vit::cuda {
-
-namespace {
-template <typename T>
-struct RowValue {  // f(r, c) = d[r, c] of a (R, C) buffer
-  const T* d;
-  Index C;
-  __device__ float operator()(Index r, Index c) const { return to_f32(d[r * C + c]); }
-};
-}  // namespace
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, Index M, Index K,
@@ -31,7 +22,7 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   if (dweight)
     gemm<T, float>(true, false, Nout, K, M, 1.0f, dout, Nout, 0, inp, K, 0, 1.0f, dweight, K, 0);
   // dbias (Nout) += column sums of dout
-  if (dbias) colsum_accumulate(dbias, RowValue<T>{dout, Nout}, M, Nout);
+  if (dbias) colsum_rows_accumulate(dbias, dout, M, Nout);
 }
 
 #define INSTANTIATE(T)                                                                             \
