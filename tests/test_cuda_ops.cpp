@@ -374,6 +374,34 @@ TYPED_TEST(CudaOps, BiasGradPacksMatchTheScalarPath) {
   }
 }
 
+// LayerNorm's forward keeps rows of up to 1024 channels in registers; it must give the loop
+// kernel's bits (output, mean and rstd) at every register width, hostile rows included.
+TYPED_TEST(CudaOps, LayerNormRowsInRegistersMatchTheLoop) {
+  using T = TypeParam;
+  uint64_t seed = 510;
+  for (Index C : {Index(1), Index(40), Index(100), Index(192), Index(384), Index(500), Index(768),
+                  Index(1000), Index(1024)}) {
+    for (double shift : {0.0, 1e3}) {
+      SCOPED_TRACE("C=" + std::to_string(C) + " mean=" + std::to_string(shift));
+      const Index R = 77;  // not a multiple of the 8 rows per block
+      const Vec x = rnd<T>(R * C, ++seed, shift > 0 ? 1e-2 : 1.0, shift);
+      const Vec w = rnd<T>(C, ++seed, 0.3, 1.0), b = rnd<T>(C, ++seed, 0.1);
+      DevBuf<T> d_x(x, "inp"), d_w(w, "weight"), d_b(b, "bias");
+      DevBuf<T> d_out(R * C, "out"), d_ref(R * C, "out (loop)");
+      DevBuf<float> d_mean(R, "mean"), d_rstd(R, "rstd"), d_mref(R, "mean (loop)"),
+          d_rref(R, "rstd (loop)");
+      gpu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(),
+                             d_b.get(), R, C, 1e-6f);
+      gpu::layernorm_forward_loop(d_ref.get(), d_mref.get(), d_rref.get(), d_x.get(), d_w.get(),
+                                  d_b.get(), R, C, 1e-6f);
+      gpu::synchronize();
+      expect_close("out", d_out.download(), d_ref.download(), {0, 0});
+      expect_close("mean", d_mean.download(), d_mref.download(), {0, 0});
+      expect_close("rstd", d_rstd.download(), d_rref.download(), {0, 0});
+    }
+  }
+}
+
 TYPED_TEST(CudaOps, DwConv) {
   using T = TypeParam;
   const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});

@@ -49,6 +49,63 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
+// The same forward with the row in registers, as the backward holds it (lane l: columns l,
+// l + 32, ..., at most kPerLane of them): x is read once and a row's loads are all in flight
+// together. The sums run in layernorm_forward_kernel's order, so the bits are the same; that
+// kernel stays for rows wider than 32 x 32.
+template <typename T, int kPerLane>
+__global__ void layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                              const T* weight, const T* bias, Index R, Index C,
+                                              float eps) {
+  // inp, out (R, C); weight, bias (C); mean, rstd (R)
+  const Index r = blockIdx.x * Index(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= R) return;  // whole warps leave together
+  const T* x = inp + r * C;
+  float xv[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const Index c = lane + 32 * j;
+    xv[j] = c < C ? to_f32(x[c]) : 0.0f;
+  }
+  const float x0 = __shfl_sync(0xffffffffu, xv[0], 0);
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    if (lane + 32 * j < C) s += xv[j] - x0;
+  const float md = warp_sum(s) / float(C);
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (lane + 32 * j >= C) continue;
+    const float d = xv[j] - x0 - md;
+    sq += d * d;
+  }
+  sq = warp_sum(sq);
+  const float rs = 1.0f / sqrtf(sq / float(C) + eps);
+  T* y = out + r * C;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const Index c = lane + 32 * j;
+    if (c >= C) continue;
+    const float xh = (xv[j] - x0 - md) * rs;
+    y[c] = from_f32<T>(xh * to_f32(weight[c]) + to_f32(bias[c]));
+  }
+  if (lane == 0) {
+    mean[r] = x0 + md;
+    rstd[r] = rs;
+  }
+}
+
+template <typename T, int kPerLane>
+void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                                   const T* bias, Index R, Index C, float eps) {
+  layernorm_forward_rows_kernel<T, kPerLane>
+      <<<blocks_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(out, mean, rstd, inp,
+                                                                          weight, bias, R, C, eps);
+  VIT_CUDA_LAUNCHED();
+}
+
 // Backward, one warp per row with the row in registers: lane l holds columns l, l + 32, ...
 // (at most kPerLane of them), so x and dy are read once, all loads of a row are in flight
 // together, and each lane sums its columns' weight/bias gradients in registers across its rows.
@@ -174,12 +231,33 @@ void launch_layernorm_backward(T* dinp, float* partial, const T* dout, const T* 
 }  // namespace
 
 template <typename T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, Index R, Index C, float eps) {
+void layernorm_forward_loop(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                            const T* bias, Index R, Index C, float eps) {
   if (R <= 0) return;
   layernorm_forward_kernel<<<blocks_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
       out, mean, rstd, inp, weight, bias, R, C, eps);
   VIT_CUDA_LAUNCHED();
+}
+
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, Index R, Index C, float eps) {
+  if (R <= 0) return;
+  const Index per_lane = (C + 31) / 32;
+  if (per_lane <= 4)
+    launch_layernorm_forward_rows<T, 4>(out, mean, rstd, inp, weight, bias, R, C, eps);
+  else if (per_lane <= 8)
+    launch_layernorm_forward_rows<T, 8>(out, mean, rstd, inp, weight, bias, R, C, eps);
+  else if (per_lane <= 12)
+    launch_layernorm_forward_rows<T, 12>(out, mean, rstd, inp, weight, bias, R, C, eps);
+  else if (per_lane <= 16)
+    launch_layernorm_forward_rows<T, 16>(out, mean, rstd, inp, weight, bias, R, C, eps);
+  else if (per_lane <= 24)
+    launch_layernorm_forward_rows<T, 24>(out, mean, rstd, inp, weight, bias, R, C, eps);
+  else if (per_lane <= 32)
+    launch_layernorm_forward_rows<T, 32>(out, mean, rstd, inp, weight, bias, R, C, eps);
+  else
+    layernorm_forward_loop(out, mean, rstd, inp, weight, bias, R, C, eps);
 }
 
 template <typename T>
@@ -210,10 +288,12 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
   }
 }
 
-#define INSTANTIATE(T)                                                                        \
-  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, Index, \
-                                     Index, float);                                           \
-  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,       \
+#define INSTANTIATE(T)                                                                             \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, Index,      \
+                                     Index, float);                                                \
+  template void layernorm_forward_loop<T>(T*, float*, float*, const T*, const T*, const T*, Index, \
+                                          Index, float);                                           \
+  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,            \
                                       const float*, const float*, Index, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 

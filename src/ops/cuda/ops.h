@@ -94,6 +94,11 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                        const T* bias, Index R, Index C, float eps);
+// The same with the loop kernel that rows wider than 1024 take (layernorm_forward keeps short
+// rows in registers): for tests, which hold the two to the same bits.
+template <typename T>
+void layernorm_forward_loop(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                            const T* bias, Index R, Index C, float eps);
 // dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
 template <typename T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
