@@ -605,7 +605,7 @@ if want ops; then
   # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
   # 2-byte-aligned operands).
   step c_memcheck_kernels ops 150 "memcheck: own kernels fp32, runtime, AdamW" \
-    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksMatchTheScalarPath:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksMatchTheScalarPath:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaRuntime.*:CudaAdamW.MatchesCpu}"
   step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
     s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
   step c_memcheck_resize ops 90 "memcheck: input ops" s_gtest test_cuda_resize_batch "" \

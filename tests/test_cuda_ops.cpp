@@ -402,6 +402,42 @@ TYPED_TEST(CudaOps, LayerNormRowsInRegistersMatchTheLoop) {
   }
 }
 
+// fc1's bias gradient folded into the FFN activation's backward: bit for bit the activation's
+// backward then matmul_backward's column sum, on the packed path (offset 0) and the fallback
+// (offset 1), with the bias gradient accumulating onto what it held.
+TYPED_TEST(CudaOps, ActivationBiasGradMatchesTheUnfusedOps) {
+  using T = TypeParam;
+  uint64_t seed = 530;
+  const std::pair<Index, Index> shapes[] = {{591, 1536}, {1000, 100}, {7, 16}, {20000, 40}, {1, 8}};
+  for (const auto& [R, C] : shapes) {
+    for (size_t off : {size_t(0), size_t(1)}) {
+      SCOPED_TRACE("R=" + std::to_string(R) + " C=" + std::to_string(C) +
+                   " offset=" + std::to_string(off));
+      const Vec x = rnd<T>(R * C, ++seed, 4.0), dout = rnd<T>(R * C, ++seed);
+      const Vec db0 = rnd<float>(C, ++seed);
+      for (bool gelu : {true, false}) {
+        DevBuf<T> d_x(x, "inp", off), d_dout(dout, "dout", off);
+        DevBuf<T> d_fused(R * C, "dinp (fused)", off), d_plain(R * C, "dinp", off);
+        DevBuf<float> d_dbf(db0, "dbias (fused)"), d_dbp(db0, "dbias");
+        if (gelu) {
+          gpu::gelu_backward_bias(d_fused.get(), d_dbf.get(), d_dout.get(), d_x.get(), R, C);
+          gpu::gelu_backward(d_plain.get(), d_dout.get(), d_x.get(), R * C);
+        } else {
+          gpu::hswish_backward_bias(d_fused.get(), d_dbf.get(), d_dout.get(), d_x.get(), R, C);
+          gpu::hswish_backward(d_plain.get(), d_dout.get(), d_x.get(), R * C);
+        }
+        gpu::matmul_backward(static_cast<T*>(nullptr), static_cast<float*>(nullptr), d_dbp.get(),
+                             static_cast<const T*>(d_plain.get()), static_cast<const T*>(nullptr),
+                             static_cast<const T*>(nullptr), R, Index(1), C);
+        gpu::synchronize();
+        const std::string op = gelu ? "gelu" : "hswish";
+        expect_close(op + " dinp", d_fused.download(), d_plain.download(), {0, 0});
+        expect_close(op + " dbias", d_dbf.download(), d_dbp.download(), {0, 0});
+      }
+    }
+  }
+}
+
 TYPED_TEST(CudaOps, DwConv) {
   using T = TypeParam;
   const Tol t_out = pick<T>({1e-4, 1e-5}, {8e-3, 2e-3});

@@ -27,10 +27,14 @@ struct CudaBackend {
   static double peak_bytes() { return double(cuda::device_peak_bytes()); }
 
   static constexpr bool kFusedAttention = true;
+  // fc1's bias gradient folded into the FFN activation's backward (ops/cuda/ops.h).
+  static constexpr bool kFusedActivationBiasGrad = true;
 #define VIT_FORWARD_CUDA(name) VIT_FORWARD_OP(::vit::cuda, name)
   VIT_LAYER_OPS(VIT_FORWARD_CUDA)
   VIT_FORWARD_CUDA(flash_attention_forward)
   VIT_FORWARD_CUDA(flash_attention_backward)
+  VIT_FORWARD_CUDA(gelu_backward_bias)
+  VIT_FORWARD_CUDA(hswish_backward_bias)
   VIT_FORWARD_CUDA(resize_rows)
   VIT_FORWARD_CUDA(resize_cols)
   VIT_FORWARD_CUDA(normalize_u8)

@@ -137,6 +137,7 @@ struct CpuBackend : HostMemory {
   using Store = T;
   using Acc = T;
   static constexpr bool kFusedAttention = false;  // the reference saves the probabilities
+  static constexpr bool kFusedActivationBiasGrad = false;
   static const char* name() { return sizeof(T) == 8 ? "cpu fp64" : "cpu"; }
 #define VIT_FORWARD_CPU(name) VIT_FORWARD_OP(::vit::cpu, name)
   VIT_LAYER_OPS(VIT_FORWARD_CPU)
@@ -160,6 +161,9 @@ struct EmuBackend : HostMemory {
   using Store = bf16;
   using Acc = float;
   static constexpr bool kFusedAttention = true;  // as the CUDA backend
+  // The CUDA backend's fused activation + bias-gradient pass has the unfused bits: nothing to
+  // emulate.
+  static constexpr bool kFusedActivationBiasGrad = false;
   static const char* name() { return "cpu bf16 emulation"; }
 #define VIT_FORWARD_EMU(name) VIT_FORWARD_OP(::vit::emu, name)
   VIT_LAYER_OPS(VIT_FORWARD_EMU)

@@ -529,18 +529,29 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
       Backend::dwconv3x3_backward(a.dhid_a, bg.dw_w, CS(a.dhid_b), CS(b.act1), CS(bw.dw_w), B, N,
                                   pre, g, g, M);
     }
-    {
-      ProfileScope prof("hswish_backward", W::elementwise(BN * M, 3));
-      Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
-    }
+  }
+  // The activation right after fc1; where the backend fuses it, fc1's bias gradient (the column
+  // sums of its result) comes out of the same pass (bitwise as computing it in matmul_backward).
+  Acc* fc1_db = bg.fc1_b;
+  if constexpr (Backend::kFusedActivationBiasGrad) {
+    ProfileScope prof(local ? "hswish_backward_bias" : "gelu_backward_bias",
+                      W::elementwise(BN * M, 3));
+    if (local)
+      Backend::hswish_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
+    else
+      Backend::gelu_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
+    fc1_db = nullptr;
+  } else if (local) {
+    ProfileScope prof("hswish_backward", W::elementwise(BN * M, 3));
+    Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
   } else {
     ProfileScope prof("gelu_backward", W::elementwise(BN * M, 3));
     Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
   }
   {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, M));
-    Backend::matmul_backward(a.dln, bg.fc1_w, bg.fc1_b, CS(a.dhid_b), CS(b.ln2), CS(bw.fc1_w), BN,
-                             C, M);
+    Backend::matmul_backward(a.dln, bg.fc1_w, fc1_db, CS(a.dhid_b), CS(b.ln2), CS(bw.fc1_w), BN, C,
+                             M);
   }
   {
     ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));

@@ -68,6 +68,18 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
   map2(dinp, dout, inp, n, HswishBackward{});
 }
 
+// dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
+template <typename T>
+void gelu_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C) {
+  map2_colsum(dinp, dbias, dout, inp, R, C, GeluBackward{});
+}
+
+// dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
+template <typename T>
+void hswish_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C) {
+  map2_colsum(dinp, dbias, dout, inp, R, C, HswishBackward{});
+}
+
 // out, inp (n), may alias
 template <typename T>
 void relu_forward(T* out, const T* inp, Index n) {
@@ -80,12 +92,14 @@ void relu_backward(T* dinp, const T* dout, const T* inp, Index n) {
   map2(dinp, dout, inp, n, ReluBackward{});
 }
 
-#define INSTANTIATE(T)                                             \
-  template void gelu_forward<T>(T*, const T*, Index);              \
-  template void gelu_backward<T>(T*, const T*, const T*, Index);   \
-  template void hswish_forward<T>(T*, const T*, Index);            \
-  template void hswish_backward<T>(T*, const T*, const T*, Index); \
-  template void relu_forward<T>(T*, const T*, Index);              \
+#define INSTANTIATE(T)                                                                 \
+  template void gelu_forward<T>(T*, const T*, Index);                                  \
+  template void gelu_backward<T>(T*, const T*, const T*, Index);                       \
+  template void hswish_forward<T>(T*, const T*, Index);                                \
+  template void hswish_backward<T>(T*, const T*, const T*, Index);                     \
+  template void gelu_backward_bias<T>(T*, float*, const T*, const T*, Index, Index);   \
+  template void hswish_backward_bias<T>(T*, float*, const T*, const T*, Index, Index); \
+  template void relu_forward<T>(T*, const T*, Index);                                  \
   template void relu_backward<T>(T*, const T*, const T*, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 

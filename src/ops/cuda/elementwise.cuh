@@ -124,6 +124,45 @@ __global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, 
   }
 }
 
+// The backward of an activation with the column sums of its result folded in (the bias
+// gradient of the Linear before it): dinp = from_f32(f(dout, x)) is stored and its fp32 value
+// summed, in colsum_packed_partial_kernel's chunks and order, so dinp and the sums have the bits
+// of map2 followed by colsum_rows_accumulate, and dinp is not read back.
+template <typename T, typename F>
+__global__ void map2_colsum_packed_kernel(T* dinp, float* partial, const T* dout, const T* x, int R,
+                                          int C, int rows_per_chunk, F f) {
+  // dinp, dout, x (R, C); partial (chunks, C). Block (32, 8) as colsum_packed_partial_kernel.
+  constexpr int P = kPack<T>;
+  __shared__ float sm[8][32 * P + 1];
+  const int c0 = (blockIdx.x * 32 + threadIdx.x) * P;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+  float acc[P] = {};
+  if (c0 < C)
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      const size_t at = size_t(r) * C + c0;
+      const Pack<T> g = *reinterpret_cast<const Pack<T>*>(dout + at);
+      const Pack<T> v = *reinterpret_cast<const Pack<T>*>(x + at);
+      Pack<T> y;
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        y.v[j] = from_f32<T>(f(to_f32(g.v[j]), to_f32(v.v[j])));
+        acc[j] += to_f32(y.v[j]);
+      }
+      *reinterpret_cast<Pack<T>*>(dinp + at) = y;
+    }
+#pragma unroll
+  for (int j = 0; j < P; ++j) sm[threadIdx.y][threadIdx.x * P + j] = acc[j];
+  __syncthreads();
+  for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * P; k += 256) {
+    const int c = blockIdx.x * 32 * P + k;
+    if (c >= C) break;
+    float s = 0.0f;
+    for (int y = 0; y < 8; ++y) s += sm[y][k];
+    partial[size_t(blockIdx.y) * C + c] = s;
+  }
+}
+
 template <typename T>
 struct MatrixValue {  // f(r, c) = d[r, c] of a (R, C) buffer
   const T* d;
@@ -148,6 +187,29 @@ void colsum_rows_accumulate(float* out, const T* d, Index R, Index C) {
           partial, d, int(R), int(C), int(rows_per_chunk));
   VIT_CUDA_LAUNCHED();
   colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(out, partial, chunks, C);
+  VIT_CUDA_LAUNCHED();
+}
+
+// dinp (R, C) = f(dout, x) elementwise; dbias (C) += its column sums (none if null). One pass on packs where
+// C is a multiple of the pack and the pointers are aligned, else map2 then
+// colsum_rows_accumulate: the same bits either way.
+template <typename T, typename F>
+void map2_colsum(T* dinp, float* dbias, const T* dout, const T* x, Index R, Index C, F f) {
+  if (R <= 0 || C <= 0) return;
+  if (!dbias || R * C >= kPackedMaxN || C % kPack<T> != 0 || !aligned16(dinp) ||
+      !aligned16(dout) || !aligned16(x)) {
+    map2(dinp, dout, x, R * C, f);
+    if (dbias) colsum_rows_accumulate(dbias, static_cast<const T*>(dinp), R, C);
+    return;
+  }
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, C);
+  auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
+  const Index col_blocks = (C / kPack<T> + 31) / 32;
+  map2_colsum_packed_kernel<T>
+      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
+          dinp, partial, dout, x, int(R), int(C), int(rows_per_chunk), f);
+  VIT_CUDA_LAUNCHED();
+  colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(dbias, partial, chunks, C);
   VIT_CUDA_LAUNCHED();
 }
 

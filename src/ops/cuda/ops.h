@@ -138,6 +138,13 @@ template <typename T>
 void hswish_forward(T* out, const T* inp, Index n);
 template <typename T>
 void hswish_backward(T* dinp, const T* dout, const T* inp, Index n);
+// The activation's backward with the column sums of dinp (R, C) folded in: dbias (C)
+// ACCUMULATES them, the bias gradient of the Linear that produced inp (the FFN's fc1). Bitwise
+// the activation's backward followed by matmul_backward's bias column sum, minus a read of dinp.
+template <typename T>
+void gelu_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C);
+template <typename T>
+void hswish_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C);
 
 // ReLU, elementwise (NaN passes); out may alias inp, dinp may alias dout; the backward's mask
 // is inp > 0, and `inp` may be the forward's output.
