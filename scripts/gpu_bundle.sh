@@ -27,7 +27,10 @@
 #   run(command="bash scripts/gpu_check.sh train-bench", carry=["gpu_bundle"], timeout_s=600)
 # The working tree plus the bundle must stay under 64 MiB (checked at the end).
 # JOBS=N limits the build's parallelism (default: all cores). SKIP_BUILD=1 packs what build-gpu/
-# already holds. FMNIST_DIR overrides /usr/share/datasets/fashion-mnist.
+# already holds. FMNIST_DIR overrides /usr/share/datasets/fashion-mnist. BEFORE=COMMIT also
+# builds vitrain at COMMIT (a git worktree in build-gpu-before/) and bundles it as
+# bin/vitrain_before: the bench phase then times it beside this build (what a change paid, in
+# one run on one GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu
@@ -58,8 +61,23 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   done
 fi
 
+if [ -n "${BEFORE:-}" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
+  before_src=build-gpu-before/src
+  rm -rf build-gpu-before
+  git worktree prune
+  git worktree add --detach "$before_src" "$BEFORE" >/dev/null
+  cmake -S "$before_src" -B build-gpu-before/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DVIT_NATIVE=OFF -DVIT_CUDA=ON -DVIT_MPI=OFF >/dev/null
+  cmake --build build-gpu-before/build -j "${JOBS:-$(nproc)}" --target vitrain
+  git worktree remove --force "$before_src"
+fi
+
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
+if [ -n "${BEFORE:-}" ]; then
+  cp build-gpu-before/build/vitrain "$OUT/bin/vitrain_before"
+  echo "gpu_bundle: bin/vitrain_before is $(git rev-parse --short "$BEFORE")"
+fi
 for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention \
   tests/test_cuda_nccl tests/test_cuda_resize_batch; do
   if [ -x "$BUILD/$b" ]; then
@@ -210,6 +228,7 @@ chmod +x "$OUT/run.sh" "$OUT/gpu_check.sh"
   else
     echo "commit: (not a git checkout)"
   fi
+  [ -n "${BEFORE:-}" ] && echo "before (bin/vitrain_before): $(git rev-parse "$BEFORE")"
   echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -n 1)"
   echo "cuda code: $(grep -o -- '--generate-code=[^ ]*' "$BUILD/build.ninja" | sort -u | tr '\n' ' ')"
   echo "files:"

@@ -18,7 +18,9 @@
 #                                                     and CPU logits against timm
 #                                                 (f)+(g) vitrain bench and timm eager, interleaved,
 #                                                     ViT-S/16 and ViT-B/16 at batch 256, the
-#                                                     CIFAR-size ViT-Ti/4 at 1024, two rounds
+#                                                     CIFAR-size ViT-Ti/4 at 1024, two rounds;
+#                                                     with a BEFORE build in the bundle
+#                                                     (gpu_bundle.sh BEFORE=COMMIT) that too
 #   bash scripts/gpu_check.sh all [DEST]          everything (over 10 minutes on a GPU: dry runs)
 #   bash scripts/gpu_check.sh data [DEST]         (i) the input pipeline on the device's cores and
 #                                                     GPU (issue 15): an ImageNet-like set made
@@ -125,7 +127,7 @@ export VIT_LD_LIBRARY_PATH="${VIT_LD_LIBRARY_PATH:-}" ENV_OK
 # leave key=value metrics in metrics/ID.kv, a JSON line in metrics/ID.json, a note in notes/ID.
 
 # vitrain with our libraries; nothing else (PyTorch) sees VIT_LD_LIBRARY_PATH.
-vt() { LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "$BUNDLE/bin/vitrain" "$@"; }
+vt() { LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "${VT_BIN:-$BUNDLE/bin/vitrain}" "$@"; }
 note() { printf '%s\n' "$*" >"$WORK/notes/$STEP_ID"; }
 kv() { printf '%s=%s\n' "$1" "$2" >>"$MET/$STEP_ID.kv"; }
 need_bin() {
@@ -334,6 +336,15 @@ s_vbench() {
 s_vbench_unfused() {
   VIT_FLASH_ATTENTION=0 s_vbench "$@"
 }
+# Args: model, batch. The BEFORE build's vitrain bench (scripts/gpu_bundle.sh BEFORE=COMMIT).
+s_vbench_before() {
+  need_bin vitrain_before
+  VT_BIN="$BUNDLE/bin/vitrain_before" s_vbench "$@"
+}
+s_vprofile_before() {
+  need_bin vitrain_before
+  VT_BIN="$BUNDLE/bin/vitrain_before" s_vprofile "$@"
+}
 # Args: model, batch. vitrain bench with the mma.sync fused attention (VIT_FLASH_MMA=1).
 s_vbench_mma() {
   VIT_FLASH_MMA=1 s_vbench "$@"
@@ -372,7 +383,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_vbench s_vbench_unfused s_vbench_mma s_vprofile s_tbench
+  s_vbench s_vbench_unfused s_vbench_mma s_vbench_before s_vprofile s_vprofile_before s_tbench
 
 # ---------------------------------------------------------------------------------------------
 # The runner.
@@ -426,7 +437,15 @@ for line in open(os.path.join(work, "steps.tsv")):
     steps.append(s)
 
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
-bench = [dict(s["result"], step=s["id"]) for s in steps
+def impl_of(s):
+    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_mma_* and
+    f_before_* (attention variants, the BEFORE build) get their own column."""
+    impl = s["result"].get("impl", "")
+    var = s["id"].split("_")[1] if s["id"].startswith("f_") else "vitrain"
+    return impl if var == "vitrain" else f"{impl}-{var}"
+
+
+bench = [dict(s["result"], step=s["id"], impl=impl_of(s)) for s in steps
          if s["group"] in ("bench", "compile") and "result" in s and "img_per_s" in s["result"]]
 counts = {k: sum(1 for s in steps if s["status"] == k) for k in ("PASS", "FAIL", "TIMEOUT", "SKIP")}
 # FAIL if anything failed; INCOMPLETE if all that ran passed but some never ran (budget).
@@ -478,7 +497,7 @@ if bench:
     L.append("")
     L.append("Median img/s (runs):")
     L.append("")
-    L.append("| model | batch | " + " | ".join(impls) + " | vitrain / torch |")
+    L.append("| model | batch | " + " | ".join(impls) + " | vitrain vs the others |")
     L.append("|---|---:|" + "---:|" * len(impls) + "---|")
     for (m, bsz), by in sorted(med.items(), key=lambda x: str(x[0])):
         cells, mv = [], {}
@@ -489,9 +508,10 @@ if bench:
                 cells.append(f"{mv[i]:.1f} ({len(v)})")
             else:
                 cells.append("")
-        vit = [v for i, v in mv.items() if i.startswith("vitrain")]
-        ratio = ", ".join(f"{vit[0] / v:.2f}x {i}" for i, v in mv.items()
-                          if vit and not i.startswith("vitrain") and v > 0)
+        # The build as it is against everything else: torch modes, attention variants, BEFORE.
+        main = next((i for i in mv if i in ("vitrain-cuda", "vitrain-cpu", "vitrain-emu")), None)
+        ratio = ", ".join(f"{mv[main] / v:.2f}x {i}" for i, v in mv.items()
+                          if main and i != main and v > 0)
         L.append(f"| {m} | {bsz} | " + " | ".join(cells) + f" | {ratio} |")
 fails = [s for s in steps if s["status"] in ("FAIL", "TIMEOUT")]
 tails = {}
@@ -667,6 +687,7 @@ if [ -n "${GPU_CHECK_BENCH_MODELS:-}" ]; then
   for mb in $GPU_CHECK_BENCH_MODELS; do BENCH_MODELS+=("${mb%%:*} ${mb##*:}"); done
 fi
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
+variant_label() { if [ "$1" = before ]; then echo "BEFORE build"; else echo "$1 attention"; fi; }
 if want bench; then
   # Interleaved: vitrain then timm per model; round two in the other order, so neither always
   # runs on a warmer (or cooler) GPU. Two samples per pair also show the run-to-run spread.
@@ -674,20 +695,22 @@ if want bench; then
     for mb in "${BENCH_MODELS[@]}"; do
       read -r m b <<<"$mb"
       s=$(short "$m")
-      # The attention variants (unfused; mma.sync kernels) on the first model only (ViT-S).
+      # The attention variants (unfused; mma.sync kernels) on the first model only (ViT-S);
+      # the BEFORE build (when bundled) on every model.
       variants=()
       [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma)
+      [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
       if [ "$r" = 1 ]; then
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
         for var in "${variants[@]}"; do
-          step "f_${var}_${s}_r$r" bench 120 "vitrain bench $var attention $m b$b" \
+          step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
             "s_vbench_$var" "$m" "$b"
         done
         step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
       else
         step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
         for var in "${variants[@]}"; do
-          step "f_${var}_${s}_r$r" bench 120 "vitrain bench $var attention $m b$b" \
+          step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
             "s_vbench_$var" "$m" "$b"
         done
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
@@ -696,6 +719,9 @@ if want bench; then
   done
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "h_profile_$(short "$m")" bench 120 "vitrain bench --profile $m b$b" s_vprofile "$m" "$b"
+  [ -x "$BUNDLE/bin/vitrain_before" ] &&
+    step "h_profile_before_$(short "$m")" bench 120 "BEFORE build: vitrain bench --profile $m b$b" \
+      s_vprofile_before "$m" "$b"
 fi
 if want data; then
   # shellcheck source=scripts/gpu_check_data.sh
