@@ -116,14 +116,13 @@ __global__ void colsum_finish_kernel(A* out, const A* partial, Index chunks, Ind
   out[c] += s;
 }
 
-// The row chunks of a column sum over (R, C): about 4 blocks of 32 columns per SM, each chunk
-// at least 64 rows. The packed column sum (elementwise.cuh) uses the same chunks, so its sums
-// have the same order and bits.
+// The row chunks of a column sum whose columns are split into `col_blocks` blocks: about 4
+// blocks per SM in all, each chunk at least 64 rows. Fixed for a shape, so sums are
+// deterministic.
 struct ColsumChunks {
   Index chunks, rows_per_chunk;
 };
-inline ColsumChunks colsum_chunks(Index R, Index C) {
-  const Index col_blocks = (C + 31) / 32;
+inline ColsumChunks colsum_chunks(Index R, Index col_blocks) {
   Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
   chunks = chunks < (R + 63) / 64 ? chunks : (R + 63) / 64;
   chunks = chunks < 1 ? 1 : (chunks > 65535 ? 65535 : chunks);
@@ -134,7 +133,7 @@ template <typename F>
 void colsum_accumulate(float* out, F f, Index R, Index C) {
   if (R <= 0 || C <= 0) return;
   const Index col_blocks = (C + 31) / 32;
-  const auto [chunks, rows_per_chunk] = colsum_chunks(R, C);
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, col_blocks);
   auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
   colsum_partial_kernel<<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
       partial, f, R, C, rows_per_chunk);

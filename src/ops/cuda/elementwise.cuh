@@ -99,7 +99,7 @@ template <typename T>
 __global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, int C,
                                              int rows_per_chunk) {
   // d (R, C) -> partial (chunks, C). Block (32, 8): x walks packs of columns, y interleaves the
-  // chunk's rows, then the 8 y-sums in order: colsum_partial_kernel's order for every column.
+  // chunk's rows, then the 8 y-sums in order (a fixed order: deterministic).
   constexpr int P = kPack<T>;
   __shared__ float sm[8][32 * P + 1];
   const int c0 = (blockIdx.x * 32 + threadIdx.x) * P;
@@ -126,7 +126,7 @@ __global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, 
 
 // The backward of an activation with the column sums of its result folded in (the bias
 // gradient of the Linear before it): dinp = from_f32(f(dout, x)) is stored and its fp32 value
-// summed, in colsum_packed_partial_kernel's chunks and order, so dinp and the sums have the bits
+// summed in colsum_packed_partial_kernel's chunks and order, so dinp and the sums have the bits
 // of map2 followed by colsum_rows_accumulate, and dinp is not read back.
 template <typename T, typename F>
 __global__ void map2_colsum_packed_kernel(T* dinp, float* partial, const T* dout, const T* x, int R,
@@ -170,8 +170,15 @@ struct MatrixValue {  // f(r, c) = d[r, c] of a (R, C) buffer
   __device__ float operator()(Index r, Index c) const { return to_f32(d[r * C + c]); }
 };
 
+// A packed column sum's blocks of 32 packs and its row chunks (as many blocks as the generic
+// sum: a thread covers a pack of columns, so there are more row chunks).
+template <typename T>
+Index colsum_packed_col_blocks(Index C) {
+  return (C / kPack<T> + 31) / 32;
+}
+
 // out (C) += column sums of d (R, C): 16-byte packs where C is a multiple of the pack and d is
-// aligned, else colsum_accumulate; the same bits either way.
+// aligned, else colsum_accumulate. Deterministic either way; the two sum in different orders.
 template <typename T>
 void colsum_rows_accumulate(float* out, const T* d, Index R, Index C) {
   if (R <= 0 || C <= 0) return;
@@ -179,9 +186,9 @@ void colsum_rows_accumulate(float* out, const T* d, Index R, Index C) {
     colsum_accumulate(out, MatrixValue<T>{d, C}, R, C);
     return;
   }
-  const auto [chunks, rows_per_chunk] = colsum_chunks(R, C);
+  const Index col_blocks = colsum_packed_col_blocks<T>(C);
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, col_blocks);
   auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
-  const Index col_blocks = (C / kPack<T> + 31) / 32;
   colsum_packed_partial_kernel<T>
       <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
           partial, d, int(R), int(C), int(rows_per_chunk));
@@ -190,21 +197,21 @@ void colsum_rows_accumulate(float* out, const T* d, Index R, Index C) {
   VIT_CUDA_LAUNCHED();
 }
 
-// dinp (R, C) = f(dout, x) elementwise; dbias (C) += its column sums (none if null). One pass on packs where
-// C is a multiple of the pack and the pointers are aligned, else map2 then
+// dinp (R, C) = f(dout, x) elementwise; dbias (C) += its column sums (none if null). One pass on
+// packs where C is a multiple of the pack and the pointers are aligned, else map2 then
 // colsum_rows_accumulate: the same bits either way.
 template <typename T, typename F>
 void map2_colsum(T* dinp, float* dbias, const T* dout, const T* x, Index R, Index C, F f) {
   if (R <= 0 || C <= 0) return;
-  if (!dbias || R * C >= kPackedMaxN || C % kPack<T> != 0 || !aligned16(dinp) ||
-      !aligned16(dout) || !aligned16(x)) {
+  if (!dbias || R * C >= kPackedMaxN || C % kPack<T> != 0 || !aligned16(dinp) || !aligned16(dout) ||
+      !aligned16(x)) {
     map2(dinp, dout, x, R * C, f);
     if (dbias) colsum_rows_accumulate(dbias, static_cast<const T*>(dinp), R, C);
     return;
   }
-  const auto [chunks, rows_per_chunk] = colsum_chunks(R, C);
+  const Index col_blocks = colsum_packed_col_blocks<T>(C);
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, col_blocks);
   auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
-  const Index col_blocks = (C / kPack<T> + 31) / 32;
   map2_colsum_packed_kernel<T>
       <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
           dinp, partial, dout, x, int(R), int(C), int(rows_per_chunk), f);
