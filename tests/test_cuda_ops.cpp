@@ -353,7 +353,7 @@ TYPED_TEST(CudaOps, BiasGradPacksAreDeterministicColumnSums) {
   using T = TypeParam;
   uint64_t seed = 490;
   const std::pair<Index, Index> shapes[] = {{1, 8},      {7, 16},     {1000, 64}, {591, 384},
-                                            {1000, 100}, {20000, 40}, {3, 1536},  {50432, 1536}};
+                                            {1000, 100}, {20000, 40}, {3, 1536},  {6000, 1536}};
   for (const auto& [R, C] : shapes) {
     SCOPED_TRACE("R=" + std::to_string(R) + " C=" + std::to_string(C));
     const Vec dout = rnd<T>(R * C, ++seed), db0 = rnd<float>(C, ++seed);
