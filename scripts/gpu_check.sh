@@ -622,10 +622,11 @@ if want ops; then
     s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=1
   step b_resize ops 60 "input ops: planned crops -> resize, flip, RandAugment, normalise vs CPU (bitwise)" \
     s_gtest test_cuda_resize_batch ""
-  # memcheck on the fast subsets: our own kernels in fp32, then the cuBLASLt paths in bf16 (the
-  # 2-byte-aligned operands).
-  step c_memcheck_kernels ops 150 "memcheck: own kernels fp32, runtime, AdamW" \
-    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksMatchTheScalarPath:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+  # memcheck on the fast subsets: our own kernels in fp32 (and the packed ones in bf16 too: 8
+  # elements a pack, another path), then the cuBLASLt paths in bf16 (the 2-byte-aligned
+  # operands). tests/gpu_check_filters.sh checks that every name here is a test.
+  step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
+    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaRuntime.*:CudaAdamW.MatchesCpu}"
   step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
     s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
   step c_memcheck_resize ops 90 "memcheck: input ops" s_gtest test_cuda_resize_batch "" \

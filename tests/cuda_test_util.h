@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -158,6 +159,17 @@ inline void expect_close(const std::string& what, const Vec& got, const Vec& ref
                      << " elements beyond tolerance (rtol " << tol.rtol << ", atol " << tol.atol
                      << " x max|ref| " << maxref << "); worst [" << worst << "] gpu " << got[worst]
                      << " ref " << ref[worst] << " (" << worst_ratio << " x the limit)";
+}
+
+// Bit for bit (a tolerance of zero would still pass -0 for +0 and differences below 1e-30).
+inline void expect_same_bits(const std::string& what, const Vec& got, const Vec& ref) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << got.size()
+                        << " elements differ in their bits; first [" << first << "] " << got[first]
+                        << " vs " << ref[first];
 }
 
 // ---------------------------------------------------------------------------------------------

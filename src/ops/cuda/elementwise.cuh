@@ -147,7 +147,9 @@ __global__ void map2_colsum_packed_kernel(T* dinp, float* partial, const T* dout
 #pragma unroll
       for (int j = 0; j < P; ++j) {
         y.v[j] = from_f32<T>(f(to_f32(g.v[j]), to_f32(v.v[j])));
-        acc[j] += to_f32(y.v[j]);
+        // __fadd_rn: for T = float, y is f's last product, and a plain add lets ptxas fuse
+        // it into an FMA with the unrounded product (not the stored dinp's bits).
+        acc[j] = __fadd_rn(acc[j], to_f32(y.v[j]));
       }
       *reinterpret_cast<Pack<T>*>(dinp + at) = y;
     }
@@ -170,8 +172,8 @@ struct MatrixValue {  // f(r, c) = d[r, c] of a (R, C) buffer
   __device__ float operator()(Index r, Index c) const { return to_f32(d[r * C + c]); }
 };
 
-// A packed column sum's blocks of 32 packs and its row chunks (as many blocks as the generic
-// sum: a thread covers a pack of columns, so there are more row chunks).
+// A packed column sum's blocks of 32 packs (a thread covers a pack of columns; the row chunks
+// come from colsum_chunks, enough to fill the GPU).
 template <typename T>
 Index colsum_packed_col_blocks(Index C) {
   return (C / kPack<T> + 31) / 32;
