@@ -236,6 +236,32 @@ s_memcheck() {
   s_gtest test_cuda_ops "$1" compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 30
 }
 
+# The pixel-step kernel's shared histograms, LUTs and reductions (about ten __syncthreads)
+# under racecheck and synccheck.
+s_sanitize_pixel_steps() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    note "compute-sanitizer not on the PATH"
+    return 3
+  fi
+  local tool
+  for tool in racecheck synccheck; do
+    s_gtest test_cuda_resize_batch 'CudaResizeBatch.EveryRandAugmentOpSmallSides' \
+      compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 30 || return
+  done
+}
+
+# The flash attention kernels (both sets: the emulation test switches VIT_FLASH_MMA itself)
+# under a compute-sanitizer tool: memcheck for reads out of bounds (the guard bytes catch
+# writes only), racecheck for shared-memory hazards between warps.
+s_sanitize_flash() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    note "compute-sanitizer not on the PATH"
+    return 3
+  fi
+  s_gtest test_cuda_flash_attention '*MatchesCpuReference*:*MatchesTheEmulation*' \
+    compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit 30
+}
+
 # Args: experiment name, then extra train flags.
 s_train() {
   local exp="$1"
@@ -383,7 +409,8 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_vbench s_vbench_unfused s_vbench_mma s_vbench_before s_vprofile s_vprofile_before s_tbench
+  s_vbench s_vbench_unfused s_vbench_mma s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
 # The runner.
@@ -631,6 +658,12 @@ if want ops; then
     s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
   step c_memcheck_resize ops 90 "memcheck: input ops" s_gtest test_cuda_resize_batch "" \
     compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 30
+  step c_racecheck_resize ops 120 "racecheck + synccheck: RandAugment's pixel-step kernel" \
+    s_sanitize_pixel_steps
+  step c_memcheck_flash ops 150 "memcheck: flash attention, both kernel sets" \
+    s_sanitize_flash memcheck
+  step c_racecheck_flash ops 150 "racecheck: flash attention, both kernel sets" \
+    s_sanitize_flash racecheck
 fi
 if want model; then
   step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""

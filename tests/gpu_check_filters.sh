@@ -13,13 +13,17 @@ for bin in "$@"; do
   "$bin" --gtest_list_tests | awk '/^[^ ]/ {suite = $1; next} {print suite $1}' >>"$listed"
 done
 [ -s "$listed" ] || { echo "no tests listed by $*" >&2; exit 1; }
-names=$(grep -oE "Cuda[A-Za-z0-9_]*(/[A-Za-z0-9_]+)?\.[A-Za-z0-9_*]+" "$script" | sort -u)
+# Suite(/param).Test names and Suite.* wildcards; then *Part* wildcards (a CamelCase part).
+names=$(grep -oE "[A-Z][A-Za-z0-9_]*(/[a-z0-9]+)?\.[A-Z*][A-Za-z0-9_*]*" "$script" | sort -u)
+parts=$(grep -oE "\*[A-Z][A-Za-z0-9_]+[/*]" "$script" | tr -d '/*' | sort -u)
 [ -n "$names" ] || { echo "no test names found in $script" >&2; exit 1; }
 missing=0 checked=0
-for n in $names; do
+for n in $names $parts; do
   checked=$((checked + 1))
   if [[ $n == *'*' ]]; then
     grep -qF "${n%\*}" "$listed" && continue  # a wildcard must match something
+  elif [[ $n != *.* ]]; then
+    grep -qF "$n" "$listed" && continue  # a part of a name
   else
     grep -qxF "$n" "$listed" && continue
   fi

@@ -14,7 +14,9 @@
 //    accurate as in fp32 mode: 1e-4.
 // Shapes: ViT-S heads (N = 197: a ragged 5-row last tile), every supported head dim, N = 1 and
 // 17 (one partial tile), N = 65 (a single-row last tile), odd B; one case with buffers offset by
-// one element (no 16-byte accesses). A second backward must give the same bits.
+// one element (no 16-byte accesses); D = 32, 48, 64 over several tiles, N a multiple of the
+// tile. A second backward must give the same bits. The bf16 kernels (both sets) also against
+// the CPU emulation's rounding points (MatchesTheEmulationOnBothKernelSets).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,14 +24,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
 #include "cuda_test_util.h"
 #include "gpu_test_util.h"
 #include "ops/cpu/ops.h"
 #include "ops/cuda/ops.h"
+#include "ops/emu/ops.h"
 
 namespace {
 
@@ -55,6 +60,9 @@ const std::vector<Shape> kShapes = {
     {5, 1, 1, 64},       // a single token
     {2, 50, 3, 32, 1},   // misaligned buffers: the scalar load/store path
     {1, 130, 2, 96, 1},  // misaligned, 3 tiles
+    {2, 197, 3, 48},     // D = 48 over several tiles (online-softmax rescaling)
+    {2, 130, 2, 32},     // D = 32 over several tiles
+    {1, 128, 2, 64},     // N an exact multiple of the tile
 };
 
 std::string str(const Shape& s) {
@@ -146,6 +154,99 @@ TYPED_TEST(FlashAttention, RejectsUnsupportedHeadDim) {
   EXPECT_THROW(gpu::flash_attention_forward(none, nullptr, none, 1, 8, 1, 40), vit::Error);
   EXPECT_THROW(gpu::flash_attention_backward(none, none, none, none, nullptr, 1, 8, 1, 128),
                vit::Error);
+}
+
+// The bf16 kernels against the CPU emulation of their rounding points (src/ops/emu/
+// flash_attention.cpp) on the same bf16 inputs, on both kernel sets: the WMMA one and the
+// mma.sync one (VIT_FLASH_MMA=1, read at every call, set here so no outside switch is needed).
+// They differ only in fp32 summation order and exp2f's last bits, so the stored bf16 results
+// may differ where a value sits near a rounding boundary: lse within 1e-5 relative; out and
+// dqkv within 2 bf16 ulps of the larger value plus 1 ulp of the largest, and most elements
+// (>= 90%) the same bits. The fp64 test above judges the size of the error; this one, where
+// the rounding happens (a rounding point moved costs ~1 ulp on many elements).
+class FlashAttentionBf16 : public CudaTest {};
+
+struct ScopedEnv {  // sets an environment variable for a scope, then restores it
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+double bf16_ulp(double x) {  // the spacing of bf16 values at |x| (8 significant bits)
+  int e;
+  std::frexp(x == 0 ? 1e-30 : std::fabs(x), &e);
+  return std::ldexp(1.0, e - 8);
+}
+
+void expect_within_ulps(const std::string& what, const Vec& got, const Vec& ref) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double maxref = 0;
+  for (float r : ref) maxref = std::max(maxref, double(std::fabs(r)));
+  size_t bad = 0, differ = 0, worst = 0;
+  double worst_err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - double(ref[i]));
+    const double lim =
+        2 * bf16_ulp(std::max(std::fabs(got[i]), std::fabs(ref[i]))) + bf16_ulp(maxref) + 1e-30;
+    differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+    if (!(err <= lim)) ++bad;  // NaN counts as bad
+    if (err > worst_err) worst_err = err, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " beyond 2 ulps; worst ["
+                     << worst << "] gpu " << got[worst] << " emu " << ref[worst];
+  EXPECT_LE(double(differ), 0.1 * double(got.size()))
+      << what << ": " << differ << " of " << got.size() << " elements differ in their bits";
+}
+
+TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
+  using T = bf16;
+  for (const char* mma : {"0", "1"}) {
+    ScopedEnv env("VIT_FLASH_MMA", mma);
+    uint64_t seed = 1000;
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(str(s) + " VIT_FLASH_MMA=" + mma);
+      const Index C = s.H * s.D;
+      const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
+      DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
+      DevBuf<T> d_out(s.B * s.N * C, "out", s.offset), d_dqkv(qkv.size(), "dqkv", s.offset);
+      DevBuf<float> d_lse(s.B * s.H * s.N, "lse");
+      gpu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.N, s.H, s.D);
+      gpu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                                    d_lse.get(), s.B, s.N, s.H, s.D);
+      gpu::synchronize();
+      // The emulation on the same bf16 values (exact: they are bf16 already); its backward
+      // takes the emulated forward's out and lse, as the model's would.
+      auto to_bf16 = [](const Vec& v) {
+        std::vector<vit::bf16> b(v.size());
+        for (size_t i = 0; i < v.size(); ++i) b[i] = vit::bf16(v[i]);
+        return b;
+      };
+      auto widen = [](const std::vector<vit::bf16>& b) {
+        Vec v(b.size());
+        for (size_t i = 0; i < b.size(); ++i) v[i] = float(b[i]);
+        return v;
+      };
+      const std::vector<vit::bf16> e_qkv = to_bf16(qkv), e_dout = to_bf16(dout);
+      std::vector<vit::bf16> e_out(s.B * s.N * C), e_dqkv(qkv.size());
+      Vec e_lse(s.B * s.H * s.N);
+      vit::emu::flash_attention_forward(e_out.data(), e_lse.data(), e_qkv.data(), s.B, s.N, s.H,
+                                        s.D);
+      vit::emu::flash_attention_backward(e_dqkv.data(), e_dout.data(), e_qkv.data(), e_out.data(),
+                                         e_lse.data(), s.B, s.N, s.H, s.D);
+      expect_close("lse", d_lse.download(), e_lse, {1e-5, 1e-6});
+      expect_within_ulps("out", d_out.download(), widen(e_out));
+      expect_within_ulps("dqkv", d_dqkv.download(), widen(e_dqkv));
+    }
+  }
 }
 
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
