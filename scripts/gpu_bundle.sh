@@ -4,8 +4,9 @@
 # PyTorch and timm, but none of our Debian libraries and no network. Writes gpu_bundle/
 # (git-ignored):
 #   bin.tar.xz          bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model,
-#                       bin/test_cuda_flash_attention, bin/test_cuda_nccl and
-#                       bin/test_cuda_resize_batch (the last four when they build), packed;
+#                       bin/test_cuda_flash_attention, bin/test_cuda_nccl,
+#                       bin/test_cuda_resize_batch and bin/test_cuda_planned_input (the
+#                       last five when they build), packed;
 #                       env.sh unpacks bin/ on the device
 #                       portable x86-64 builds (no -march=native), sm_80 + sm_90
 #   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
@@ -47,11 +48,12 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     exit 1
   fi
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
-  # The model and fused-attention tests are optional: a bundle without them checks the rest.
+  # The other GPU tests are optional: a bundle without them checks the rest.
   # The target list is read whole first: `ninja ... | grep -q` under pipefail fails once grep
-  # quits early and ninja dies of SIGPIPE (the list outgrew the pipe), which dropped all four.
+  # quits early and ninja dies of SIGPIPE (the list outgrew the pipe), which dropped them.
   targets=$(ninja -C "$BUILD" -t targets all 2>/dev/null)
-  for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl test_cuda_resize_batch; do
+  for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl test_cuda_resize_batch \
+    test_cuda_planned_input; do
     if grep -Eq "^(tests/)?$t:" <<<"$targets"; then
       cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
         echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
@@ -79,7 +81,7 @@ if [ -n "${BEFORE:-}" ]; then
   echo "gpu_bundle: bin/vitrain_before is $(git rev-parse --short "$BEFORE")"
 fi
 for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention \
-  tests/test_cuda_nccl tests/test_cuda_resize_batch; do
+  tests/test_cuda_nccl tests/test_cuda_resize_batch tests/test_cuda_planned_input; do
   if [ -x "$BUILD/$b" ]; then
     cp "$BUILD/$b" "$OUT/bin/"
   elif [ "$b" = vitrain ] || [ "$b" = tests/test_cuda_ops ]; then

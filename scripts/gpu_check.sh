@@ -649,6 +649,8 @@ if want ops; then
     s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=1
   step b_resize ops 60 "input ops: planned crops -> resize, flip, RandAugment, normalise vs CPU (bitwise)" \
     s_gtest test_cuda_resize_batch ""
+  step b_planned_input ops 60 "engine's planned input: pinned slots, growth, ET++ operator vs host" \
+    s_gtest test_cuda_planned_input ""
   # memcheck on the fast subsets: our own kernels in fp32 (and the packed ones in bf16 too: 8
   # elements a pack, another path), then the cuBLASLt paths in bf16 (the 2-byte-aligned
   # operands). tests/gpu_check_filters.sh checks that every name here is a test.
