@@ -151,6 +151,17 @@ TEST_F(DistCli, TwoAndThreeRanksTrainTheOneRankRun) {
   EXPECT_EQ(folders, 3u);
 }
 
+// With gradient accumulation: the sums run in the last micro-batch's backward pass only
+// (overlapped with it, tests/test_grad_buckets.cpp), and the run is still the one-rank run.
+TEST_F(DistCli, AccumulatedMicroBatchesTrainTheOneRankRun) {
+  const RunResult one = run_ranks(1, flags("a1", "--grad-accum-steps 2"), dir_.string());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const RunResult two = run_ranks(2, flags("a2", "--grad-accum-steps 2"), dir_.string());
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  expect_same_losses("a2", "a1", 15);  // updates of 2 x 48 samples: 5 an epoch
+  expect_same_weights("a2", "a1");
+}
+
 TEST_F(DistCli, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
   ASSERT_EQ(run_ranks(1, flags("straight"), dir_.string()).exit_code, 0);
   for (int ranks : {1, 3}) {

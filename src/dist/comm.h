@@ -26,6 +26,14 @@ class Comm {
     allreduce_sum(data, n);
     for (size_t i = 0; i < n; ++i) data[i] /= double(size());
   }
+  // Non-blocking allreduce_sum: started now, in place, finished by wait_all(); data must not
+  // be read or written until then. Every rank starts the same sums in the same order (MPI's
+  // rule for collectives). progress() lets started sums advance (MPI moves a non-blocking
+  // collective only inside MPI calls). The default sums at once.
+  virtual void allreduce_sum_start(float* data, size_t n) { allreduce_sum(data, n); }
+  virtual void allreduce_sum_start(double* data, size_t n) { allreduce_sum(data, n); }
+  virtual void progress() {}
+  virtual void wait_all() {}
   // Blocks: counts[r] consecutive elements per rank r, in rank order, together the whole buffer.
   // reduce_scatter_sum: afterwards this rank's block holds the sum over the ranks of that
   // block (the other blocks are unspecified). allgather: every rank's block to every rank.

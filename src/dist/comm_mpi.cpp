@@ -163,6 +163,22 @@ class MpiComm : public Comm {
       mpi_ok(MPI_Allreduce(MPI_IN_PLACE, p, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "allreduce");
     });
   }
+  void allreduce_sum_start(float* data, size_t n) override { start_sum(data, n); }
+  void allreduce_sum_start(double* data, size_t n) override { start_sum(data, n); }
+  void progress() override {
+    if (pending_.empty()) return;
+    int done = 0;
+    mpi_ok(MPI_Testall(int(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE),
+           "all-reduce (overlapped)");
+    if (done) pending_.clear();
+  }
+  void wait_all() override {
+    if (pending_.empty()) return;
+    Timed t(watchdog_.get(), "all-reduce (overlapped)");
+    mpi_ok(MPI_Waitall(int(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE),
+           "all-reduce (overlapped)");
+    pending_.clear();
+  }
   void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) override {
     Timed t(watchdog_.get(), "reduce-scatter");
     reduce_scatter_in_place(data, counts, rank_);
@@ -187,8 +203,19 @@ class MpiComm : public Comm {
   }
 
  private:
+  template <typename T>
+  void start_sum(T* data, size_t n) {
+    chunked(data, n, [this](T* p, int c) {
+      MPI_Request r;
+      mpi_ok(MPI_Iallreduce(MPI_IN_PLACE, p, c, mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD, &r),
+             "all-reduce (overlapped)");
+      pending_.push_back(r);
+    });
+  }
+
   int rank_ = 0, size_ = 1;
   std::unique_ptr<Watchdog> watchdog_;
+  std::vector<MPI_Request> pending_;  // started sums, until wait_all()
 };
 
 }  // namespace

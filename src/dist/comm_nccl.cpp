@@ -83,6 +83,15 @@ class NcclComm : public Comm {
   void allreduce_sum(float* data, size_t n) override { allreduce(data, n, ncclSum); }
   void allreduce_sum(double* data, size_t n) override { allreduce(data, n, ncclSum); }
   void allreduce_mean(double* data, size_t n) override { allreduce(data, n, ncclAvg); }
+  // Device data: on the collective stream after the op stream's work so far, and the op
+  // stream goes on without waiting for it (the overlap) until wait_all(). Host data: at once.
+  void allreduce_sum_start(float* data, size_t n) override { allreduce_start(data, n); }
+  void allreduce_sum_start(double* data, size_t n) override { allreduce_start(data, n); }
+  void wait_all() override {
+    if (!started_) return;
+    cuda_ok(cudaStreamWaitEvent(cuda::stream(), done_, 0), "wait");
+    started_ = false;
+  }
   void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) override {
     reduce_scatter(data, counts);
   }
@@ -103,6 +112,20 @@ class NcclComm : public Comm {
     run("all-reduce", data, n * sizeof(T), [&](void* d) {
       nccl_ok(ncclAllReduce(d, d, n, nccl_type<T>(), op, comm_, stream_), "all-reduce");
     });
+  }
+  template <typename T>
+  void allreduce_start(T* data, size_t n) {
+    if (n == 0) return;
+    if (!on_device(data)) return allreduce(data, n, ncclSum);
+    cuda_ok(cudaEventRecord(ready_, cuda::stream()), "record");
+    cuda_ok(cudaStreamWaitEvent(stream_, ready_, 0), "wait");
+    nccl_ok(ncclAllReduce(data, data, n, nccl_type<T>(), ncclSum, comm_, stream_),
+            "all-reduce (overlapped)");
+    std::lock_guard<std::mutex> lock(mu_);
+    cuda_ok(cudaEventRecord(done_, stream_), "record");  // the watchdog's, and wait_all's
+    op_ = "all-reduce (overlapped)";
+    start_ms_ = now_ms();
+    started_ = true;
   }
   // ZeRO-1's blocks are uneven (shard_counts: the last shorter, trailing ones empty), and
   // NCCL's reduce-scatter / all-gather take equal ones: so one grouped call of a reduce to
@@ -217,6 +240,7 @@ class NcclComm : public Comm {
   int64_t start_ms_ = 0;
   std::atomic<int64_t> timeout_ms_{0};
   std::atomic<bool> stop_{false};
+  bool started_ = false;  // sums started that the op stream has not waited for
   std::thread watchdog_;
 };
 

@@ -8,6 +8,7 @@
 // size of the run (max_img_size), so changing the size (curriculum) never moves a pointer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -57,7 +58,10 @@ class VitModel {
   void forward(const Store* images, const Acc* targets, Index B, bool train, uint64_t seed);
   // Accumulates d(loss_scale * sum_b loss_b)/d(params) into grads. With loss_scale = 1 / B the
   // gradient is that of the mean loss; 1 / (B * accum) for gradient accumulation.
-  void backward(Acc loss_scale);
+  // grads_final(stage), where given, is called as parts of the gradient become final (enqueued,
+  // on the GPU): depth after the head and final norm, l after block l, -1 after the embedding
+  // (train/grad_buckets.h maps the stages to buffer ranges: data parallel starts their sums).
+  void backward(Acc loss_scale, const std::function<void(int)>& grads_final = {});
   void zero_grad();
 
   // Mean loss over the last forward's B samples, read to the host (a device sync on the GPU).
@@ -71,6 +75,7 @@ class VitModel {
   void rebind();
   void forward_block(int l, Index B, const Acc* s1, const Acc* s2);
   void backward_block(int l, Index B, const Acc* s1, const Acc* s2);
+  void backward_embedding(Index B);
   void draw_drop_path(Index B, uint64_t seed);
   void attention_forward(int l, Index B);
   void attention_backward(int l, Index B);

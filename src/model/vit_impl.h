@@ -439,13 +439,12 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
 }
 
 template <class Backend>
-void VitModel<Backend>::backward(Acc loss_scale) {
+void VitModel<Backend>::backward(Acc loss_scale, const std::function<void(int)>& grads_final) {
   using W = ModelOpWork<Store>;  // op work for the profile
   VIT_CHECK(has_targets_, "backward() needs a forward() with targets");
   const ModelConfig& c = cfg_;
   const Index B = batch_, N = c.num_tokens(), C = c.embed_dim, K = c.num_classes;
-  const Index Np = c.num_patches(), P = c.patch_size, pre = c.num_prefix();
-  const Index F = Index(c.in_chans) * P * P, BN = B * N;
+  const Index pre = c.num_prefix(), BN = B * N;
   Acts& a = *acts_;
 
   // Head.
@@ -475,13 +474,26 @@ void VitModel<Backend>::backward(Acc loss_scale) {
                            c.classifier == Classifier::Avg);
   }
 
+  if (grads_final) grads_final(c.depth);
+
   for (int l = c.depth - 1; l >= 0; --l) {
     const BlockActs<Store, Acc>& b = a.blocks[l];
     backward_block(l, B, drop_path_active_ ? b.scale1 : nullptr,
                    drop_path_active_ ? b.scale2 : nullptr);
+    if (grads_final) grads_final(l);
   }
+  backward_embedding(B);
+  if (grads_final) grads_final(-1);
+}
 
-  // Embedding.
+// The class token, position embedding and patchify (or conv stem) gradients from dres.
+template <class Backend>
+void VitModel<Backend>::backward_embedding(Index B) {
+  using W = ModelOpWork<Store>;  // op work for the profile
+  const ModelConfig& c = cfg_;
+  const Index N = c.num_tokens(), C = c.embed_dim, Np = c.num_patches(), P = c.patch_size;
+  const Index pre = c.num_prefix(), F = Index(c.in_chans) * P * P;
+  Acts& a = *acts_;
   {
     ProfileScope prof("embed_tokens_backward", W::elementwise(B * N * C, 2));
     Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Store*>(a.dres),

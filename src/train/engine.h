@@ -32,6 +32,13 @@ struct EngineOptions {
   // ZeRO-1 over `comm`: gradients reduce-scattered, each rank updates its block of the weights
   // and keeps only that block of the AdamW moments, the weights all-gathered.
   bool shard_optimizer = false;
+  // Micro-batches per update, where every update has that many (the trainer's accumulation
+  // steps); 0 = not known. Data parallel (without ZeRO-1) then sums the gradients over the
+  // ranks during the last micro-batch's backward pass, block by block as their gradients
+  // become final (train/grad_buckets.h), overlapped with the blocks still to run; step() waits
+  // for the sums. No collective runs in the other micro-batches. An update with fewer
+  // micro-batches sums in step(), as with 0; one with more is an error.
+  int micro_batches = 0;
 };
 
 // Losses and grad norm of the updates since the previous read_stats(). An update whose loss or

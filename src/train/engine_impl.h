@@ -10,6 +10,7 @@
 #include "core/profile.h"
 #include "model/vit.h"
 #include "train/engine.h"
+#include "train/grad_buckets.h"
 #include "train/planned_input.h"
 
 namespace vit {
@@ -54,6 +55,9 @@ class ModelEngine : public Engine {
       comm_ = opt.comm;
       zero1_ = opt.shard_optimizer;
     }
+    VIT_CHECK(opt.micro_batches >= 0, "engine: micro_batches must be >= 0");
+    if (comm_ && !zero1_) overlap_micro_batches_ = opt.micro_batches;
+    plan_buckets();
   }
 
   std::string description() const override { return Backend::name(); }
@@ -64,7 +68,13 @@ class ModelEngine : public Engine {
   int64_t num_steps() const override { return steps_; }
   VitModel<Backend>& model() { return model_; }
 
-  void zero_grad() override { model_.zero_grad(); }
+  void zero_grad() override {
+    if (sums_started_) {  // an update abandoned after its last micro-batch: let the sums land
+      comm_->wait_all();
+      sums_started_ = false;
+    }
+    model_.zero_grad();
+  }
 
   void forward_backward(const float* images, const float* targets, Index B, float loss_scale,
                         uint64_t seed) override {
@@ -91,11 +101,29 @@ class ModelEngine : public Engine {
 
   // The training pass over the uploaded batch.
   void train_on_input(Index B, float loss_scale, uint64_t seed) {
+    VIT_CHECK(!sums_started_,
+              "engine: more micro-batches in an update than EngineOptions::micro_batches");
     model_.forward(cur_images_, cur_targets_, B, true, seed);
     Backend::loss_accumulate(stats_.data(), model_.losses(), B);
-    model_.backward(Acc(loss_scale));
+    if (micro_batches_ + 1 == overlap_micro_batches_) {
+      model_.backward(Acc(loss_scale), [this](int stage) { start_sums(stage); });
+      sums_started_ = true;
+    } else {
+      model_.backward(Acc(loss_scale));
+    }
     release_batch();
     ++micro_batches_;
+  }
+  // Data parallel, the update's last micro-batch: the sums of the gradients that are final
+  // now, while the backward pass goes on.
+  void start_sums(int stage) {
+    Acc* grads = model_.grads.data();
+    for (const GradRange& r : buckets_.at(stage))
+      comm_->allreduce_sum_start(grads + r.offset, size_t(r.count));
+    comm_->progress();
+  }
+  void plan_buckets() {
+    if (overlap_micro_batches_ > 0) buckets_ = GradBuckets(table(), config().depth);
   }
 
   void step(double lr) override {
@@ -196,7 +224,10 @@ class ModelEngine : public Engine {
     model_.sync_weights();  // the bf16 copy follows the master weights it now holds
   }
 
-  void set_img_size(int size) override { model_.set_img_size(size); }
+  void set_img_size(int size) override {
+    model_.set_img_size(size);
+    plan_buckets();  // the position embedding's size follows the image's
+  }
   double device_memory_bytes() const override {
     if constexpr (Backend::kHost)
       return 0;
@@ -249,8 +280,14 @@ class ModelEngine : public Engine {
   // On the GPU both are NCCL collectives on device buffers, ordered after the backward pass on
   // the op stream (no host sync).
   void reduce_over_ranks() {
-    ProfileScope prof("allreduce (data parallel)");
-    comm_->allreduce_sum(model_.grads.data(), size_t(table().total));
+    if (sums_started_) {
+      ProfileScope prof("allreduce wait (overlapped)");
+      comm_->wait_all();
+      sums_started_ = false;
+    } else {
+      ProfileScope prof("allreduce (data parallel)");
+      comm_->allreduce_sum(model_.grads.data(), size_t(table().total));
+    }
     reduce_loss_over_ranks();
   }
   // The update's loss as the mean over the ranks, so that a non-finite loss on one rank skips
@@ -334,9 +371,12 @@ class ModelEngine : public Engine {
   Buffer<double> stats_;  // (kNumStepStats) the updates' losses, grad norm, skips (StepStat)
   Buffer<Acc> ema_;       // (capacity) model EMA, table layout; empty without one
   int64_t steps_ = 0;
-  int micro_batches_ = 0;       // since the last step
-  std::shared_ptr<Comm> comm_;  // data parallel (a world of more than one), else null
-  bool zero1_ = false;          // ZeRO-1 over comm_
+  int micro_batches_ = 0;          // since the last step
+  std::shared_ptr<Comm> comm_;     // data parallel (a world of more than one), else null
+  bool zero1_ = false;             // ZeRO-1 over comm_
+  int overlap_micro_batches_ = 0;  // EngineOptions::micro_batches, where the sums overlap
+  GradBuckets buckets_;            // the gradient ranges final at each backward stage
+  bool sums_started_ = false;      // the update's gradient sums are under way
   int64_t updates_since_read_ = 0;
 };
 

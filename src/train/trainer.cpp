@@ -278,6 +278,7 @@ void TrainRun::start_weights() {
   engine_opt_.ema = args_.model_ema;
   engine_opt_.comm = comm_;
   engine_opt_.shard_optimizer = args_.shard_optimizer;
+  engine_opt_.micro_batches = int(accum_);  // every update has accum_ micro-batches
   engine_ = make_engine(engine_opt_);
   if (resumed_) {
     st_ = std::move(*resumed_);
