@@ -54,6 +54,14 @@ TEST_F(NcclWorldOfOne, CollectivesOnDeviceAndHostBuffers) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(back.data(), dev, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
             cudaSuccess);
+  EXPECT_EQ(back, host);
+  comm->allreduce_sum_start(dev, 2);  // non-blocking: two ranges, then the op stream waits
+  comm->allreduce_sum_start(dev + 2, host.size() - 2);
+  comm->progress();
+  comm->wait_all();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), dev, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
   cudaFree(dev);
   EXPECT_EQ(back, host);
   double sums[3] = {1.0, 2.5, -4.0};  // host buffer: staged through the device
@@ -75,11 +83,17 @@ TEST_F(NcclWorldOfOne, EngineTrainsBitwiseAsWithoutCommunicator) {
   auto dp = vit::make_engine(o);
   std::vector<float> p0(size_t(plain->table().total), 0.0f);
   vit::init_params(p0.data(), plain->table(), c, 3);
+  o.micro_batches = 2;  // train_three_steps' updates: the sums overlap the second's backward
+  auto overlapped = vit::make_engine(o);
   const auto a = vit::test::train_three_steps(*plain, p0, c, B);
   const auto b = vit::test::train_three_steps(*dp, p0, c, B);
+  const auto d = vit::test::train_three_steps(*overlapped, p0, c, B);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
       << "an all-reduce over one rank must not change the update";
+  EXPECT_EQ(a.losses, d.losses);
+  EXPECT_EQ(std::memcmp(a.params.data(), d.params.data(), a.params.size() * sizeof(float)), 0)
+      << "all-reduces overlapped with the backward pass must not change the update";
 #endif
 }
 
