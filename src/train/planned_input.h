@@ -62,6 +62,8 @@ class DevicePlannedInput {
   void expand(const data::PlannedBatch& plan, const std::vector<float>& lut, const float* targets,
               float* device_targets, Index n_targets, int slot, T* images) {
     const Index B = plan.size(), C = plan.C, S = plan.S;
+    VIT_CHECK(slot == 0 || slot == 1, "planned input: slot must be 0 or 1");
+    VIT_CHECK(lut.size() == size_t(C * 256), "planned input: the lookup table must be (C, 256)");
     Slot& s = slots_[slot];
     fit(s.pixels, plan.pixels.size());
     fit(s.tables, plan.tables.size());
