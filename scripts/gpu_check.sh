@@ -250,15 +250,17 @@ s_sanitize_pixel_steps() {
   done
 }
 
-# The flash attention kernels (both sets: the emulation test switches VIT_FLASH_MMA itself)
-# under a compute-sanitizer tool: memcheck for reads out of bounds (the guard bytes catch
-# writes only), racecheck for shared-memory hazards between warps.
+# The flash attention kernels under a compute-sanitizer tool ($1), on the tests of $2 (the
+# bf16 emulation test runs both kernel sets: it switches VIT_FLASH_MMA itself): memcheck for
+# reads out of bounds (the guard bytes catch writes only), racecheck for shared-memory hazards
+# between warps (bf16 only: the fp32 and WMMA kernels were racecheck-clean on the H100,
+# 2026-11-24, and racecheck is slow).
 s_sanitize_flash() {
   if ! command -v compute-sanitizer >/dev/null; then
     note "compute-sanitizer not on the PATH"
     return 3
   fi
-  s_gtest test_cuda_flash_attention '*MatchesCpuReference*:*MatchesTheEmulation*' \
+  s_gtest test_cuda_flash_attention "$2" \
     compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit 30
 }
 
@@ -663,9 +665,9 @@ if want ops; then
   step c_racecheck_resize ops 120 "racecheck + synccheck: RandAugment's pixel-step kernel" \
     s_sanitize_pixel_steps
   step c_memcheck_flash ops 150 "memcheck: flash attention, both kernel sets" \
-    s_sanitize_flash memcheck
-  step c_racecheck_flash ops 150 "racecheck: flash attention, both kernel sets" \
-    s_sanitize_flash racecheck
+    s_sanitize_flash memcheck '*MatchesCpuReference*:*MatchesTheEmulation*'
+  step c_racecheck_flash ops 150 "racecheck: flash attention bf16, both kernel sets" \
+    s_sanitize_flash racecheck 'FlashAttentionBf16.*'
 fi
 if want model; then
   step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""
