@@ -79,6 +79,11 @@ class TwinComm : public vit::Comm {
   };
   std::vector<Call> log;
   size_t pending = 0;
+  // Late: a started sum lands only in wait_all() (an engine that reads or writes a range
+  // before waiting then sees the rank's own gradient); else at once (one that writes a range
+  // after starting its sum adds onto the summed value).
+  bool late = false;
+  std::vector<std::pair<float*, size_t>> in_flight;
 
   int rank() const override { return 0; }
   int size() const override { return 2; }
@@ -92,7 +97,10 @@ class TwinComm : public vit::Comm {
     log.push_back({"sum", d, Index(n)});
   }
   void allreduce_sum_start(float* d, size_t n) override {
-    twice(d, n);  // at once: a real world may finish any time before wait_all()
+    if (late)
+      in_flight.push_back({d, n});
+    else
+      twice(d, n);
     log.push_back({"start", d, Index(n)});
     ++pending;
   }
@@ -103,6 +111,8 @@ class TwinComm : public vit::Comm {
   }
   void progress() override { log.push_back({"progress"}); }
   void wait_all() override {
+    for (const auto& [d, n] : in_flight) twice(d, n);
+    in_flight.clear();
     log.push_back({"wait", nullptr, Index(pending)});
     pending = 0;
   }
@@ -129,9 +139,11 @@ struct DpRun {
   std::unique_ptr<vit::Engine> engine;
 };
 
-DpRun make_run(const vit::ModelConfig& c, Index B, int micro_batches) {
+DpRun make_run(const vit::ModelConfig& c, Index B, int micro_batches, bool late = false) {
   DpRun r;
+  r.comm->late = late;
   vit::EngineOptions o = vit::test::engine_options("cpu", "fp32", c, B);
+  o.max_img_size = 20;  // the test moves from 16 to 20 px (a bucket plan for every size)
   o.comm = r.comm;
   o.micro_batches = micro_batches;
   r.engine = vit::make_engine(o);
@@ -149,20 +161,28 @@ TEST(OverlappedGradSums, TrainBitwiseAsSumsInStepWithoutCollectivesBeforeTheLast
     SCOPED_TRACE(c.name + " ffn " + std::to_string(int(c.ffn)) + " stem " +
                  std::to_string(int(c.stem)) + " layer scale " +
                  std::to_string(c.layer_scale_init));
-    for (int accum : {1, 3}) {
-      SCOPED_TRACE("micro-batches " + std::to_string(accum));
-      DpRun plain = make_run(c, B, 0), overlap = make_run(c, B, accum);
-      std::vector<float> p0(size_t(plain.engine->table().total));
-      vit::init_params(p0.data(), plain.engine->table(), c, 11);
-      plain.engine->write_params(p0);
-      overlap.engine->write_params(p0);
-      const vit::GradBuckets buckets(overlap.engine->table(), c.depth);
-      for (int update = 0; update < 2; ++update) {
+    for (const auto& [accum, late] :
+         {std::pair(1, false), std::pair(3, false), std::pair(3, true)}) {
+      SCOPED_TRACE("micro-batches " + std::to_string(accum) + (late ? ", sums land late" : ""));
+      DpRun plain = make_run(c, B, 0), overlap = make_run(c, B, accum, late);
+      vit::ModelConfig cur = c;
+      for (int update = 0; update < 3; ++update) {
+        if (update != 1) {  // fresh weights at 16 px, then at 20 px: the table moves
+          cur.img_size = update == 0 ? 16 : 20;
+          std::vector<float> p(size_t(vit::build_param_table(cur).total)), zeros(p.size());
+          vit::init_params(p.data(), vit::build_param_table(cur), cur, 11 + update);
+          for (DpRun* r : {&plain, &overlap}) {
+            r->engine->set_img_size(cur.img_size);
+            r->engine->write_params(p);
+            r->engine->write_moments(zeros, zeros, r->engine->num_steps());
+          }
+        }
+        const vit::GradBuckets buckets(overlap.engine->table(), c.depth);
         for (DpRun* r : {&plain, &overlap}) {
           r->comm->log.clear();
           r->engine->zero_grad();
           for (int a = 0; a < accum; ++a) {
-            micro_batch(*r->engine, c, B, uint64_t(100 * update + a), accum);
+            micro_batch(*r->engine, cur, B, uint64_t(100 * update + a), accum);
             if (a + 1 < accum) {
               ASSERT_TRUE(r->comm->log.empty()) << "a collective mid-update";
             }

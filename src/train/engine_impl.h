@@ -105,18 +105,17 @@ class ModelEngine : public Engine {
               "engine: more micro-batches in an update than EngineOptions::micro_batches");
     model_.forward(cur_images_, cur_targets_, B, true, seed);
     Backend::loss_accumulate(stats_.data(), model_.losses(), B);
-    if (micro_batches_ + 1 == overlap_micro_batches_) {
+    if (micro_batches_ + 1 == overlap_micro_batches_)
       model_.backward(Acc(loss_scale), [this](int stage) { start_sums(stage); });
-      sums_started_ = true;
-    } else {
+    else
       model_.backward(Acc(loss_scale));
-    }
     release_batch();
     ++micro_batches_;
   }
   // Data parallel, the update's last micro-batch: the sums of the gradients that are final
   // now, while the backward pass goes on.
   void start_sums(int stage) {
+    sums_started_ = true;  // from the first start: a pass that throws later still waits
     Acc* grads = model_.grads.data();
     for (const GradRange& r : buckets_.at(stage))
       comm_->allreduce_sum_start(grads + r.offset, size_t(r.count));
