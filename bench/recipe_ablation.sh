@@ -40,8 +40,8 @@ echo "| variant | flags | run | last epoch (0-based, partial) | final eval top-1
 echo "|---|---|---|---|---|---|"
 for v in "${variants[@]}"; do
   for r in $(seq "$first" "$last"); do
-    last=$(tail -n 1 "$out/$v-$r/summary.csv")
-    IFS=, read -r epoch _ eval_loss top1 _ <<<"$last"
+    row=$(tail -n 1 "$out/$v-$r/summary.csv")
+    IFS=, read -r epoch _ eval_loss top1 _ <<<"$row"
     echo "| $v | ${variant_flags[$v]:-(the recipe)} | $r | $epoch | $top1 | $eval_loss |"
   done
 done
