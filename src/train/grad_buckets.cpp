@@ -22,8 +22,8 @@ GradBuckets::GradBuckets(const ParamTable& table, int depth)
   for (const auto& s : table.specs) specs.push_back(&s);
   std::sort(specs.begin(), specs.end(),
             [](const ParamSpec* a, const ParamSpec* b) { return a->offset < b->offset; });
-  // Walk the buffer in order: a tensor whose predecessor in the buffer has its stage extends
-  // that tensor's range (over the padding between them).
+  // Walk the buffer in order: a tensor of the same stage as its predecessor in the buffer
+  // extends the predecessor's range (over the padding between them).
   int stage_of_last = -2;
   for (const ParamSpec* s : specs) {
     const int stage = grad_stage(s->name, depth);
