@@ -95,23 +95,12 @@ void map2(T* out, const T* a, const T* b, Index n, F f) {
   VIT_CUDA_LAUNCHED();
 }
 
-template <typename T>
-__global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, int C,
-                                             int rows_per_chunk) {
-  // d (R, C) -> partial (chunks, C). Block (32, 8): x walks packs of columns, y interleaves the
-  // chunk's rows, then the 8 y-sums in order (a fixed order: deterministic).
-  constexpr int P = kPack<T>;
+// The end of a packed column-sum block (32, 8): each thread's per-column sums acc (P columns
+// of its pack), then the 8 y-sums of each column in order (a fixed order: deterministic) into
+// partial[blockIdx.y, c] (chunks, C).
+template <int P>
+__device__ void store_chunk_column_sums(float* partial, const float (&acc)[P], int C) {
   __shared__ float sm[8][32 * P + 1];
-  const int c0 = (blockIdx.x * 32 + threadIdx.x) * P;
-  const int r0 = blockIdx.y * rows_per_chunk;
-  const int r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
-  float acc[P] = {};
-  if (c0 < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-      const Pack<T> v = *reinterpret_cast<const Pack<T>*>(d + size_t(r) * C + c0);
-#pragma unroll
-      for (int j = 0; j < P; ++j) acc[j] += to_f32(v.v[j]);
-    }
 #pragma unroll
   for (int j = 0; j < P; ++j) sm[threadIdx.y][threadIdx.x * P + j] = acc[j];
   __syncthreads();
@@ -124,6 +113,25 @@ __global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, 
   }
 }
 
+template <typename T>
+__global__ void colsum_packed_partial_kernel(float* partial, const T* d, int R, int C,
+                                             int rows_per_chunk) {
+  // d (R, C) -> partial (chunks, C). Block (32, 8): x walks packs of columns, y interleaves the
+  // chunk's rows, then the 8 y-sums in order (a fixed order: deterministic).
+  constexpr int P = kPack<T>;
+  const int c0 = (blockIdx.x * 32 + threadIdx.x) * P;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+  float acc[P] = {};
+  if (c0 < C)
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      const Pack<T> v = *reinterpret_cast<const Pack<T>*>(d + size_t(r) * C + c0);
+#pragma unroll
+      for (int j = 0; j < P; ++j) acc[j] += to_f32(v.v[j]);
+    }
+  store_chunk_column_sums<P>(partial, acc, C);
+}
+
 // The backward of an activation with the column sums of its result folded in (the bias
 // gradient of the Linear before it): dinp = from_f32(f(dout, x)) is stored and its fp32 value
 // summed in colsum_packed_partial_kernel's chunks and order, so dinp and the sums have the bits
@@ -133,7 +141,6 @@ __global__ void map2_colsum_packed_kernel(T* dinp, float* partial, const T* dout
                                           int C, int rows_per_chunk, F f) {
   // dinp, dout, x (R, C); partial (chunks, C). Block (32, 8) as colsum_packed_partial_kernel.
   constexpr int P = kPack<T>;
-  __shared__ float sm[8][32 * P + 1];
   const int c0 = (blockIdx.x * 32 + threadIdx.x) * P;
   const int r0 = blockIdx.y * rows_per_chunk;
   const int r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
@@ -153,16 +160,7 @@ __global__ void map2_colsum_packed_kernel(T* dinp, float* partial, const T* dout
       }
       *reinterpret_cast<Pack<T>*>(dinp + at) = y;
     }
-#pragma unroll
-  for (int j = 0; j < P; ++j) sm[threadIdx.y][threadIdx.x * P + j] = acc[j];
-  __syncthreads();
-  for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * P; k += 256) {
-    const int c = blockIdx.x * 32 * P + k;
-    if (c >= C) break;
-    float s = 0.0f;
-    for (int y = 0; y < 8; ++y) s += sm[y][k];
-    partial[size_t(blockIdx.y) * C + c] = s;
-  }
+  store_chunk_column_sums<P>(partial, acc, C);
 }
 
 template <typename T>
@@ -172,11 +170,19 @@ struct MatrixValue {  // f(r, c) = d[r, c] of a (R, C) buffer
   __device__ float operator()(Index r, Index c) const { return to_f32(d[r * C + c]); }
 };
 
-// A packed column sum's blocks of 32 packs (a thread covers a pack of columns; the row chunks
-// come from colsum_chunks, enough to fill the GPU).
-template <typename T>
-Index colsum_packed_col_blocks(Index C) {
-  return (C / kPack<T> + 31) / 32;
+// A packed column sum of (R, C) into out (C): blocks (32, 8) of 32 packs of columns (a thread
+// covers a pack) by row chunks from colsum_chunks (enough to fill the GPU); launch(grid,
+// partial, rows_per_chunk) enqueues the kernel that fills partial (chunks, C) in scratch, then
+// out += the partials summed in chunk order.
+template <typename T, typename Launch>
+void packed_colsum(float* out, Index R, Index C, Launch&& launch) {
+  const Index col_blocks = (C / kPack<T> + 31) / 32;
+  const auto [chunks, rows_per_chunk] = colsum_chunks(R, col_blocks);
+  auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
+  launch(dim3(unsigned(col_blocks), unsigned(chunks)), partial, int(rows_per_chunk));
+  VIT_CUDA_LAUNCHED();
+  colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(out, partial, chunks, C);
+  VIT_CUDA_LAUNCHED();
 }
 
 // out (C) += column sums of d (R, C): 16-byte packs where C is a multiple of the pack and d is
@@ -188,15 +194,10 @@ void colsum_rows_accumulate(float* out, const T* d, Index R, Index C) {
     colsum_accumulate(out, MatrixValue<T>{d, C}, R, C);
     return;
   }
-  const Index col_blocks = colsum_packed_col_blocks<T>(C);
-  const auto [chunks, rows_per_chunk] = colsum_chunks(R, col_blocks);
-  auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
-  colsum_packed_partial_kernel<T>
-      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
-          partial, d, int(R), int(C), int(rows_per_chunk));
-  VIT_CUDA_LAUNCHED();
-  colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(out, partial, chunks, C);
-  VIT_CUDA_LAUNCHED();
+  packed_colsum<T>(out, R, C, [&](dim3 grid, float* partial, int rows_per_chunk) {
+    colsum_packed_partial_kernel<T>
+        <<<grid, dim3(32, 8), 0, stream()>>>(partial, d, int(R), int(C), rows_per_chunk);
+  });
 }
 
 // dinp (R, C) = f(dout, x) elementwise; dbias (C) += its column sums (none if null). One pass on
@@ -211,15 +212,10 @@ void map2_colsum(T* dinp, float* dbias, const T* dout, const T* x, Index R, Inde
     if (dbias) colsum_rows_accumulate(dbias, static_cast<const T*>(dinp), R, C);
     return;
   }
-  const Index col_blocks = colsum_packed_col_blocks<T>(C);
-  const auto [chunks, rows_per_chunk] = colsum_chunks(R, col_blocks);
-  auto* partial = static_cast<float*>(scratch(size_t(chunks * C) * sizeof(float), kScratchColsum));
-  map2_colsum_packed_kernel<T>
-      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0, stream()>>>(
-          dinp, partial, dout, x, int(R), int(C), int(rows_per_chunk), f);
-  VIT_CUDA_LAUNCHED();
-  colsum_finish_kernel<float><<<blocks_for(C), kBlock, 0, stream()>>>(dbias, partial, chunks, C);
-  VIT_CUDA_LAUNCHED();
+  packed_colsum<T>(dbias, R, C, [&](dim3 grid, float* partial, int rows_per_chunk) {
+    map2_colsum_packed_kernel<T><<<grid, dim3(32, 8), 0, stream()>>>(dinp, partial, dout, x, int(R),
+                                                                     int(C), rows_per_chunk, f);
+  });
 }
 
 }  // namespace vit::cuda

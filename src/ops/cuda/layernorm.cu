@@ -2,6 +2,7 @@
 // value before the two-pass mean/variance, so rows with a large mean and a tiny spread
 // (mean 1e3, std 1e-2) keep fp32 accuracy without the CPU's fp64 sums.
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/common.cuh"
 
@@ -95,6 +96,28 @@ __global__ void layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, 
     mean[r] = x0 + md;
     rstd[r] = rs;
   }
+}
+
+// f(std::integral_constant<int, K>) for the smallest register row K in {4, 8, 12, 16, 24, 32}
+// that holds C columns (32 x K per warp); false, without a call, when C > 1024.
+template <typename F>
+bool with_row_registers(Index C, F&& f) {
+  const Index per_lane = (C + 31) / 32;
+  if (per_lane <= 4)
+    f(std::integral_constant<int, 4>());
+  else if (per_lane <= 8)
+    f(std::integral_constant<int, 8>());
+  else if (per_lane <= 12)
+    f(std::integral_constant<int, 12>());
+  else if (per_lane <= 16)
+    f(std::integral_constant<int, 16>());
+  else if (per_lane <= 24)
+    f(std::integral_constant<int, 24>());
+  else if (per_lane <= 32)
+    f(std::integral_constant<int, 32>());
+  else
+    return false;
+  return true;
 }
 
 template <typename T, int kPerLane>
@@ -243,21 +266,11 @@ template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                        const T* bias, Index R, Index C, float eps) {
   if (R <= 0) return;
-  const Index per_lane = (C + 31) / 32;
-  if (per_lane <= 4)
-    launch_layernorm_forward_rows<T, 4>(out, mean, rstd, inp, weight, bias, R, C, eps);
-  else if (per_lane <= 8)
-    launch_layernorm_forward_rows<T, 8>(out, mean, rstd, inp, weight, bias, R, C, eps);
-  else if (per_lane <= 12)
-    launch_layernorm_forward_rows<T, 12>(out, mean, rstd, inp, weight, bias, R, C, eps);
-  else if (per_lane <= 16)
-    launch_layernorm_forward_rows<T, 16>(out, mean, rstd, inp, weight, bias, R, C, eps);
-  else if (per_lane <= 24)
-    launch_layernorm_forward_rows<T, 24>(out, mean, rstd, inp, weight, bias, R, C, eps);
-  else if (per_lane <= 32)
-    launch_layernorm_forward_rows<T, 32>(out, mean, rstd, inp, weight, bias, R, C, eps);
-  else
-    layernorm_forward_loop(out, mean, rstd, inp, weight, bias, R, C, eps);
+  const bool in_registers = with_row_registers(C, [&](auto k) {
+    launch_layernorm_forward_rows<T, decltype(k)::value>(out, mean, rstd, inp, weight, bias, R, C,
+                                                         eps);
+  });
+  if (!in_registers) layernorm_forward_loop(out, mean, rstd, inp, weight, bias, R, C, eps);
 }
 
 template <typename T>
@@ -268,19 +281,10 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
   const Index blocks = std::min<Index>((R + kBwdWarps - 1) / kBwdWarps, Index(num_sms()) * 8);
   auto* partial = static_cast<float*>(
       scratch(size_t(blocks) * 2 * size_t(C) * sizeof(float), kScratchLayernorm));
-  const Index per_lane = (C + 31) / 32;
-  if (per_lane <= 4)
-    launch_layernorm_backward<T, 4>(dinp, partial, dout, inp, weight, rstd, R, C, blocks);
-  else if (per_lane <= 8)
-    launch_layernorm_backward<T, 8>(dinp, partial, dout, inp, weight, rstd, R, C, blocks);
-  else if (per_lane <= 12)
-    launch_layernorm_backward<T, 12>(dinp, partial, dout, inp, weight, rstd, R, C, blocks);
-  else if (per_lane <= 16)
-    launch_layernorm_backward<T, 16>(dinp, partial, dout, inp, weight, rstd, R, C, blocks);
-  else if (per_lane <= 24)
-    launch_layernorm_backward<T, 24>(dinp, partial, dout, inp, weight, rstd, R, C, blocks);
-  else
-    launch_layernorm_backward<T, 32>(dinp, partial, dout, inp, weight, rstd, R, C, blocks);
+  with_row_registers(C, [&](auto k) {  // C <= 1024: always a register row
+    launch_layernorm_backward<T, decltype(k)::value>(dinp, partial, dout, inp, weight, rstd, R, C,
+                                                     blocks);
+  });
   if (dweight || dbias) {
     layernorm_param_grad_kernel<<<unsigned((C + 31) / 32), 1024, 0, stream()>>>(dweight, dbias,
                                                                                 partial, blocks, C);

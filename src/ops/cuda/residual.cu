@@ -36,47 +36,30 @@ __global__ void residual_dbranch_kernel(T* dbranch, const T* dout, const T* gamm
 
 // The same two maps on 16-byte packs (elementwise.cuh) with 32-bit indices, when C is a
 // multiple of the pack (a pack never straddles rows) and every pointer is 16-byte aligned;
-// same formulas, so the same bits.
-template <typename T>
-__global__ void residual_forward_packed_kernel(T* out, const T* x, const T* branch, const T* gamma,
-                                               const float* sample_scale, int npack, int SC,
-                                               int C) {
-  // out, x, branch (B, S, C) in npack packs; gamma (C); sample_scale (B). out may alias x.
+// same formulas, so the same bits. kAddX: out = x + k g src (the forward, src = branch), else
+// out = k g src (the branch gradient, src = dout; x unused).
+template <typename T, bool kAddX>
+__global__ void residual_packed_kernel(T* out, const T* x, const T* src, const T* gamma,
+                                       const float* sample_scale, int npack, int SC, int C) {
+  // out, x, src (B, S, C) in npack packs; gamma (C); sample_scale (B). out may alias x.
   for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < npack; p += gridDim.x * blockDim.x) {
     const int i = p * kPack<T>, c = i % C;
     const float k = sample_scale ? sample_scale[i / SC] : 1.0f;
-    const Pack<T> xv = reinterpret_cast<const Pack<T>*>(x)[p];
-    const Pack<T> bv = reinterpret_cast<const Pack<T>*>(branch)[p];
+    Pack<T> xv{};
+    if constexpr (kAddX) xv = reinterpret_cast<const Pack<T>*>(x)[p];
+    const Pack<T> sv = reinterpret_cast<const Pack<T>*>(src)[p];
     Pack<T> gv{};
     if (gamma) gv = *reinterpret_cast<const Pack<T>*>(gamma + c);
     Pack<T> o;
 #pragma unroll
     for (int j = 0; j < kPack<T>; ++j) {
       const float g = gamma ? to_f32(gv.v[j]) : 1.0f;
-      o.v[j] = from_f32<T>(to_f32(xv.v[j]) + k * g * to_f32(bv.v[j]));
+      if constexpr (kAddX)
+        o.v[j] = from_f32<T>(to_f32(xv.v[j]) + k * g * to_f32(sv.v[j]));
+      else
+        o.v[j] = from_f32<T>(k * g * to_f32(sv.v[j]));
     }
     reinterpret_cast<Pack<T>*>(out)[p] = o;
-  }
-}
-
-template <typename T>
-__global__ void residual_dbranch_packed_kernel(T* dbranch, const T* dout, const T* gamma,
-                                               const float* sample_scale, int npack, int SC,
-                                               int C) {
-  // dbranch, dout (B, S, C) in npack packs = sample_scale[b] * gamma[c] * dout
-  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < npack; p += gridDim.x * blockDim.x) {
-    const int i = p * kPack<T>, c = i % C;
-    const float k = sample_scale ? sample_scale[i / SC] : 1.0f;
-    const Pack<T> dv = reinterpret_cast<const Pack<T>*>(dout)[p];
-    Pack<T> gv{};
-    if (gamma) gv = *reinterpret_cast<const Pack<T>*>(gamma + c);
-    Pack<T> o;
-#pragma unroll
-    for (int j = 0; j < kPack<T>; ++j) {
-      const float g = gamma ? to_f32(gv.v[j]) : 1.0f;
-      o.v[j] = from_f32<T>(k * g * to_f32(dv.v[j]));
-    }
-    reinterpret_cast<Pack<T>*>(dbranch)[p] = o;
   }
 }
 
@@ -109,7 +92,7 @@ void residual_forward(T* out, const T* x, const T* branch, const T* gamma,
   if (n <= 0) return;
   if (packable(n, C, gamma, {out, x, branch})) {
     const Index npack = n / kPack<T>;
-    residual_forward_packed_kernel<<<grid_stride_blocks(npack), kBlock, 0, stream()>>>(
+    residual_packed_kernel<T, true><<<grid_stride_blocks(npack), kBlock, 0, stream()>>>(
         out, x, branch, gamma, sample_scale, int(npack), int(S * C), int(C));
   } else {
     residual_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, x, branch, gamma,
@@ -125,8 +108,9 @@ void residual_backward(T* dbranch, float* dgamma, const T* dout, const T* branch
   if (n <= 0) return;
   if (dbranch && packable(n, C, gamma, {dbranch, dout})) {
     const Index npack = n / kPack<T>;
-    residual_dbranch_packed_kernel<<<grid_stride_blocks(npack), kBlock, 0, stream()>>>(
-        dbranch, dout, gamma, sample_scale, int(npack), int(S * C), int(C));
+    residual_packed_kernel<T, false><<<grid_stride_blocks(npack), kBlock, 0, stream()>>>(
+        dbranch, static_cast<const T*>(nullptr), dout, gamma, sample_scale, int(npack), int(S * C),
+        int(C));
     VIT_CUDA_LAUNCHED();
   } else if (dbranch) {
     residual_dbranch_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dbranch, dout, gamma,
