@@ -117,14 +117,13 @@ class NcclComm : public Comm {
   void allreduce_start(T* data, size_t n) {
     if (n == 0) return;
     if (!on_device(data)) return allreduce(data, n, ncclSum);
-    cuda_ok(cudaEventRecord(ready_, cuda::stream()), "record");
-    cuda_ok(cudaStreamWaitEvent(stream_, ready_, 0), "wait");
-    nccl_ok(ncclAllReduce(data, data, n, nccl_type<T>(), ncclSum, comm_, stream_),
-            "all-reduce (overlapped)");
-    std::lock_guard<std::mutex> lock(mu_);
-    cuda_ok(cudaEventRecord(done_, stream_), "record");  // the watchdog's, and wait_all's
-    op_ = "all-reduce (overlapped)";
-    start_ms_ = now_ms();
+    run(
+        "all-reduce (overlapped)", data, n * sizeof(T),
+        [&](void* d) {
+          nccl_ok(ncclAllReduce(d, d, n, nccl_type<T>(), ncclSum, comm_, stream_),
+                  "all-reduce (overlapped)");
+        },
+        /*op_stream_waits=*/false);
     started_ = true;
   }
   // ZeRO-1's blocks are uneven (shard_counts: the last shorter, trailing ones empty), and
@@ -167,10 +166,10 @@ class NcclComm : public Comm {
   }
 
   // f enqueues the collective on stream_ over device memory. Device data: after the op
-  // stream's work so far, and the op stream waits for it. Host data: staged through device
-  // scratch, and waited for.
+  // stream's work so far, and the op stream waits for it (unless op_stream_waits is false:
+  // wait_all() does, later). Host data: staged through device scratch, and waited for.
   template <typename F>
-  void run(const char* op, void* data, size_t bytes, F&& f) {
+  void run(const char* op, void* data, size_t bytes, F&& f, bool op_stream_waits = true) {
     if (bytes == 0) return;
     const bool device = on_device(data);
     void* d = data;
@@ -190,7 +189,7 @@ class NcclComm : public Comm {
       op_ = op;
       start_ms_ = now_ms();
     }
-    cuda_ok(cudaStreamWaitEvent(cuda::stream(), done_, 0), "wait");
+    if (op_stream_waits) cuda_ok(cudaStreamWaitEvent(cuda::stream(), done_, 0), "wait");
     if (!device) cuda_ok(cudaStreamSynchronize(stream_), "synchronize");
   }
   void grow_staging(size_t bytes) {
