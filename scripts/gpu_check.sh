@@ -227,26 +227,25 @@ s_gtest() {
   return "$rc"
 }
 
-s_memcheck() {
+# A gtest binary ($1, filter $2) under compute-sanitizer's tool $3; any report fails the step.
+s_sanitized() {
   if ! command -v compute-sanitizer >/dev/null; then
     note "compute-sanitizer not on the PATH"
     echo "compute-sanitizer not found"
     return 3
   fi
-  s_gtest test_cuda_ops "$1" compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 30
+  s_gtest "$1" "$2" compute-sanitizer --tool "$3" --error-exitcode 99 --print-limit 30
 }
+
+s_memcheck() { s_sanitized test_cuda_ops "$1" memcheck; }
 
 # The pixel-step kernel's shared histograms, LUTs and reductions (about ten __syncthreads)
 # under racecheck and synccheck.
 s_sanitize_pixel_steps() {
-  if ! command -v compute-sanitizer >/dev/null; then
-    note "compute-sanitizer not on the PATH"
-    return 3
-  fi
   local tool
   for tool in racecheck synccheck; do
-    s_gtest test_cuda_resize_batch 'CudaResizeBatch.EveryRandAugmentOpSmallSides' \
-      compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 30 || return
+    s_sanitized test_cuda_resize_batch 'CudaResizeBatch.EveryRandAugmentOpSmallSides' "$tool" ||
+      return
   done
 }
 
@@ -255,14 +254,7 @@ s_sanitize_pixel_steps() {
 # reads out of bounds (the guard bytes catch writes only), racecheck for shared-memory hazards
 # between warps (bf16 only: the fp32 and WMMA kernels were racecheck-clean on the H100,
 # 2026-11-24, and racecheck is slow).
-s_sanitize_flash() {
-  if ! command -v compute-sanitizer >/dev/null; then
-    note "compute-sanitizer not on the PATH"
-    return 3
-  fi
-  s_gtest test_cuda_flash_attention "$2" \
-    compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit 30
-}
+s_sanitize_flash() { s_sanitized test_cuda_flash_attention "$2" "$1"; }
 
 # Args: experiment name, then extra train flags.
 s_train() {
@@ -412,7 +404,7 @@ s_tbench() {
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
   s_vbench s_vbench_unfused s_vbench_mma s_vbench_before s_vprofile s_vprofile_before s_tbench \
-  s_sanitize_pixel_steps s_sanitize_flash
+  s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
 # The runner.
@@ -660,8 +652,7 @@ if want ops; then
     s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaRuntime.*:CudaAdamW.MatchesCpu}"
   step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
     s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
-  step c_memcheck_resize ops 90 "memcheck: input ops" s_gtest test_cuda_resize_batch "" \
-    compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 30
+  step c_memcheck_resize ops 90 "memcheck: input ops" s_sanitized test_cuda_resize_batch "" memcheck
   step c_racecheck_resize ops 120 "racecheck + synccheck: RandAugment's pixel-step kernel" \
     s_sanitize_pixel_steps
   step c_memcheck_flash ops 150 "memcheck: flash attention, both kernel sets" \
