@@ -636,7 +636,8 @@ step a_info info 60 "GPU, driver, CUDA, torch, timm, bundle" s_info
 if want ops; then
   step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
     s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*'
-  step b_ops_bf16 ops 150 "op harness bf16" s_gtest test_cuda_ops 'CudaOps/bf16.*'
+  step b_ops_bf16 ops 150 "op harness bf16 (+ fp32 residual stream)" \
+    s_gtest test_cuda_ops 'CudaOps/bf16.*:CudaOpsFp32Residual.*'
   step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \
     s_gtest test_cuda_flash_attention ""
   step b_flash_mma ops 120 "fused flash attention, mma.sync kernels (VIT_FLASH_MMA=1)" \
@@ -646,10 +647,11 @@ if want ops; then
   step b_planned_input ops 60 "engine's planned input: pinned slots, growth, ET++ operator vs host" \
     s_gtest test_cuda_planned_input ""
   # memcheck on the fast subsets: our own kernels in fp32 (and the packed ones in bf16 too: 8
-  # elements a pack, another path), then the cuBLASLt paths in bf16 (the 2-byte-aligned
-  # operands). tests/gpu_check_filters.sh checks that every name here is a test.
+  # elements a pack, another path; and the residual's bf16 packs beside two fp32 packs of the
+  # --fp32-residual stream), then the cuBLASLt paths in bf16 (the 2-byte-aligned operands).
+  # tests/gpu_check_filters.sh checks that every name here is a test.
   step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
-    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
   step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
     s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
   step c_memcheck_resize ops 90 "memcheck: input ops" s_sanitized test_cuda_resize_batch "" memcheck

@@ -17,6 +17,8 @@
 //    that weight's step; the updates must still agree in direction (cosine >= 0.99 per run),
 //    and no weight may differ by more than two opposite Adam steps per update: a bias-corrected
 //    Adam step is at most lr * (1 - beta1) / sqrt(1 - beta2) ~ 3.2 lr, so 3 * 2 * 3.2 * lr.
+//  * bf16 with --fp32-residual vs its emulation (EmuBackendFp32Residual): the same tolerances;
+//    the fp32 residual stream only removes rounding points from both sides.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,11 +75,19 @@ TEST_P(CudaModel, Fp32MatchesTheCpuReference) {
 }
 
 // Both engines make the same fused/unfused attention choice (src/ops/attention_choice.h):
-// these models have D = 32, so fused unless VIT_FLASH_ATTENTION=0.
-void expect_bf16_matches_emulation(const vit::ModelConfig& c) {
+// these models have D = 32, so fused unless VIT_FLASH_ATTENTION=0. fp32_residual: both keep the
+// residual stream in fp32 (--fp32-residual).
+void expect_bf16_matches_emulation(const vit::ModelConfig& c, bool fp32_residual = false) {
   const Index B = 5;
-  auto emu = engine_on("emu", "bf16", c, B);
-  auto gpu = engine_on("cuda", "bf16", c, B);
+  vit::EngineOptions o = vit::test::engine_options("emu", "bf16", c, B);
+  o.fp32_residual = fp32_residual;
+  auto emu = vit::make_engine(o);
+  o.device = "cuda";
+  auto gpu = vit::make_engine(o);
+  if (fp32_residual) {  // the backends that keep the stream in fp32, not the plain bf16 ones
+    EXPECT_NE(emu->description().find("fp32 residual"), std::string::npos) << emu->description();
+    EXPECT_NE(gpu->description().find("fp32 residual"), std::string::npos) << gpu->description();
+  }
   std::vector<float> p0(size_t(emu->table().total), 0.0f);
   vit::init_params(p0.data(), emu->table(), c, 3);
   const ThreeSteps a = train_three_steps(*emu, p0, c, B), g = train_three_steps(*gpu, p0, c, B);
@@ -106,6 +116,11 @@ TEST_P(CudaModel, Bf16MatchesTheEmulationUnfusedAttention) {
   ::setenv("VIT_FLASH_ATTENTION", "0", 1);
   expect_bf16_matches_emulation(config_of(GetParam()));
   ::unsetenv("VIT_FLASH_ATTENTION");
+}
+
+TEST_P(CudaModel, Bf16Fp32ResidualMatchesTheEmulation) {
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  expect_bf16_matches_emulation(config_of(GetParam()), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::ValuesIn(vit::test::kComparisonCases),

@@ -27,12 +27,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "cuda_test_util.h"
 #include "gpu_test_util.h"
 #include "ops/cpu/ema.h"
 #include "ops/cpu/ops.h"
 #include "ops/cuda/ops.h"
+#include "ops/emu/ops.h"
 #include "train/optimizer.h"
 
 namespace {
@@ -680,6 +682,232 @@ TYPED_TEST(CudaOps, CrossEntropy) {
     expect_close("losses", d_losses.download(), losses, t_loss);
     expect_close("probs", d_probs.download(), probs, t_loss);
     expect_close("dlogits", d_dlogits.download(), dlogits, t_dl);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// --fp32-residual: the ops on the residual stream with bf16 activations and an fp32 stream
+// (T = bf16, X = float) against the CPU emulation of the same (src/ops/emu/ops.h, X = float), on
+// the same inputs: stream values (x, its gradient, the old accumulated gradients) are any fp32,
+// the rest bf16. Both compute the same fp32 values, in different summation orders, and round at
+// the same points, so:
+//  * fp32 outputs (the stream, its accumulated gradient, the parameter gradients) are held to
+//    the fp32 mode's tolerances of the CudaOps tests above; a bf16 rounding of the stream
+//    (2^-9 relative) fails them;
+//  * bf16 outputs are within 1 bf16 ulp of the larger value plus 1 ulp of the largest (a value
+//    at a rounding boundary may round the other way), and at least 98% have the same bits
+//    (summation order flips ~0.1%; a moved rounding point, e.g. the stream rounded before the
+//    LayerNorm, about a third); copies (the class token, dpatch_out) are bit for bit.
+// Shapes: kTokShapes (N = 197 and 50, C = 100 not a multiple of the pack, no class token), and
+// LayerNorm rows with mean 1e3 and std 1e-2, which only an fp32 stream resolves.
+class CudaOpsFp32Residual : public CudaTest {};
+
+using EmuBf16 = vit::bf16;  // the emulation's host bf16 (bf16 here is the device type)
+
+std::vector<EmuBf16> to_emu(const Vec& v) {  // exact: v holds bf16 values
+  std::vector<EmuBf16> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = EmuBf16(v[i]);
+  return b;
+}
+
+Vec widen(const std::vector<EmuBf16>& b) {
+  Vec v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = float(b[i]);
+  return v;
+}
+
+double bf16_ulp(double x) {  // the spacing of bf16 values at |x| (8 significant bits)
+  int e;
+  std::frexp(x == 0 ? 1e-30 : std::fabs(x), &e);
+  return std::ldexp(1.0, e - 8);
+}
+
+// bf16 results of the same fp32 values, each rounded once (see above).
+void expect_same_rounding(const std::string& what, const Vec& got, const Vec& ref) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double maxref = 0;
+  for (float r : ref) maxref = std::max(maxref, double(std::fabs(r)));
+  size_t bad = 0, differ = 0, worst = 0;
+  double worst_err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - double(ref[i]));
+    const double lim =
+        bf16_ulp(std::max(std::fabs(got[i]), std::fabs(ref[i]))) + bf16_ulp(maxref) + 1e-30;
+    differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+    if (!(err <= lim)) ++bad;  // NaN counts as bad
+    if (err > worst_err) worst_err = err, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " beyond 1 ulp; worst ["
+                     << worst << "] gpu " << got[worst] << " emu " << ref[worst];
+  EXPECT_LE(double(differ), 0.02 * double(got.size()))
+      << what << ": " << differ << " of " << got.size() << " elements differ in their bits";
+}
+
+TEST_F(CudaOpsFp32Residual, LayerNormMatchesTheEmulation) {
+  struct Case {
+    Index R, C;
+    double scale, shift;  // input rows ~ Normal(shift, scale)
+  };
+  const std::vector<Case> cases = {
+      {3 * 197, 192, 1.0, 0.0},
+      {5 * 50, 100, 2.0, 0.5},
+      {7, 768, 1.0, 0.0},
+      {64, 100, 1e-2, 1e3},  // hostile: mean 1e3, std 1e-2 (a bf16 stream holds a constant)
+  };
+  uint64_t seed = 1200;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
+                 " mean=" + std::to_string(c.shift));
+    const Vec x = rnd<float>(c.R * c.C, ++seed, c.scale, c.shift);  // (R, C) the fp32 stream
+    const Vec w = rnd<bf16>(c.C, ++seed, 0.3, 1.0), b = rnd<bf16>(c.C, ++seed, 0.1);
+    const Vec dout = rnd<bf16>(c.R * c.C, ++seed), dx0 = rnd<float>(c.R * c.C, ++seed);
+    const Vec dw0 = rnd<float>(c.C, ++seed), db0 = rnd<float>(c.C, ++seed);
+    const std::vector<EmuBf16> e_w = to_emu(w), e_b = to_emu(b), e_dout = to_emu(dout);
+    std::vector<EmuBf16> e_out(x.size());
+    Vec mean(c.R), rstd(c.R), dx = dx0, dw = dw0, db = db0;
+    vit::emu::layernorm_forward(e_out.data(), mean.data(), rstd.data(), x.data(), e_w.data(),
+                                e_b.data(), c.R, c.C, 1e-6f);
+    vit::emu::layernorm_backward(dx.data(), dw.data(), db.data(), e_dout.data(), x.data(),
+                                 e_w.data(), mean.data(), rstd.data(), c.R, c.C);
+
+    DevBuf<float> d_x(x, "inp"), d_dx(dx0, "dinp"), d_dw(dw0, "dweight"), d_db(db0, "dbias");
+    DevBuf<bf16> d_w(w, "weight"), d_b(b, "bias"), d_dout(dout, "dout");
+    DevBuf<bf16> d_out(x.size(), "out"), d_lout(x.size(), "out (loop)");
+    DevBuf<float> d_mean(c.R, "mean"), d_rstd(c.R, "rstd"), d_lmean(c.R, "mean (loop)"),
+        d_lrstd(c.R, "rstd (loop)");
+    gpu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                           c.R, c.C, 1e-6f);
+    gpu::layernorm_forward_loop(d_lout.get(), d_lmean.get(), d_lrstd.get(), d_x.get(), d_w.get(),
+                                d_b.get(), c.R, c.C, 1e-6f);
+    gpu::layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
+                            d_mean.get(), d_rstd.get(), c.R, c.C);
+    gpu::synchronize();
+    const Vec out = d_out.download();
+    expect_same_rounding("out", out, widen(e_out));
+    expect_mean_close(d_mean.download(), mean, x, c.R, c.C);
+    expect_close("rstd", d_rstd.download(), rstd, {1e-5, 1e-6});
+    expect_close("dinp (accumulated, fp32)", d_dx.download(), dx, {2e-4, 2e-5});
+    expect_close("dweight", d_dw.download(), dw, {1e-4, 1e-5});
+    expect_close("dbias", d_db.download(), db, {1e-4, 1e-5});
+    // The row-in-registers kernel and the loop kernel (rows over 1024 channels) agree bitwise.
+    expect_same_bits("out (loop)", d_lout.download(), out);
+    expect_same_bits("mean (loop)", d_lmean.download(), d_mean.download());
+    expect_same_bits("rstd (loop)", d_lrstd.download(), d_rstd.download());
+  }
+}
+
+TEST_F(CudaOpsFp32Residual, EmbedTokensMatchesTheEmulation) {
+  uint64_t seed = 1300;
+  for (const TokShape& s : kTokShapes) {
+    SCOPED_TRACE(str(s));
+    const Index Np = s.N - s.prefix, n = s.B * s.N * s.C;
+    const Vec patch = rnd<bf16>(s.B * Np * s.C, ++seed), cls = rnd<bf16>(s.C, ++seed);
+    const Vec pos = rnd<bf16>(s.N * s.C, ++seed);
+    const Vec dx = rnd<float>(n, ++seed);  // (B, N, C) the fp32 stream's gradient
+    const Vec dcls0 = rnd<float>(s.C, ++seed), dpos0 = rnd<float>(s.N * s.C, ++seed);
+    const bool has_cls = s.prefix > 0;
+    const std::vector<EmuBf16> e_patch = to_emu(patch), e_cls = to_emu(cls), e_pos = to_emu(pos);
+    std::vector<EmuBf16> e_dpatch(patch.size());
+    Vec x(n), dcls = dcls0, dpos = dpos0;
+    vit::emu::embed_tokens_forward(x.data(), e_patch.data(), has_cls ? e_cls.data() : nullptr,
+                                   e_pos.data(), s.B, s.N, s.prefix, s.C);
+    vit::emu::embed_tokens_backward(e_dpatch.data(), has_cls ? dcls.data() : nullptr, dpos.data(),
+                                    dx.data(), s.B, s.N, s.prefix, s.C);
+
+    DevBuf<bf16> d_patch(patch, "patch_out"), d_cls(cls, "cls"), d_pos(pos, "pos");
+    DevBuf<bf16> d_dpatch(patch.size(), "dpatch_out");
+    DevBuf<float> d_dx(dx, "dx"), d_x(n, "x"), d_dcls(dcls0, "dcls"), d_dpos(dpos0, "dpos");
+    gpu::embed_tokens_forward(d_x.get(), d_patch.get(), has_cls ? d_cls.get() : nullptr,
+                              d_pos.get(), s.B, s.N, s.prefix, s.C);
+    gpu::embed_tokens_backward(d_dpatch.get(), has_cls ? d_dcls.get() : nullptr, d_dpos.get(),
+                               d_dx.get(), s.B, s.N, s.prefix, s.C);
+    gpu::synchronize();
+    expect_close("x (fp32)", d_x.download(), x, {1e-6, 1e-7});
+    expect_same_bits("dpatch_out (dx rounded once)", d_dpatch.download(), widen(e_dpatch));
+    expect_close("dcls", d_dcls.download(), dcls, {1e-5, 1e-6});
+    expect_close("dpos", d_dpos.download(), dpos, {1e-5, 1e-6});
+  }
+}
+
+// Also on both paths of the maps: 16-byte packs (offset 0 with C a multiple of 8: one bf16 pack
+// and two fp32 packs per thread) and the scalar loop (offset 1), which must agree bitwise.
+TEST_F(CudaOpsFp32Residual, ResidualMatchesTheEmulation) {
+  uint64_t seed = 1400;
+  for (const TokShape& s : kTokShapes) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, layer scale, + drop path
+      SCOPED_TRACE(str(s) + " variant=" + std::to_string(variant));
+      const bool use_gamma = variant >= 1, use_scale = variant == 2;
+      const Index n = s.B * s.N * s.C;
+      const Vec x = rnd<float>(n, ++seed), dout = rnd<float>(n, ++seed);  // the fp32 stream
+      const Vec br = rnd<bf16>(n, ++seed), gamma = rnd<bf16>(s.C, ++seed, 0.1);
+      const Vec dg0 = rnd<float>(s.C, ++seed);
+      Vec scale(s.B);
+      for (Index b = 0; b < s.B; ++b) scale[b] = b % 3 == 1 ? 0.0f : 1.0f / 0.9f;
+      const std::vector<EmuBf16> e_br = to_emu(br), e_gamma = to_emu(gamma);
+      std::vector<EmuBf16> e_dbr(n);
+      Vec out(n), dg = dg0;
+      const EmuBf16* e_g = use_gamma ? e_gamma.data() : nullptr;
+      const float* e_k = use_scale ? scale.data() : nullptr;
+      vit::emu::residual_forward(out.data(), x.data(), e_br.data(), e_g, e_k, s.B, s.N, s.C);
+      vit::emu::residual_backward(e_dbr.data(), use_gamma ? dg.data() : nullptr, dout.data(),
+                                  e_br.data(), e_g, e_k, s.B, s.N, s.C);
+      const Vec dbr = widen(e_dbr);
+
+      auto run = [&](size_t off) {
+        SCOPED_TRACE("offset " + std::to_string(off));
+        DevBuf<float> d_x(x, "x", off), d_dout(dout, "dout", off), d_out(n, "out", off);
+        DevBuf<bf16> d_br(br, "branch", off), d_gamma(gamma, "gamma", off);
+        DevBuf<bf16> d_dbr(n, "dbranch", off);
+        DevBuf<float> d_scale(scale, "sample_scale"), d_dg(dg0, "dgamma");
+        const bf16* g = use_gamma ? d_gamma.get() : nullptr;
+        const float* k = use_scale ? d_scale.get() : nullptr;
+        gpu::residual_forward(d_out.get(), d_x.get(), d_br.get(), g, k, s.B, s.N, s.C);
+        gpu::residual_backward(d_dbr.get(), use_gamma ? d_dg.get() : nullptr, d_dout.get(),
+                               d_br.get(), g, k, s.B, s.N, s.C);
+        gpu::synchronize();
+        const Vec got_out = d_out.download(), got_dbr = d_dbr.download();
+        expect_close("out (fp32)", got_out, out, {1e-6, 1e-7});
+        expect_same_rounding("dbranch", got_dbr, dbr);
+        if (use_gamma) expect_close("dgamma", d_dg.download(), dg, {1e-4, 1e-5});
+        // out may alias x (the block's residual stream is updated in place).
+        gpu::residual_forward(d_x.get(), d_x.get(), d_br.get(), g, k, s.B, s.N, s.C);
+        gpu::synchronize();
+        expect_same_bits("out (in place)", d_x.download(), got_out);
+        return std::pair(got_out, got_dbr);
+      };
+      const auto [out_p, dbr_p] = run(0);
+      const auto [out_s, dbr_s] = run(1);
+      expect_same_bits("out (packs vs scalar)", out_p, out_s);
+      expect_same_bits("dbranch (packs vs scalar)", dbr_p, dbr_s);
+    }
+  }
+}
+
+TEST_F(CudaOpsFp32Residual, PoolMatchesTheEmulation) {
+  uint64_t seed = 1500;
+  for (const TokShape& s : kTokShapes) {
+    for (bool avg : {false, true}) {
+      if (!avg && s.prefix == 0) continue;  // token pooling needs a class token
+      SCOPED_TRACE(str(s) + (avg ? " avg" : " token"));
+      const Vec x = rnd<float>(s.B * s.N * s.C, ++seed);  // the fp32 stream
+      const Vec dx0 = rnd<float>(x.size(), ++seed);       // its gradient so far
+      const Vec dout = rnd<bf16>(s.B * s.C, ++seed);
+      const std::vector<EmuBf16> e_dout = to_emu(dout);
+      std::vector<EmuBf16> e_out(s.B * s.C);
+      Vec dx = dx0;
+      vit::emu::pool_forward(e_out.data(), x.data(), s.B, s.N, s.prefix, s.C, avg);
+      vit::emu::pool_backward(dx.data(), e_dout.data(), s.B, s.N, s.prefix, s.C, avg);
+      DevBuf<float> d_x(x, "x"), d_dx(dx0, "dx");
+      DevBuf<bf16> d_dout(dout, "dout"), d_out(e_out.size(), "out");
+      gpu::pool_forward(d_out.get(), d_x.get(), s.B, s.N, s.prefix, s.C, avg);
+      gpu::pool_backward(d_dx.get(), d_dout.get(), s.B, s.N, s.prefix, s.C, avg);
+      gpu::synchronize();
+      if (avg)
+        expect_same_rounding("out", d_out.download(), widen(e_out));
+      else
+        expect_same_bits("out (the class token rounded once)", d_out.download(), widen(e_out));
+      expect_close("dx (accumulated, fp32)", d_dx.download(), dx, {1e-5, 1e-6});
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // The CUDA backend policy (see src/backend/host.h for what a policy provides): CudaBackend<bf16>
 // is the product (bf16 activations and weight copy, fp32 master weights, gradients, statistics,
-// losses and AdamW moments); CudaBackend<float> is the fp32 debugging mode, checked tightly
-// against the CPU reference. Host code: compiled by the host compiler into the CUDA library.
+// losses and AdamW moments); CudaBackend<bf16, float> the same with the residual stream and its
+// gradient in fp32 (--fp32-residual, as PyTorch autocast); CudaBackend<float> is the fp32
+// debugging mode, checked tightly against the CPU reference. Host code: compiled by the host
+// compiler into the CUDA library.
 #pragma once
 #include <string>
 #include <type_traits>
@@ -13,16 +15,19 @@
 
 namespace vit {
 
-template <typename T>
+// T: activations and the weight copy; R: the residual stream (T, or float with T = bf16).
+template <typename T, typename R = T>
 struct CudaBackend {
   using Store = T;
   using Acc = float;
+  using Res = R;
   static constexpr bool kHost = false;
   template <class U>
   using Buffer = cuda::DeviceBuffer<U>;
   static std::string name() {
-    return std::string(std::is_same_v<T, float> ? "cuda fp32" : "cuda bf16") + " (" +
-           cuda::device_name() + ")";
+    const bool fp32_residual = !std::is_same_v<T, float> && std::is_same_v<R, float>;
+    return std::string(std::is_same_v<T, float> ? "cuda fp32" : "cuda bf16") +
+           (fp32_residual ? ", fp32 residual" : "") + " (" + cuda::device_name() + ")";
   }
   static double peak_bytes() { return double(cuda::device_peak_bytes()); }
 

@@ -8,8 +8,9 @@
 //    gradients, statistics, losses and AdamW moments stay fp32. CI runs the mixed-precision
 //    orchestration with it; the GPU test compares the CUDA bf16 model against it.
 // A policy provides: Store (activations, weight copy), Acc (master weights, gradients, stats,
-// losses, targets, moments), Buffer<U> (an owning array with data() and size()), the memory
-// functions below, the layer ops of src/ops/cpu/ops.h under the same names, and the training
+// losses, targets, moments), Res (the residual stream and its gradient: Store, or fp32 where
+// a bf16 backend keeps the stream in fp32), Buffer<U> (an owning array with data() and size()), the
+// memory functions below, the layer ops of src/ops/cpu/ops.h under the same names, and the training
 // helpers loss_accumulate / adamw_step.
 #pragma once
 #include <algorithm>
@@ -136,6 +137,7 @@ template <typename T>
 struct CpuBackend : HostMemory {
   using Store = T;
   using Acc = T;
+  using Res = T;
   static constexpr bool kFusedAttention = false;  // the reference saves the probabilities
   static constexpr bool kFusedActivationBiasGrad = false;
   static const char* name() { return sizeof(T) == 8 ? "cpu fp64" : "cpu"; }
@@ -157,14 +159,20 @@ struct CpuBackend : HostMemory {
   }
 };
 
-struct EmuBackend : HostMemory {
+// R: the residual stream's storage, bf16 (EmuBackend) or fp32 (EmuBackendFp32Residual, the
+// emulation of --fp32-residual).
+template <class R>
+struct EmuBackendOf : HostMemory {
   using Store = bf16;
   using Acc = float;
+  using Res = R;
   static constexpr bool kFusedAttention = true;  // as the CUDA backend
   // The CUDA backend's fused activation + bias-gradient pass has the unfused bits: nothing to
   // emulate.
   static constexpr bool kFusedActivationBiasGrad = false;
-  static const char* name() { return "cpu bf16 emulation"; }
+  static const char* name() {
+    return std::is_same_v<R, float> ? "cpu bf16 emulation, fp32 residual" : "cpu bf16 emulation";
+  }
 #define VIT_FORWARD_EMU(name) VIT_FORWARD_OP(::vit::emu, name)
   VIT_LAYER_OPS(VIT_FORWARD_EMU)
   VIT_FORWARD_EMU(flash_attention_forward)
@@ -186,5 +194,8 @@ struct EmuBackend : HostMemory {
     return true;
   }
 };
+
+using EmuBackend = EmuBackendOf<bf16>;
+using EmuBackendFp32Residual = EmuBackendOf<float>;
 
 }  // namespace vit

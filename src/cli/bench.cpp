@@ -19,7 +19,7 @@ int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
   std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem = "patch";
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
-  bool json = false, profile = false;
+  bool json = false, profile = false, fp32_residual = false;
   app.add_option("--model", model_name, "model preset");
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
@@ -32,6 +32,8 @@ int run_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto", "emu"}));
   app.add_option("--precision", precision, "cuda: bf16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  app.add_flag("--fp32-residual", fp32_residual,
+               "bf16 modes: the residual stream and its gradient in fp32");
   app.add_flag("--json", json, "print one JSON line instead of text");
   app.add_flag("--profile", profile,
                "per-op table of the timed steps on stderr: ms per step, share, achieved "
@@ -54,6 +56,7 @@ int run_bench(int argc, char** argv) {
   EngineOptions eo;
   eo.device = resolve_device(device);
   eo.precision = precision;
+  eo.fp32_residual = fp32_residual;
   eo.cfg = cfg;
   eo.max_batch = batch;
   std::unique_ptr<Engine> engine = make_engine(eo);

@@ -120,6 +120,10 @@ std::vector<Option> options(TrainArgs& a) {
        &a.device},
       {"--precision", "precision", "cuda: bf16 (mixed precision, fp32 master weights) or fp32",
        &a.precision},
+      {"--fp32-residual", "fp32_residual",
+       "bf16 modes: keep the residual stream and its gradient in fp32 (as PyTorch autocast "
+       "does); the other activations stay bf16",
+       &a.fp32_residual},
       {"--augment-on-device", "augment_on_device",
        "resize, flip, RandAugment / colour jitter, normalise, erase and mix training images "
        "where the model runs (on the GPU: uint8 crops travel, not float images); not with "

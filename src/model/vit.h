@@ -24,6 +24,7 @@ class VitModel {
  public:
   using Store = typename Backend::Store;  // activations and the weight copy the forward reads
   using Acc = typename Backend::Acc;      // master weights, gradients, statistics, losses
+  using Res = typename Backend::Res;      // the residual stream and its gradient
   template <class U>
   using Buffer = typename Backend::template Buffer<U>;
 

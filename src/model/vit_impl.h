@@ -14,8 +14,9 @@
 
 namespace vit {
 
-// Activations of one block, kept for the backward pass (pointers into the arena).
-template <class S, class A>
+// Activations of one block, kept for the backward pass (pointers into the arena). S: stored
+// activations, A: fp32 statistics, R: the residual stream (S, or fp32 with --fp32-residual).
+template <class S, class A, class R>
 struct BlockActs {
   S* ln1 = nullptr;                            // (B, N, C)
   A *ln1_mean = nullptr, *ln1_rstd = nullptr;  // (B*N)
@@ -24,7 +25,7 @@ struct BlockActs {
   A* lse = nullptr;                            // (B, H, N) row log-sum-exp (fused attention)
   S* atty = nullptr;                           // (B, N, C) heads concatenated, before proj
   S* proj = nullptr;                           // (B, N, C) attention branch output
-  S* r1 = nullptr;                             // (B, N, C) residual after the attention branch
+  R* r1 = nullptr;                             // (B, N, C) residual after the attention branch
   S* ln2 = nullptr;                            // (B, N, C)
   A *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (B*N)
   S* fc1 = nullptr;                            // (B, N, M) before the activation
@@ -50,17 +51,18 @@ template <class Backend>
 struct VitModel<Backend>::Acts {
   using S = Store;
   using A = Acc;
+  using R = Res;
   S* patches = nullptr;                          // (B, Np, Cin*P*P) patchify stem only
   StemActs<S, A> stem;                           // conv stem only (conv_stem.h)
   S* patch_out = nullptr;                        // (B, Np, C)
-  std::vector<S*> res;                           // L+1 x (B, N, C): block inputs, then output
-  std::vector<BlockActs<S, A>> blocks;           // L
+  std::vector<R*> res;                           // L+1 x (B, N, C): block inputs, then output
+  std::vector<BlockActs<S, A, R>> blocks;        // L
   S *pooled = nullptr, *pooled_norm = nullptr;   // (B, C)
   A *pool_mean = nullptr, *pool_rstd = nullptr;  // (B)
   S* logits = nullptr;                           // (B, K)
   A *probs = nullptr, *losses = nullptr;         // (B, K), (B)
   // Gradient scratch, shared by all layers.
-  S* dres = nullptr;                                       // (B, N, C) residual-stream gradient
+  R* dres = nullptr;                                       // (B, N, C) residual-stream gradient
   S *dbranch = nullptr, *datty = nullptr, *dln = nullptr;  // (B, N, C)
   S* dqkv = nullptr;                                       // (B, N, 3C)
   S *dhid_a = nullptr, *dhid_b = nullptr;                  // (B, N, M)
@@ -295,7 +297,7 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
   drop_path_active_ = train && c.drop_path > 0;
   if (drop_path_active_) draw_drop_path(B, seed);
   for (int l = 0; l < c.depth; ++l) {
-    const BlockActs<Store, Acc>& b = a.blocks[l];
+    const BlockActs<Store, Acc, Res>& b = a.blocks[l];
     forward_block(l, B, drop_path_active_ ? b.scale1 : nullptr,
                   drop_path_active_ ? b.scale2 : nullptr);
   }
@@ -303,7 +305,7 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
   // Classifier: pool (class token or patch mean), norm, head.
   {
     ProfileScope prof("pool_forward", W::elementwise(B * N * C, 1));
-    Backend::pool_forward(a.pooled, static_cast<const Store*>(a.res[c.depth]), B, N, pre, C,
+    Backend::pool_forward(a.pooled, static_cast<const Res*>(a.res[c.depth]), B, N, pre, C,
                           c.classifier == Classifier::Avg);
   }
   {
@@ -329,7 +331,7 @@ template <class Backend>
 void VitModel<Backend>::attention_forward(int l, Index B) {
   using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
-  const BlockActs<Store, Acc>& b = acts_->blocks[l];
+  const BlockActs<Store, Acc, Res>& b = acts_->blocks[l];
   if constexpr (Backend::kFusedAttention) {
     if (fused_attention_) {
       ProfileScope prof("flash_attention_forward", W::attention(B, N, H, D, 2, 4, true));
@@ -347,7 +349,7 @@ void VitModel<Backend>::attention_backward(int l, Index B) {
   using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
-  const BlockActs<Store, Acc>& b = a.blocks[l];
+  const BlockActs<Store, Acc, Res>& b = a.blocks[l];
   using CS = const Store*;
   if constexpr (Backend::kFusedAttention) {
     if (fused_attention_) {
@@ -366,9 +368,9 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
   using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
-  const BlockActs<Store, Acc>& b = a.blocks[l];
+  const BlockActs<Store, Acc, Res>& b = a.blocks[l];
   const BlockView<Store>& bw = w_.blocks[l];
-  const Store* x = a.res[l];  // (B, N, C)
+  const Res* x = a.res[l];  // (B, N, C)
 
   // Attention branch.
   {
@@ -395,7 +397,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
   // FFN branch.
   {
     ProfileScope prof("layernorm_forward", W::elementwise(BN * C, 2));
-    Backend::layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, static_cast<const Store*>(b.r1),
+    Backend::layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, static_cast<const Res*>(b.r1),
                                bw.norm2_w, bw.norm2_b, BN, C, Acc(1e-6));
   }
   {
@@ -433,7 +435,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
   }
   {
     ProfileScope prof("residual_forward", W::elementwise(BN * C, 3));
-    Backend::residual_forward(a.res[l + 1], static_cast<const Store*>(b.r1),
+    Backend::residual_forward(a.res[l + 1], static_cast<const Res*>(b.r1),
                               static_cast<const Store*>(b.fc2), bw.ls2, s2, B, N, C);
   }
 }
@@ -477,7 +479,7 @@ void VitModel<Backend>::backward(Acc loss_scale, const std::function<void(int)>&
   if (grads_final) grads_final(c.depth);
 
   for (int l = c.depth - 1; l >= 0; --l) {
-    const BlockActs<Store, Acc>& b = a.blocks[l];
+    const BlockActs<Store, Acc, Res>& b = a.blocks[l];
     backward_block(l, B, drop_path_active_ ? b.scale1 : nullptr,
                    drop_path_active_ ? b.scale2 : nullptr);
     if (grads_final) grads_final(l);
@@ -496,8 +498,8 @@ void VitModel<Backend>::backward_embedding(Index B) {
   Acts& a = *acts_;
   {
     ProfileScope prof("embed_tokens_backward", W::elementwise(B * N * C, 2));
-    Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Store*>(a.dres),
-                                   B, N, pre, C);
+    Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Res*>(a.dres), B,
+                                   N, pre, C);
   }
   if (c.stem == Stem::Conv) {
     stem_backward<Backend>(a.stem, w_, g_, static_cast<const Store*>(a.dpatch_out), B, c);
@@ -514,16 +516,17 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   using W = ModelOpWork<Store>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
-  const BlockActs<Store, Acc>& b = a.blocks[l];
+  const BlockActs<Store, Acc, Res>& b = a.blocks[l];
   const BlockView<Store>& bw = w_.blocks[l];
   const BlockView<Acc>& bg = g_.blocks[l];
   using CS = const Store*;
   using CA = const Acc*;
+  using CR = const Res*;
 
   // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
   {
     ProfileScope prof("residual_backward", W::elementwise(BN * C, 3));
-    Backend::residual_backward(a.dbranch, bg.ls2, CS(a.dres), CS(b.fc2), CS(bw.ls2), s2, B, N, C);
+    Backend::residual_backward(a.dbranch, bg.ls2, CR(a.dres), CS(b.fc2), CS(bw.ls2), s2, B, N, C);
   }
   const Store* hidden = local ? b.act2 : b.act1;
   {
@@ -567,14 +570,14 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   }
   {
     ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));
-    Backend::layernorm_backward(a.dres, bg.norm2_w, bg.norm2_b, CS(a.dln), CS(b.r1), CS(bw.norm2_w),
+    Backend::layernorm_backward(a.dres, bg.norm2_w, bg.norm2_b, CS(a.dln), CR(b.r1), CS(bw.norm2_w),
                                 CA(b.ln2_mean), CA(b.ln2_rstd), BN, C);
   }
 
   // Attention branch; dres now holds d(r1) and, through the identity path, d(block input).
   {
     ProfileScope prof("residual_backward", W::elementwise(BN * C, 3));
-    Backend::residual_backward(a.dbranch, bg.ls1, CS(a.dres), CS(b.proj), CS(bw.ls1), s1, B, N, C);
+    Backend::residual_backward(a.dbranch, bg.ls1, CR(a.dres), CS(b.proj), CS(bw.ls1), s1, B, N, C);
   }
   {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, C));
@@ -589,7 +592,7 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   }
   {
     ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));
-    Backend::layernorm_backward(a.dres, bg.norm1_w, bg.norm1_b, CS(a.dln), CS(a.res[l]),
+    Backend::layernorm_backward(a.dres, bg.norm1_w, bg.norm1_b, CS(a.dln), CR(a.res[l]),
                                 CS(bw.norm1_w), CA(b.ln1_mean), CA(b.ln1_rstd), BN, C);
   }
 }

@@ -46,6 +46,8 @@ std::shared_ptr<Comm> make_run_comm(const std::string& device, double timeout_s)
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opt) {
   if (opt.device == "cpu") return std::make_unique<ModelEngine<CpuBackend<float>>>(opt);
+  if (opt.device == "emu" && opt.fp32_residual)
+    return std::make_unique<ModelEngine<EmuBackendFp32Residual>>(opt);
   if (opt.device == "emu") return std::make_unique<ModelEngine<EmuBackend>>(opt);
   VIT_CHECK(opt.device == "cuda", fmt::format("engine: unknown device '{}'", opt.device));
   resolve_device("cuda");  // throws with the reason when there is no GPU

@@ -22,6 +22,9 @@ struct EngineOptions {
   ModelConfig cfg;                 // the model at its current training size
   Index max_batch = 1;             // samples per forward pass, at most
   int max_img_size = 0;            // the largest image size of the run (0 = cfg.img_size)
+  // bf16 modes (emu, cuda bf16): keep the residual stream and its gradient in fp32, as PyTorch
+  // autocast does; the other activations stay bf16. No effect in fp32 modes.
+  bool fp32_residual = false;
   AdamWConfig adamw;
   bool ema = false;  // keep an exponential moving average of the weights (model EMA)
   // Data parallel: step() sums the gradients and the update's loss over the ranks first (each

@@ -63,6 +63,7 @@ struct TrainArgs {
   int workers = 0;              // threads; 0 = all cores
   std::string device = "auto";  // auto | cpu | cuda | emu (CPU bf16 emulation)
   std::string precision = "bf16";  // cuda: bf16 or fp32
+  bool fp32_residual = false;      // bf16 modes: the residual stream in fp32
   // Resize, flip and normalise where the model runs (the GPU's batched input ops): the loader
   // ships planned uint8 crops (data/planned_batch.h).
   bool augment_on_device = false;

@@ -270,6 +270,7 @@ void TrainRun::open_run_dir() {
 void TrainRun::start_weights() {
   engine_opt_.device = device_;
   engine_opt_.precision = args_.precision;
+  engine_opt_.fp32_residual = args_.fp32_residual;
   engine_opt_.cfg = cfg_;
   engine_opt_.max_batch = cap_;
   // Curricula never exceed the final size.

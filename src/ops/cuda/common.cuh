@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "core/common.h"
 #include "ops/cuda/ops.h"
@@ -40,6 +41,16 @@ __device__ __forceinline__ float from_f32<float>(float x) {
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
   return __float2bfloat16_rn(x);
+}
+
+// x stored as To: unchanged when the types match (a copy), else rounded once from fp32 (an
+// fp32 residual-stream value stored as a bf16 activation).
+template <typename To, typename From>
+__device__ __forceinline__ To convert_to(From x) {
+  if constexpr (std::is_same_v<To, From>)
+    return x;
+  else
+    return from_f32<To>(to_f32(x));
 }
 
 template <typename A>
@@ -146,5 +157,11 @@ void colsum_accumulate(float* out, F f, Index R, Index C) {
 #define VIT_CUDA_INSTANTIATE(MACRO) \
   MACRO(float)                      \
   MACRO(::vit::cuda::bf16)
+// The ops on the residual stream, MACRO(T, X): activations T, stream X (ops.h): fp32, bf16, and
+// bf16 with the fp32 stream of --fp32-residual.
+#define VIT_CUDA_INSTANTIATE_STREAM(MACRO)    \
+  MACRO(float, float)                         \
+  MACRO(::vit::cuda::bf16, ::vit::cuda::bf16) \
+  MACRO(::vit::cuda::bf16, float)
 
 }  // namespace vit::cuda

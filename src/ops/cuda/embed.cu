@@ -1,5 +1,7 @@
 // Patch extraction (the im2col of the stride-P patch convolution) and token assembly (class
-// token, position embedding). All elementwise, one thread per output element.
+// token, position embedding). All elementwise, one thread per output element. The tokens x and
+// their gradient dx are the residual stream's X (ops.h): with X = float (T = bf16), x is the
+// fp32 sum unrounded and dpatch_out is dx rounded once to T (a copy when X = T).
 #include "ops/cuda/common.cuh"
 
 namespace vit::cuda {
@@ -19,32 +21,32 @@ __global__ void im2patches_kernel(T* patches, const T* img, Index B, Index Cin, 
   }
 }
 
-template <typename T>
-__global__ void embed_tokens_forward_kernel(T* x, const T* patch_out, const T* cls, const T* pos,
+template <typename T, typename X>
+__global__ void embed_tokens_forward_kernel(X* x, const T* patch_out, const T* cls, const T* pos,
                                             Index B, Index N, Index prefix, Index C) {
-  // x (B, N, C); patch_out (B, N - prefix, C); cls (C); pos (N, C)
+  // x (B, N, C) in X; patch_out (B, N - prefix, C); cls (C); pos (N, C)
   VIT_GRID_STRIDE(i, B * N * C) {
     const Index c = i % C, n = (i / C) % N, b = i / (C * N);
     const float src =
         n < prefix ? to_f32(cls[c]) : to_f32(patch_out[(b * (N - prefix) + n - prefix) * C + c]);
-    x[i] = from_f32<T>(src + to_f32(pos[n * C + c]));
+    x[i] = from_f32<X>(src + to_f32(pos[n * C + c]));
   }
 }
 
-template <typename T>
-__global__ void embed_dpatch_kernel(T* dpatch_out, const T* dx, Index B, Index N, Index prefix,
+template <typename T, typename X>
+__global__ void embed_dpatch_kernel(T* dpatch_out, const X* dx, Index B, Index N, Index prefix,
                                     Index C) {
-  // dpatch_out (B, N - prefix, C) = the patch rows of dx (B, N, C)
+  // dpatch_out (B, N - prefix, C) = the patch rows of dx (B, N, C) in X
   const Index Np = N - prefix;
   VIT_GRID_STRIDE(i, B * Np * C) {
     const Index c = i % C, p = (i / C) % Np, b = i / (C * Np);
-    dpatch_out[i] = dx[(b * N + prefix + p) * C + c];
+    dpatch_out[i] = convert_to<T>(dx[(b * N + prefix + p) * C + c]);
   }
 }
 
-template <typename T>
-__global__ void embed_dpos_kernel(float* dpos, const T* dx, Index B, Index N, Index C) {
-  // dpos (N, C) += sum over b of dx (B, N, C); one thread per (n, c), coalesced over c
+template <typename X>
+__global__ void embed_dpos_kernel(float* dpos, const X* dx, Index B, Index N, Index C) {
+  // dpos (N, C) += sum over b of dx (B, N, C) in X; one thread per (n, c), coalesced over c
   VIT_GRID_STRIDE(i, N * C) {
     float s = 0.0f;
     for (Index b = 0; b < B; ++b) s += to_f32(dx[b * N * C + i]);
@@ -52,10 +54,10 @@ __global__ void embed_dpos_kernel(float* dpos, const T* dx, Index B, Index N, In
   }
 }
 
-template <typename T>
-__global__ void embed_dcls_kernel(float* dcls, const T* dx, Index B, Index N, Index prefix,
+template <typename X>
+__global__ void embed_dcls_kernel(float* dcls, const X* dx, Index B, Index N, Index prefix,
                                   Index C) {
-  // dcls (C) += sum over b and the prefix rows n < prefix of dx (B, N, C)
+  // dcls (C) += sum over b and the prefix rows n < prefix of dx (B, N, C) in X
   VIT_GRID_STRIDE(c, C) {
     float s = 0.0f;
     for (Index n = 0; n < prefix; ++n)
@@ -75,8 +77,8 @@ void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index 
   VIT_CUDA_LAUNCHED();
 }
 
-template <typename T>
-void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
+template <typename T, typename X>
+void embed_tokens_forward(X* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
                           Index prefix, Index C) {
   if (B * N * C <= 0) return;
   embed_tokens_forward_kernel<<<grid_stride_blocks(B * N * C), kBlock, 0, stream()>>>(
@@ -84,8 +86,8 @@ void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, 
   VIT_CUDA_LAUNCHED();
 }
 
-template <typename T>
-void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const T* dx, Index B, Index N,
+template <typename T, typename X>
+void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const X* dx, Index B, Index N,
                            Index prefix, Index C) {
   if (B * N * C <= 0) return;
   if (dpatch_out && N > prefix) {
@@ -103,11 +105,14 @@ void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const T* dx,
   }
 }
 
-#define INSTANTIATE(T)                                                                         \
-  template void im2patches<T>(T*, const T*, Index, Index, Index, Index, Index);                \
-  template void embed_tokens_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index, \
-                                        Index);                                                \
-  template void embed_tokens_backward<T>(T*, float*, float*, const T*, Index, Index, Index, Index);
+#define INSTANTIATE(T) template void im2patches<T>(T*, const T*, Index, Index, Index, Index, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
+#undef INSTANTIATE
+#define INSTANTIATE(T, X)                                                                         \
+  template void embed_tokens_forward<T, X>(X*, const T*, const T*, const T*, Index, Index, Index, \
+                                           Index);                                                \
+  template void embed_tokens_backward<T, X>(T*, float*, float*, const X*, Index, Index, Index,    \
+                                            Index);
+VIT_CUDA_INSTANTIATE_STREAM(INSTANTIATE)
 
 }  // namespace vit::cuda

@@ -1,6 +1,8 @@
 // LayerNorm over channels, one warp per row, fp32 statistics. The row is shifted by its first
 // value before the two-pass mean/variance, so rows with a large mean and a tiny spread
-// (mean 1e3, std 1e-2) keep fp32 accuracy without the CPU's fp64 sums.
+// (mean 1e3, std 1e-2) keep fp32 accuracy without the CPU's fp64 sums. The input and its
+// accumulated gradient are the residual stream's X (ops.h): with X = float (T = bf16) neither is
+// rounded, and out is rounded once to T.
 #include <algorithm>
 #include <type_traits>
 
@@ -21,15 +23,15 @@ __device__ __forceinline__ float shifted_mean(const T* x, float x0, Index C, int
   return warp_sum(s) / float(C);
 }
 
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+template <typename T, typename X>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const X* inp,
                                          const T* weight, const T* bias, Index R, Index C,
                                          float eps) {
-  // inp, out (R, C); weight, bias (C); mean, rstd (R)
+  // inp (R, C) in X, out (R, C); weight, bias (C); mean, rstd (R)
   const Index r = blockIdx.x * Index(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= R) return;  // whole warps leave together
-  const T* x = inp + r * C;
+  const X* x = inp + r * C;
   T* y = out + r * C;
   const float x0 = to_f32(x[0]);
   const float md = shifted_mean(x, x0, C, lane);
@@ -54,15 +56,15 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 // l + 32, ..., at most kPerLane of them): x is read once and a row's loads are all in flight
 // together. The sums run in layernorm_forward_kernel's order, so the bits are the same; that
 // kernel stays for rows wider than 32 x 32.
-template <typename T, int kPerLane>
-__global__ void layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const T* inp,
+template <typename T, typename X, int kPerLane>
+__global__ void layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const X* inp,
                                               const T* weight, const T* bias, Index R, Index C,
                                               float eps) {
-  // inp, out (R, C); weight, bias (C); mean, rstd (R)
+  // inp (R, C) in X, out (R, C); weight, bias (C); mean, rstd (R)
   const Index r = blockIdx.x * Index(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= R) return;  // whole warps leave together
-  const T* x = inp + r * C;
+  const X* x = inp + r * C;
   float xv[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
@@ -120,10 +122,10 @@ bool with_row_registers(Index C, F&& f) {
   return true;
 }
 
-template <typename T, int kPerLane>
-void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+template <typename T, typename X, int kPerLane>
+void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                                    const T* bias, Index R, Index C, float eps) {
-  layernorm_forward_rows_kernel<T, kPerLane>
+  layernorm_forward_rows_kernel<T, X, kPerLane>
       <<<blocks_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(out, mean, rstd, inp,
                                                                           weight, bias, R, C, eps);
   VIT_CUDA_LAUNCHED();
@@ -134,10 +136,11 @@ void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const T* in
 // together, and each lane sums its columns' weight/bias gradients in registers across its rows.
 // (The first version re-read the row three times from a few warps per SM and spent 31% of a
 // ViT-S/16 step here: latency-bound, 0.83 ms a call on an H100.)
-template <typename T, int kPerLane>
-__global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout, const T* inp,
+template <typename T, typename X, int kPerLane>
+__global__ void layernorm_backward_kernel(X* dinp, float* partial, const T* dout, const X* inp,
                                           const T* weight, const float* rstd, Index R, Index C) {
-  // dinp, dout, inp (R, C); weight (C); rstd (R); partial (gridDim.x, 2, C) dweight/dbias sums
+  // dinp, inp (R, C) in X; dout (R, C); weight (C); rstd (R); partial (gridDim.x, 2, C)
+  // dweight/dbias sums
   extern __shared__ float sm[];  // (kBwdWarps, 2, C) per-warp column partials
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float w[kPerLane], dw[kPerLane], db[kPerLane];
@@ -149,7 +152,7 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
     db[j] = 0.0f;
   }
   for (Index r = blockIdx.x * Index(kBwdWarps) + warp; r < R; r += Index(gridDim.x) * kBwdWarps) {
-    const T* x = inp + r * C;
+    const X* x = inp + r * C;
     const T* dy = dout + r * C;
     float xv[kPerLane], g[kPerLane];
 #pragma unroll
@@ -183,11 +186,12 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
     const float m_dn = warp_sum(sum_dn) / float(C);
     const float m_dn_xh = warp_sum(sum_dn_xh) / float(C);
     if (dinp) {
-      T* dx = dinp + r * C;
+      // old + delta in fp32, one rounding to X (none for an fp32 stream)
+      X* dx = dinp + r * C;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const Index c = lane + 32 * j;
-        if (c < C) dx[c] = from_f32<T>(to_f32(dx[c]) + rs * (g[j] * w[j] - m_dn - xv[j] * m_dn_xh));
+        if (c < C) dx[c] = from_f32<X>(to_f32(dx[c]) + rs * (g[j] * w[j] - m_dn - xv[j] * m_dn_xh));
       }
     }
   }
@@ -239,22 +243,22 @@ __global__ void layernorm_param_grad_kernel(float* dweight, float* dbias, const 
 }
 
 // The smallest register row that holds C columns: 32 x kPerLane.
-template <typename T, int kPerLane>
-void launch_layernorm_backward(T* dinp, float* partial, const T* dout, const T* inp,
+template <typename T, typename X, int kPerLane>
+void launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X* inp,
                                const T* weight, const float* rstd, Index R, Index C, Index blocks) {
   const size_t smem = size_t(kBwdWarps) * 2 * size_t(C) * sizeof(float);
   if (smem > 48 * 1024)
-    VIT_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, kPerLane>,
+    VIT_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, X, kPerLane>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  layernorm_backward_kernel<T, kPerLane><<<unsigned(blocks), kBwdWarps * 32, smem, stream()>>>(
+  layernorm_backward_kernel<T, X, kPerLane><<<unsigned(blocks), kBwdWarps * 32, smem, stream()>>>(
       dinp, partial, dout, inp, weight, rstd, R, C);
   VIT_CUDA_LAUNCHED();
 }
 
 }  // namespace
 
-template <typename T>
-void layernorm_forward_loop(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+template <typename T, typename X>
+void layernorm_forward_loop(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                             const T* bias, Index R, Index C, float eps) {
   if (R <= 0) return;
   layernorm_forward_kernel<<<blocks_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
@@ -262,19 +266,19 @@ void layernorm_forward_loop(T* out, float* mean, float* rstd, const T* inp, cons
   VIT_CUDA_LAUNCHED();
 }
 
-template <typename T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+template <typename T, typename X>
+void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                        const T* bias, Index R, Index C, float eps) {
   if (R <= 0) return;
   const bool in_registers = with_row_registers(C, [&](auto k) {
-    launch_layernorm_forward_rows<T, decltype(k)::value>(out, mean, rstd, inp, weight, bias, R, C,
-                                                         eps);
+    launch_layernorm_forward_rows<T, X, decltype(k)::value>(out, mean, rstd, inp, weight, bias, R,
+                                                            C, eps);
   });
   if (!in_registers) layernorm_forward_loop(out, mean, rstd, inp, weight, bias, R, C, eps);
 }
 
-template <typename T>
-void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+template <typename T, typename X>
+void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, const X* inp,
                         const T* weight, const float* mean, const float* rstd, Index R, Index C) {
   if (R <= 0) return;
   VIT_CHECK(C <= 1024, "layernorm_backward: more than 1024 channels");
@@ -282,8 +286,8 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
   auto* partial = static_cast<float*>(
       scratch(size_t(blocks) * 2 * size_t(C) * sizeof(float), kScratchLayernorm));
   with_row_registers(C, [&](auto k) {  // C <= 1024: always a register row
-    launch_layernorm_backward<T, decltype(k)::value>(dinp, partial, dout, inp, weight, rstd, R, C,
-                                                     blocks);
+    launch_layernorm_backward<T, X, decltype(k)::value>(dinp, partial, dout, inp, weight, rstd, R,
+                                                        C, blocks);
   });
   if (dweight || dbias) {
     layernorm_param_grad_kernel<<<unsigned((C + 31) / 32), 1024, 0, stream()>>>(dweight, dbias,
@@ -292,13 +296,13 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
   }
 }
 
-#define INSTANTIATE(T)                                                                             \
-  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, Index,      \
-                                     Index, float);                                                \
-  template void layernorm_forward_loop<T>(T*, float*, float*, const T*, const T*, const T*, Index, \
-                                          Index, float);                                           \
-  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,            \
-                                      const float*, const float*, Index, Index);
-VIT_CUDA_INSTANTIATE(INSTANTIATE)
+#define INSTANTIATE(T, X)                                                                        \
+  template void layernorm_forward<T, X>(T*, float*, float*, const X*, const T*, const T*, Index, \
+                                        Index, float);                                           \
+  template void layernorm_forward_loop<T, X>(T*, float*, float*, const X*, const T*, const T*,   \
+                                             Index, Index, float);                               \
+  template void layernorm_backward<T, X>(X*, float*, float*, const T*, const X*, const T*,       \
+                                         const float*, const float*, Index, Index);
+VIT_CUDA_INSTANTIATE_STREAM(INSTANTIATE)
 
 }  // namespace vit::cuda

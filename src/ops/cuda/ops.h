@@ -11,6 +11,10 @@
 //    micro-batches, and the fused AdamW reads them next to the fp32 master weights;
 //  * LayerNorm statistics (mean, rstd), the cross-entropy losses and probabilities, the soft
 //    targets and the stochastic-depth sample scales are fp32.
+// The ops that read or write the residual stream (the block inputs and outputs, r1 between the
+// two branches, and their gradient dres) take its type X as a second parameter, X = T by
+// default; T = bf16 with X = float is --fp32-residual (src/ops/emu/ops.h says what it rounds:
+// nothing of the stream; bf16 outputs computed from it are rounded once from fp32).
 // Conventions (as on the CPU): row-major, tokens (B, N, C); parameter gradients ACCUMULATE;
 // input gradients OVERWRITE unless marked "accumulates"; a nullptr gradient output is skipped.
 #pragma once
@@ -90,18 +94,19 @@ template <typename T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, Index M, Index K, Index Nout);
 
-// LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32.
-template <typename T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+// LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32. The input
+// (and its gradient) is the stream's X.
+template <typename T, typename X = T>
+void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                        const T* bias, Index R, Index C, float eps);
 // The same with the loop kernel that rows wider than 1024 take (layernorm_forward keeps short
 // rows in registers): for tests, which hold the two to the same bits.
-template <typename T>
-void layernorm_forward_loop(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+template <typename T, typename X = T>
+void layernorm_forward_loop(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                             const T* bias, Index R, Index C, float eps);
 // dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
-template <typename T>
-void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+template <typename T, typename X = T>
+void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, const X* inp,
                         const T* weight, const float* mean, const float* rstd, Index R, Index C);
 
 // qkv (B, N, 3*H*D) -> att (B, H, N, N) softmax probabilities, out (B, N, H*D). Scale D^-0.5.
@@ -176,31 +181,32 @@ void im2col3x3s2(T* cols, const T* inp, Index B, Index H, Index W, Index C, bool
 template <typename T>
 void col2im3x3s2(T* dinp, const T* dcols, Index B, Index H, Index W, Index C);
 
+// The ops below read or write the residual stream as X (see the top).
 // x (B, N, C): x[b, n < prefix] = cls + pos[n], x[b, prefix + p] = patch_out[b, p] + pos.
-template <typename T>
-void embed_tokens_forward(T* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
+template <typename T, typename X = T>
+void embed_tokens_forward(X* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
                           Index prefix, Index C);
 // dpatch_out (B, N - prefix, C) overwrite; dcls (C) and dpos (N, C) accumulate.
-template <typename T>
-void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const T* dx, Index B, Index N,
+template <typename T, typename X = T>
+void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const X* dx, Index B, Index N,
                            Index prefix, Index C);
 
 // out (B, S, C) = x + sample_scale[b] * gamma[c] * branch; gamma (C), sample_scale (B) may be
 // nullptr (meaning 1). out may alias x.
-template <typename T>
-void residual_forward(T* out, const T* x, const T* branch, const T* gamma,
+template <typename T, typename X = T>
+void residual_forward(X* out, const X* x, const T* branch, const T* gamma,
                       const float* sample_scale, Index B, Index S, Index C);
 // dbranch (B, S, C) overwrite = sample_scale * gamma * dout; dgamma (C) accumulates.
-template <typename T>
-void residual_backward(T* dbranch, float* dgamma, const T* dout, const T* branch, const T* gamma,
+template <typename T, typename X = T>
+void residual_backward(T* dbranch, float* dgamma, const X* dout, const T* branch, const T* gamma,
                        const float* sample_scale, Index B, Index S, Index C);
 
 // out (B, C): the class token (avg == false) or the mean of x[b, prefix:N].
-template <typename T>
-void pool_forward(T* out, const T* x, Index B, Index N, Index prefix, Index C, bool avg);
+template <typename T, typename X = T>
+void pool_forward(T* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg);
 // dx (B, N, C) ACCUMULATES.
-template <typename T>
-void pool_backward(T* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg);
+template <typename T, typename X = T>
+void pool_backward(X* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg);
 
 // losses (B) = -sum_k t_k log softmax(logits)_k, probs (B, K) saved; all fp32 but the logits.
 template <typename T>

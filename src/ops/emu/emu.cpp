@@ -5,6 +5,7 @@
 // accumulate into bf16 (LayerNorm's dinp, pooling's dx) are widened first, so the CPU op adds
 // its fp32 share to the old value and the sum is rounded once, as the kernels do.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "ops/cpu/ops.h"
@@ -52,6 +53,8 @@ class Frame {
     convert(d, src, n);
     return d;
   }
+  // An fp32 input (the fp32 residual stream) is read where it is.
+  const float* widen(const float* src, Index /*n*/) { return src; }
 
  private:
   size_t base_;
@@ -91,6 +94,10 @@ void convert(float* dst, const bf16* src, Index n) {
   for (Index i = 0; i < n; ++i) dst[i] = float(src[i]);
 }
 
+void convert(float* dst, const float* src, Index n) {
+  if (dst != src && n > 0) std::memcpy(dst, src, size_t(n) * sizeof(float));
+}
+
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, Index M,
                     Index K, Index Nout) {
   // The bias joins the fp32 GEMM result before the one rounding (cuBLASLt's bias epilogue).
@@ -114,7 +121,8 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
   if (dinp) convert(dinp, dinp32, M * K);
 }
 
-void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+template <class X>
+void layernorm_forward(bf16* out, float* mean, float* rstd, const X* inp, const bf16* weight,
                        const bf16* bias, Index R, Index C, float eps) {
   Frame f;
   const float* inp32 = f.widen(inp, R * C);  // (R, C)
@@ -125,15 +133,16 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
   convert(out, out32, R * C);
 }
 
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                        const bf16* weight, const float* mean, const float* rstd, Index R,
-                        Index C) {
+template <class X>
+void layernorm_backward(std::type_identity_t<X>* dinp, float* dweight, float* dbias,
+                        const bf16* dout, const X* inp, const bf16* weight, const float* mean,
+                        const float* rstd, Index R, Index C) {
   Frame f;
   const float* dout32 = f.widen(dout, R * C);  // (R, C)
   const float* inp32 = f.widen(inp, R * C);    // (R, C)
   const float* w32 = f.widen(weight, C);       // (C)
-  // (R, C): the old bf16 gradient (zeros when dinp is not wanted: the CPU op always adds into
-  // one), plus this op's fp32 share, rounded once below.
+  // (R, C): the old gradient (zeros when dinp is not wanted: the CPU op always adds into one),
+  // plus this op's fp32 share, rounded once below when the stream is bf16.
   float* dinp32 = f.get(R * C);
   if (dinp)
     convert(dinp32, dinp, R * C);
@@ -222,7 +231,8 @@ void col2im3x3s2(bf16* dinp, const bf16* dcols, Index B, Index H, Index W, Index
   convert(dinp, dinp32, n_in);
 }
 
-void embed_tokens_forward(bf16* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,
+template <class X>
+void embed_tokens_forward(X* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,
                           Index N, Index prefix, Index C) {
   Frame f;
   const float* patch32 = f.widen(patch_out, B * (N - prefix) * C);  // (B, N - prefix, C)
@@ -233,7 +243,8 @@ void embed_tokens_forward(bf16* x, const bf16* patch_out, const bf16* cls, const
   convert(x, x32, B * N * C);
 }
 
-void embed_tokens_backward(bf16* dpatch_out, float* dcls, float* dpos, const bf16* dx, Index B,
+template <class X>
+void embed_tokens_backward(bf16* dpatch_out, float* dcls, float* dpos, const X* dx, Index B,
                            Index N, Index prefix, Index C) {
   Frame f;
   const float* dx32 = f.widen(dx, B * N * C);                            // (B, N, C)
@@ -242,7 +253,8 @@ void embed_tokens_backward(bf16* dpatch_out, float* dcls, float* dpos, const bf1
   if (dpatch_out) convert(dpatch_out, dpatch32, B * (N - prefix) * C);
 }
 
-void residual_forward(bf16* out, const bf16* x, const bf16* branch, const bf16* gamma,
+template <class X>
+void residual_forward(X* out, const X* x, const bf16* branch, const bf16* gamma,
                       const float* sample_scale, Index B, Index S, Index C) {
   Frame f;
   // (B, S, C): x widened, then the sum in place (the CPU op allows out == x); out may alias x
@@ -255,7 +267,8 @@ void residual_forward(bf16* out, const bf16* x, const bf16* branch, const bf16* 
   convert(out, sum32, B * S * C);
 }
 
-void residual_backward(bf16* dbranch, float* dgamma, const bf16* dout, const bf16* branch,
+template <class X>
+void residual_backward(bf16* dbranch, float* dgamma, const X* dout, const bf16* branch,
                        const bf16* gamma, const float* sample_scale, Index B, Index S, Index C) {
   Frame f;
   const float* dout32 = f.widen(dout, B * S * C);                         // (B, S, C)
@@ -266,7 +279,8 @@ void residual_backward(bf16* dbranch, float* dgamma, const bf16* dout, const bf1
   if (dbranch) convert(dbranch, dbranch32, B * S * C);
 }
 
-void pool_forward(bf16* out, const bf16* x, Index B, Index N, Index prefix, Index C, bool avg) {
+template <class X>
+void pool_forward(bf16* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg) {
   Frame f;
   const float* x32 = f.widen(x, B * N * C);  // (B, N, C)
   float* out32 = f.get(B * C);               // (B, C)
@@ -274,8 +288,9 @@ void pool_forward(bf16* out, const bf16* x, Index B, Index N, Index prefix, Inde
   convert(out, out32, B * C);
 }
 
-void pool_backward(bf16* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg) {
-  // dx accumulates: rows the op does not touch round back to themselves.
+template <class X>
+void pool_backward(X* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg) {
+  // dx accumulates: rows the op does not touch round back to themselves (bf16 stream).
   Frame f;
   float* dx32 = f.get(B * N * C);  // (B, N, C)
   convert(dx32, dx, B * N * C);
@@ -298,5 +313,25 @@ void cross_entropy_backward(bf16* dlogits, const float* probs, const float* targ
   cpu::cross_entropy_backward(dlogits32, probs, targets, dloss, B, K);
   convert(dlogits, dlogits32, B * K);
 }
+
+// The residual-stream ops for both stream types (bf16 and fp32, see ops.h).
+#define VIT_EMU_RESIDUAL_OPS(X)                                                                  \
+  template void layernorm_forward<X>(bf16*, float*, float*, const X*, const bf16*, const bf16*,  \
+                                     Index, Index, float);                                       \
+  template void layernorm_backward<X>(X*, float*, float*, const bf16*, const X*, const bf16*,    \
+                                      const float*, const float*, Index, Index);                 \
+  template void embed_tokens_forward<X>(X*, const bf16*, const bf16*, const bf16*, Index, Index, \
+                                        Index, Index);                                           \
+  template void embed_tokens_backward<X>(bf16*, float*, float*, const X*, Index, Index, Index,   \
+                                         Index);                                                 \
+  template void residual_forward<X>(X*, const X*, const bf16*, const bf16*, const float*, Index, \
+                                    Index, Index);                                               \
+  template void residual_backward<X>(bf16*, float*, const X*, const bf16*, const bf16*,          \
+                                     const float*, Index, Index, Index);                         \
+  template void pool_forward<X>(bf16*, const X*, Index, Index, Index, Index, bool);              \
+  template void pool_backward<X>(X*, const bf16*, Index, Index, Index, Index, bool);
+VIT_EMU_RESIDUAL_OPS(bf16)
+VIT_EMU_RESIDUAL_OPS(float)
+#undef VIT_EMU_RESIDUAL_OPS
 
 }  // namespace vit::emu

@@ -14,7 +14,8 @@
 //
 // Rounding points (each bf16 output is rounded ONCE from its fp32 value unless noted):
 //  * matmul_forward: GEMM result + bias in fp32, then one rounding.
-//  * layernorm_backward, pool_backward: dinp / dx ACCUMULATE as round(bf16 old + fp32 delta).
+//  * layernorm_backward, pool_backward: dinp / dx ACCUMULATE as round(bf16 old + fp32 delta)
+//    (bf16 stream; an fp32 stream adds without rounding).
 //  * attention_forward: the probabilities att are rounded and the P @ V GEMM reads the rounded
 //    values; scores stay fp32. attention_backward: dS is rounded and the dQ / dK GEMMs read
 //    it; dP stays fp32.
@@ -23,17 +24,31 @@
 //    adds them unrounded, out = round(O / sum). flash_attention_backward: P recomputed from
 //    lse in fp32 and rounded for dV = P^T dO; dS = P (dP - rowsum(dO * out)) scale rounded
 //    for dQ and dK.
-//  * im2patches, im2col3x3s2, embed_tokens_backward's dpatch_out, token pooling, ReLU: exact.
+//  * im2patches, im2col3x3s2, ReLU: exact; with a bf16 stream also embed_tokens_backward's
+//    dpatch_out and token pooling (copies).
 //  * col2im3x3s2: the (at most 4) taps summed in fp32 in (kh, kw) order, then one rounding.
+//
+// The residual stream (the block inputs and outputs, r1 between the two branches, and their
+// gradient dres) is stored as R: bf16 like the other activations, or fp32 (--fp32-residual,
+// what PyTorch autocast does: its adds run in fp32). The ops that read or write it take R;
+// with R = float nothing of the stream is rounded: residual_forward's sum, LayerNorm's and
+// pooling's accumulated input gradients stay fp32, and bf16 outputs computed from it
+// (LayerNorm's out, the pooled features, embed_tokens_backward's dpatch_out, residual_backward's
+// dbranch) are rounded once from their fp32 values. The embedding adds the bf16 weight copy's
+// class token and position embedding in fp32.
 #pragma once
+#include <type_traits>
+
 #include "core/bf16.h"
 #include "core/common.h"
 
 namespace vit::emu {
 
-// Elementwise conversion: dst (n) = src (n), fp32 -> bf16 rounds to nearest even.
+// Elementwise conversion: dst (n) = src (n), fp32 -> bf16 rounds to nearest even; fp32 -> fp32
+// copies (dst may equal src).
 void convert(bf16* dst, const float* src, Index n);
 void convert(float* dst, const bf16* src, Index n);
+void convert(float* dst, const float* src, Index n);
 
 // out (M, Nout) = inp (M, K) @ weight (Nout, K)^T + bias (Nout) [bias may be nullptr].
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, Index M,
@@ -43,12 +58,16 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* 
 void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                      const bf16* weight, Index M, Index K, Index Nout);
 
-// LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32.
-void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+// LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32. The input
+// (and its gradient) is the residual stream's type X (bf16 or float).
+template <class X>
+void layernorm_forward(bf16* out, float* mean, float* rstd, const X* inp, const bf16* weight,
                        const bf16* bias, Index R, Index C, float eps);
-// dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                        const bf16* weight, const float* mean, const float* rstd, Index R, Index C);
+// dinp (R, C) ACCUMULATES (may be nullptr: X comes from inp); dweight, dbias (C) accumulate.
+template <class X>
+void layernorm_backward(std::type_identity_t<X>* dinp, float* dweight, float* dbias,
+                        const bf16* dout, const X* inp, const bf16* weight, const float* mean,
+                        const float* rstd, Index R, Index C);
 
 // qkv (B, N, 3*H*D) -> att (B, H, N, N) softmax probabilities, out (B, N, H*D). Scale D^-0.5.
 void attention_forward(bf16* out, bf16* att, const bf16* qkv, Index B, Index N, Index H, Index D);
@@ -94,25 +113,32 @@ void im2col3x3s2(bf16* cols, const bf16* inp, Index B, Index H, Index W, Index C
 // dinp (B, H, W, C) overwrite = the adjoint of im2col (channels-last) applied to dcols.
 void col2im3x3s2(bf16* dinp, const bf16* dcols, Index B, Index H, Index W, Index C);
 
+// The ops below read or write the residual stream as X (bf16 or float; see the top).
 // x (B, N, C): x[b, n < prefix] = cls + pos[n], x[b, prefix + p] = patch_out[b, p] + pos.
-void embed_tokens_forward(bf16* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,
+template <class X>
+void embed_tokens_forward(X* x, const bf16* patch_out, const bf16* cls, const bf16* pos, Index B,
                           Index N, Index prefix, Index C);
 // dpatch_out (B, N - prefix, C) overwrite; dcls (C) and dpos (N, C) accumulate.
-void embed_tokens_backward(bf16* dpatch_out, float* dcls, float* dpos, const bf16* dx, Index B,
+template <class X>
+void embed_tokens_backward(bf16* dpatch_out, float* dcls, float* dpos, const X* dx, Index B,
                            Index N, Index prefix, Index C);
 
 // out (B, S, C) = x + sample_scale[b] * gamma[c] * branch; gamma (C), sample_scale (B) may be
 // nullptr (meaning 1). out may alias x.
-void residual_forward(bf16* out, const bf16* x, const bf16* branch, const bf16* gamma,
+template <class X>
+void residual_forward(X* out, const X* x, const bf16* branch, const bf16* gamma,
                       const float* sample_scale, Index B, Index S, Index C);
 // dbranch (B, S, C) overwrite = sample_scale * gamma * dout; dgamma (C) accumulates.
-void residual_backward(bf16* dbranch, float* dgamma, const bf16* dout, const bf16* branch,
+template <class X>
+void residual_backward(bf16* dbranch, float* dgamma, const X* dout, const bf16* branch,
                        const bf16* gamma, const float* sample_scale, Index B, Index S, Index C);
 
 // out (B, C): the class token (avg == false) or the mean of x[b, prefix:N].
-void pool_forward(bf16* out, const bf16* x, Index B, Index N, Index prefix, Index C, bool avg);
+template <class X>
+void pool_forward(bf16* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg);
 // dx (B, N, C) ACCUMULATES.
-void pool_backward(bf16* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg);
+template <class X>
+void pool_backward(X* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg);
 
 // losses (B) = -sum_k t_k log softmax(logits)_k, probs (B, K) saved; all fp32 but the logits.
 void cross_entropy_forward(float* losses, float* probs, const bf16* logits, const float* targets,
