@@ -33,7 +33,7 @@
 #                                                     GPU_CHECK_SEEDS seeds (default: the recipe's)
 #   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
-#   and in fp32).
+#   in fp32 and with --fp32-residual).
 #
 # DEST (default $OUT, else /tmp/gpu_check_out) receives at most four files per phase, named after
 # it: PHASE_summary.md (PASS/FAIL table, metrics, the tail of each failing log), PHASE_results.json
@@ -345,7 +345,7 @@ s_vbench() {
   need_bin vitrain
   local out="$WORK/$STEP_ID.out" rc
   vt bench --device "$DEVICE" --model "$1" -b "$2" ${3:+--img-size "$3"} --steps "$BENCH_STEPS" \
-    --warmup "$BENCH_WARMUP" --json 2>&1 | tee "$out"
+    --warmup "$BENCH_WARMUP" --json ${VBENCH_FLAGS:-} 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   last_json "$out" >"$MET/$STEP_ID.json"
   [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
@@ -368,6 +368,10 @@ s_vprofile_before() {
 # Args: model, batch. vitrain bench with the mma.sync fused attention (VIT_FLASH_MMA=1).
 s_vbench_mma() {
   VIT_FLASH_MMA=1 s_vbench "$@"
+}
+# Args: model, batch. vitrain bench with the residual stream in fp32 (what --fp32-residual costs).
+s_vbench_fp32res() {
+  VBENCH_FLAGS=--fp32-residual s_vbench "$@"
 }
 
 # Args: model, batch. The per-op table of a vitrain step (CUDA-event device times) into the
@@ -403,7 +407,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_vbench s_vbench_unfused s_vbench_mma s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_vbench s_vbench_unfused s_vbench_mma s_vbench_fp32res s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -459,8 +463,9 @@ for line in open(os.path.join(work, "steps.tsv")):
 
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
-    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_mma_* and
-    f_before_* (attention variants, the BEFORE build) get their own column."""
+    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_mma_*,
+    f_fp32res_* and f_before_* (attention variants, the fp32 residual stream, the BEFORE build)
+    get their own column."""
     impl = s["result"].get("impl", "")
     var = s["id"].split("_")[1] if s["id"].startswith("f_") else "vitrain"
     return impl if var == "vitrain" else f"{impl}-{var}"
@@ -689,13 +694,16 @@ if want train; then
 fi
 
 if want repeat; then
-  # The recipe's spread: more seeds in bf16, and the default seed in fp32 (what bf16 costs).
+  # The recipe's spread: more seeds in bf16, and the default seed in fp32 (what bf16 costs) and
+  # with --fp32-residual (what the bf16 residual stream costs).
   for seed in ${GPU_CHECK_SEEDS:-1 2 3}; do
     step "e_train_seed$seed" repeat 120 "train $(basename "$RECIPE") --seed $seed" \
       s_train "fmnist_seed$seed" --seed "$seed"
   done
   step e_train_fp32 repeat 120 "train $(basename "$RECIPE") --precision fp32" \
     s_train fmnist_fp32 --precision fp32
+  step e_train_fp32res repeat 120 "train $(basename "$RECIPE") --fp32-residual" \
+    s_train fmnist_fp32res --fp32-residual
 fi
 
 if want recipes; then
@@ -718,7 +726,13 @@ if [ -n "${GPU_CHECK_BENCH_MODELS:-}" ]; then
   for mb in $GPU_CHECK_BENCH_MODELS; do BENCH_MODELS+=("${mb%%:*} ${mb##*:}"); done
 fi
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
-variant_label() { if [ "$1" = before ]; then echo "BEFORE build"; else echo "$1 attention"; fi; }
+variant_label() {
+  case "$1" in
+    before) echo "BEFORE build" ;;
+    fp32res) echo "--fp32-residual" ;;
+    *) echo "$1 attention" ;;
+  esac
+}
 if want bench; then
   # Interleaved: vitrain then timm per model; round two in the other order, so neither always
   # runs on a warmer (or cooler) GPU. Two samples per pair also show the run-to-run spread.
@@ -726,10 +740,11 @@ if want bench; then
     for mb in "${BENCH_MODELS[@]}"; do
       read -r m b <<<"$mb"
       s=$(short "$m")
-      # The attention variants (unfused; mma.sync kernels) on the first model only (ViT-S);
+      # The attention variants (unfused; mma.sync kernels) and the fp32 residual stream on the
+      # first model only (ViT-S);
       # the BEFORE build (when bundled) on every model.
       variants=()
-      [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma)
+      [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma fp32res)
       [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
       if [ "$r" = 1 ]; then
         step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
