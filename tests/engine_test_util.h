@@ -1,5 +1,6 @@
-// Shared by the engine tests (test_engine.cpp, test_cuda_model.cpp): a random training batch,
-// the engine options they use, and the three-update run that compares two engines.
+// Shared by the engine tests (test_engine.cpp, test_cuda_model.cpp, test_conv_stem.cpp,
+// test_fp32_residual.cpp): a random training batch, the engine options they use, and the
+// three-update runs that compare two engines.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -175,6 +176,38 @@ inline void expect_three_steps_match(const ThreeSteps& got, const ThreeSteps& re
     EXPECT_LE(tensor_rel_err(got.params, ref.params, spec.offset, spec.numel()), kWeightRelTol)
         << spec.name;
   }
+}
+
+// The bf16 emulation (or another bf16 engine) against the fp32 CPU engine from the same weights
+// p0: three updates on random batches, each update's loss within 1e-2 and grad norm within 3e-2
+// relative (bf16 keeps 8 significant bits, so activations carry ~2^-9 relative rounding per op
+// and the loss ~1e-3 to 1e-2 after a dozen ops), and the weight updates pointing the same way
+// (cosine > 0.95: Adam steps are ~lr per element whatever the gradient's size; rounding noise
+// flips only small components).
+inline void expect_trains_close_to_fp32(Engine& bf16, Engine& fp32, const std::vector<float>& p0,
+                                        const ModelConfig& c, Index B) {
+  fp32.write_params(p0);
+  bf16.write_params(p0);
+  for (int step = 0; step < 3; ++step) {
+    const Batch b = random_batch(c, B, 100 + step);
+    for (Engine* e : {&fp32, &bf16}) {
+      e->zero_grad();
+      e->forward_backward(b.images.data(), b.targets.data(), B, 1.0f / B, 3);
+      e->step(2e-3);
+    }
+    const TrainStats a = fp32.read_stats(), e = bf16.read_stats();
+    EXPECT_NEAR(e.last_loss, a.last_loss, 1e-2 * std::fabs(a.last_loss)) << "update " << step;
+    EXPECT_NEAR(e.grad_norm, a.grad_norm, 3e-2 * a.grad_norm) << "update " << step;
+  }
+  const std::vector<float> pa = fp32.read_params(), pe = bf16.read_params();
+  double dot = 0, na = 0, ne = 0;
+  for (size_t i = 0; i < p0.size(); ++i) {
+    const double da = pa[i] - p0[i], de = pe[i] - p0[i];
+    dot += da * de;
+    na += da * da;
+    ne += de * de;
+  }
+  EXPECT_GT(dot / std::sqrt(na * ne), 0.95) << "cosine of the fp32 and bf16 weight updates";
 }
 
 }  // namespace vit::test

@@ -145,29 +145,7 @@ TEST(ConvStem, Bf16EmulationTrainsCloseToFp32) {
   const Index B = 8;
   auto cpu = vit::make_engine(vit::test::engine_options("cpu", "bf16", c, B));
   auto emu = vit::make_engine(vit::test::engine_options("emu", "bf16", c, B));
-  const auto p0 = initial_params(cpu->table(), c);
-  cpu->write_params(p0);
-  emu->write_params(p0);
-  for (int step = 0; step < 3; ++step) {
-    const vit::test::Batch b = vit::test::random_batch(c, B, 100 + step);
-    for (auto* e : {cpu.get(), emu.get()}) {
-      e->zero_grad();
-      e->forward_backward(b.images.data(), b.targets.data(), B, 1.0f / B, 3);
-      e->step(2e-3);
-    }
-    const vit::TrainStats a = cpu->read_stats(), e = emu->read_stats();
-    EXPECT_NEAR(e.last_loss, a.last_loss, 1e-2 * std::fabs(a.last_loss)) << "update " << step;
-    EXPECT_NEAR(e.grad_norm, a.grad_norm, 3e-2 * a.grad_norm) << "update " << step;
-  }
-  const auto pa = cpu->read_params(), pe = emu->read_params();
-  double dot = 0, na = 0, ne = 0;
-  for (size_t i = 0; i < p0.size(); ++i) {
-    const double da = pa[i] - p0[i], de = pe[i] - p0[i];
-    dot += da * de;
-    na += da * da;
-    ne += de * de;
-  }
-  EXPECT_GT(dot / std::sqrt(na * ne), 0.95) << "cosine of the fp32 and bf16 weight updates";
+  vit::test::expect_trains_close_to_fp32(*emu, *cpu, initial_params(cpu->table(), c), c, B);
 }
 
 // The stem follows set_img_size (16 -> 8: layers 8 -> 4 -> 2) inside the arena planned at the
