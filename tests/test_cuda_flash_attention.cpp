@@ -181,30 +181,8 @@ struct ScopedEnv {  // sets an environment variable for a scope, then restores i
   }
 };
 
-double bf16_ulp(double x) {  // the spacing of bf16 values at |x| (8 significant bits)
-  int e;
-  std::frexp(x == 0 ? 1e-30 : std::fabs(x), &e);
-  return std::ldexp(1.0, e - 8);
-}
-
 void expect_within_ulps(const std::string& what, const Vec& got, const Vec& ref) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double maxref = 0;
-  for (float r : ref) maxref = std::max(maxref, double(std::fabs(r)));
-  size_t bad = 0, differ = 0, worst = 0;
-  double worst_err = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(double(got[i]) - double(ref[i]));
-    const double lim =
-        2 * bf16_ulp(std::max(std::fabs(got[i]), std::fabs(ref[i]))) + bf16_ulp(maxref) + 1e-30;
-    differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
-    if (!(err <= lim)) ++bad;  // NaN counts as bad
-    if (err > worst_err) worst_err = err, worst = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " beyond 2 ulps; worst ["
-                     << worst << "] gpu " << got[worst] << " emu " << ref[worst];
-  EXPECT_LE(double(differ), 0.1 * double(got.size()))
-      << what << ": " << differ << " of " << got.size() << " elements differ in their bits";
+  expect_within_bf16_ulps(what, got, ref, 2, 0.1);
 }
 
 TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
