@@ -851,34 +851,6 @@ TEST_F(CudaOpsFp32Residual, ResidualMatchesTheEmulation) {
   }
 }
 
-TEST_F(CudaOpsFp32Residual, PoolMatchesTheEmulation) {
-  uint64_t seed = 1500;
-  for (const TokShape& s : kTokShapes) {
-    for (bool avg : {false, true}) {
-      if (!avg && s.prefix == 0) continue;  // token pooling needs a class token
-      SCOPED_TRACE(str(s) + (avg ? " avg" : " token"));
-      const Vec x = rnd<float>(s.B * s.N * s.C, ++seed);  // the fp32 stream
-      const Vec dx0 = rnd<float>(x.size(), ++seed);       // its gradient so far
-      const Vec dout = rnd<bf16>(s.B * s.C, ++seed);
-      const std::vector<EmuBf16> e_dout = to_emu(dout);
-      std::vector<EmuBf16> e_out(s.B * s.C);
-      Vec dx = dx0;
-      vit::emu::pool_forward(e_out.data(), x.data(), s.B, s.N, s.prefix, s.C, avg);
-      vit::emu::pool_backward(dx.data(), e_dout.data(), s.B, s.N, s.prefix, s.C, avg);
-      DevBuf<float> d_x(x, "x"), d_dx(dx0, "dx");
-      DevBuf<bf16> d_dout(dout, "dout"), d_out(e_out.size(), "out");
-      gpu::pool_forward(d_out.get(), d_x.get(), s.B, s.N, s.prefix, s.C, avg);
-      gpu::pool_backward(d_dx.get(), d_dout.get(), s.B, s.N, s.prefix, s.C, avg);
-      gpu::synchronize();
-      if (avg)
-        expect_same_rounding("out", d_out.download(), widen(e_out));
-      else
-        expect_same_bits("out (the class token rounded once)", d_out.download(), widen(e_out));
-      expect_close("dx (accumulated, fp32)", d_dx.download(), dx, {1e-5, 1e-6});
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // ViT-S/16 at batch 256: every GEMM of a training step must find a cuBLASLt algorithm (the SIMT
 // fallback is correct but would dominate the step). The buffers are large (up to 77M values),

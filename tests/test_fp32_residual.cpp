@@ -6,8 +6,8 @@
 //  * Why it exists: a branch below half a bf16 spacing of the stream vanishes from a bf16
 //    stream (residual add, and in the backward the blocks' share of the stream's gradient);
 //    with layer scale 1e-4 (DeiT III's init) the fp32 stream keeps what the fp32 model computes.
-//  * The model and engine over EmuBackendFp32Residual: its arena holds the stream in fp32 and
-//    it trains close to the fp32 CPU engine.
+//  * The model and engine over EmuBackendFp32Residual: its arena holds the stream (and the
+//    pooled features) in fp32 and it trains close to the fp32 CPU engine.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,12 +20,16 @@
 #include "model/vit.h"
 #include "ops/cpu/ops.h"
 #include "ops/emu/ops.h"
+#include "residual_share_util.h"
 #include "train/engine.h"
 
 namespace vit {
 namespace {
 
 using namespace emu_test;  // Gen, widen, expect_rounded, expect_same_bits: emu_test_util.h
+using test::blocks_share_of_dpos;
+using test::layer_scale_config;
+using test::relative_distance;
 
 struct Tokens {  // B samples of N tokens (prefix class-token rows first) of C channels
   Index B, N, prefix, C;
@@ -111,12 +115,13 @@ TEST(Fp32ResidualOps, EmbeddingAndPoolingKeepTheStreamInFp32) {
       const Bf16s cls = g.bf16s(C, -1, 1);             // (C)
       const Bf16s pos = g.bf16s(N * C, -1, 1);         // (N, C)
       const Floats dx = g.floats(B * N * C, -1, 1);    // (B, N, C) the fp32 stream's gradient
-      const Bf16s dpool = g.bf16s(B * C, -1, 1);       // (B, C)
+      const Floats dpool = g.floats(B * C, -1, 1);     // (B, C) the pooled features' gradient
       const Floats dx0 = g.floats(B * N * C, -0.1, 0.1);
       const Floats dcls0 = g.floats(C, -1, 1), dpos0 = g.floats(N * C, -1, 1);
       const bf16* cls_p = s.prefix > 0 ? cls.data() : nullptr;
       Floats x(len(B * N * C), NAN), dcls = dcls0, dpos = dpos0, dxp = dx0;
-      Bf16s dpatch = nans(B * np * C), pooled = nans(B * C);  // (B, N - prefix, C), (B, C)
+      Bf16s dpatch = nans(B * np * C);  // (B, N - prefix, C)
+      Floats pooled(len(B * C), NAN);   // (B, C)
       emu::embed_tokens_forward(x.data(), patch.data(), cls_p, pos.data(), B, N, s.prefix, C);
       emu::embed_tokens_backward(dpatch.data(), dcls.data(), dpos.data(), dx.data(), B, N, s.prefix,
                                  C);
@@ -132,12 +137,12 @@ TEST(Fp32ResidualOps, EmbeddingAndPoolingKeepTheStreamInFp32) {
       cpu::embed_tokens_backward(rdpatch.data(), rdcls.data(), rdpos.data(), dx.data(), B, N,
                                  s.prefix, C);
       cpu::pool_forward(rpooled.data(), rx.data(), B, N, s.prefix, C, avg);
-      cpu::pool_backward(rdxp.data(), widen(dpool).data(), B, N, s.prefix, C, avg);
-      expect_same_bits(x, rx);          // bf16 + bf16 in fp32: exact, and stored as is
+      cpu::pool_backward(rdxp.data(), dpool.data(), B, N, s.prefix, C, avg);
+      expect_same_bits(x, rx);          // summed in fp32 and stored as is
       expect_rounded(dpatch, rdpatch);  // no longer a copy: rounded once from the fp32 stream
       if (s.prefix > 0) expect_same_bits(dcls, rdcls);
       expect_same_bits(dpos, rdpos);
-      expect_rounded(pooled, rpooled);
+      expect_same_bits(pooled, rpooled);  // fp32 features for the final LayerNorm
       expect_same_bits(dxp, rdxp);
     }
   }
@@ -162,59 +167,6 @@ TEST(Fp32ResidualOps, ATinyBranchSurvivesOnlyInTheFp32Stream) {
 // ---------------------------------------------------------------------------------------------
 // The model
 
-ModelConfig layer_scale_config(double layer_scale) {
-  ModelConfig c = model_preset("vit_fmnist_tiny");
-  c.img_size = 16;
-  c.patch_size = 4;
-  c.in_chans = 1;
-  c.num_classes = 5;
-  c.classifier = Classifier::Avg;  // every patch row of dres gets the head's gradient
-  c.layer_scale_init = layer_scale;
-  c.validate();
-  return c;
-}
-
-// The blocks' share of the position embedding's gradient (an fp32 parameter gradient): dpos
-// minus dpos from a backward pass whose layer scales were zeroed after the same forward pass
-// (the blocks then pass nothing back; the head's gradient and the pooling's share are the same,
-// so the difference is what the blocks added to the stream's gradient).
-template <class Backend>
-std::vector<double> blocks_share_of_dpos(const ModelConfig& c, const std::vector<float>& p0,
-                                         const test::Batch& batch, Index B) {
-  VitModel<Backend> model(c, B);
-  const ParamSpec& pos = model.table().at("pos_embed");
-  std::vector<typename Backend::Store> images(batch.images.size());  // (B, Cin, S, S)
-  for (size_t i = 0; i < images.size(); ++i) images[i] = typename Backend::Store(batch.images[i]);
-  auto dpos = [&](bool zero_layer_scale) {
-    for (Index i = 0; i < model.table().total; ++i) model.params[i] = p0[i];
-    model.sync_weights();
-    model.zero_grad();
-    model.forward(images.data(), batch.targets.data(), B, false, 0);
-    if (zero_layer_scale) {
-      for (const ParamSpec& t : model.table().specs)
-        if (t.name.find(".gamma") != std::string::npos)
-          for (Index i = 0; i < t.numel(); ++i) model.params[t.offset + i] = 0;
-      model.sync_weights();
-    }
-    model.backward(1.0f / float(B));
-    return std::vector<double>(model.grads.begin() + pos.offset,
-                               model.grads.begin() + pos.offset + pos.numel());
-  };
-  const std::vector<double> with = dpos(false), without = dpos(true);
-  std::vector<double> share(with.size());
-  for (size_t i = 0; i < share.size(); ++i) share[i] = with[i] - without[i];
-  return share;
-}
-
-double relative_distance(const std::vector<double>& got, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
 // With layer scale 1e-4 the blocks add ~1e-4 of the stream's gradient: below half a bf16
 // spacing (2^-9), so a bf16 dres loses most of it, and the fp32 stream keeps it to within the
 // bf16 rounding of the branches themselves.
@@ -237,15 +189,18 @@ TEST(Fp32ResidualModel, KeepsTheBlocksShareOfTheStreamGradient) {
 
 TEST(Fp32ResidualModel, ArenaHoldsTheStreamInFp32) {
   const ModelConfig c = layer_scale_config(0);
-  const Index B = 4, BNC = B * c.num_tokens() * c.embed_dim;
+  const Index B = 4, BNC = B * c.num_tokens() * c.embed_dim, BC = B * c.embed_dim;
   VitModel<EmuBackend> bf16_stream(c, B);
   VitModel<EmuBackendFp32Residual> fp32_stream(c, B);
-  // res (L + 1), r1 (L) and dres: 2L + 2 slots of (B, N, C) grow from 2 to 4 bytes an element
-  // (each slot is padded to the arena's alignment, so at most that much more per slot).
-  const Index slots = 2 * c.depth + 2;
-  const Index grown = Index(fp32_stream.arena_bytes()) - Index(bf16_stream.arena_bytes());
-  EXPECT_GE(grown, slots * BNC * 2);
-  EXPECT_LE(grown, slots * (BNC * 2 + Index(kArenaAlign)));
+  // Each slot starts at a multiple of the arena's alignment. The stream's slots grow from 2 to
+  // 4 bytes an element: res (L + 1), r1 (L) and dres of (B, N, C), pooled and dpooled of (B, C).
+  auto padded = [](Index bytes) {
+    const Index a = Index(kArenaAlign);
+    return (bytes + a - 1) / a * a;
+  };
+  const Index grown = (2 * c.depth + 2) * (padded(4 * BNC) - padded(2 * BNC)) +
+                      2 * (padded(4 * BC) - padded(2 * BC));
+  EXPECT_EQ(Index(fp32_stream.arena_bytes()) - Index(bf16_stream.arena_bytes()), grown);
 }
 
 // As the bf16 emulation (test_engine.cpp): three updates within bf16 tolerances of fp32.

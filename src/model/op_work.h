@@ -1,16 +1,16 @@
 // The work of the model's op calls, for the op profile's rates (core/profile.h): GEMM flops
 // (a multiply-add is 2) and the bytes an op must move at least (each input read once, each
-// output written once; accumulated outputs read and written). S is the storage type;
-// gradients and statistics are 4-byte fp32.
+// output written once; accumulated outputs read and written). S is the storage type, R the
+// residual stream's (S, or fp32 with --fp32-residual); gradients and statistics are 4-byte fp32.
 #pragma once
 #include "core/common.h"
 #include "core/profile.h"
 
 namespace vit {
 
-template <class S>
+template <class S, class R = S>
 struct ModelOpWork {
-  static constexpr double kS = sizeof(S);
+  static constexpr double kS = sizeof(S), kR = sizeof(R);
   // out (M, N) = inp (M, K) @ W (N, K)^T + b.
   static OpWork matmul_forward(Index M, Index K, Index N) {
     return {2.0 * M * K * N, kS * double(M * K + N * K + M * N)};
@@ -23,6 +23,11 @@ struct ModelOpWork {
   }
   // `tensors` tensors of n elements, each read or written once.
   static OpWork elementwise(Index n, int tensors) { return {0.0, kS * double(n) * tensors}; }
+  // The same where `stream` of the tensors are the residual stream (or its gradient) and
+  // `others` are activations.
+  static OpWork stream(Index n, int stream, int others) {
+    return {0.0, (kR * stream + kS * others) * double(n)};
+  }
   // The attention core over (B, H) heads of N tokens and head dim D: S = Q K^T and P V are
   // 2 B H N^2 D flops each. The backward has four such products (dV, dP, dQ, dK), the fused one
   // a fifth (it recomputes S). Bytes: qkv and out or dqkv and dout (B, N, C) tensors, plus

@@ -57,7 +57,8 @@ struct VitModel<Backend>::Acts {
   S* patch_out = nullptr;                        // (B, Np, C)
   std::vector<R*> res;                           // L+1 x (B, N, C): block inputs, then output
   std::vector<BlockActs<S, A, R>> blocks;        // L
-  S *pooled = nullptr, *pooled_norm = nullptr;   // (B, C)
+  R* pooled = nullptr;                           // (B, C) in the stream's type
+  S* pooled_norm = nullptr;                      // (B, C)
   A *pool_mean = nullptr, *pool_rstd = nullptr;  // (B)
   S* logits = nullptr;                           // (B, K)
   A *probs = nullptr, *losses = nullptr;         // (B, K), (B)
@@ -68,7 +69,8 @@ struct VitModel<Backend>::Acts {
   S *dhid_a = nullptr, *dhid_b = nullptr;                  // (B, N, M)
   S* dpatch_out = nullptr;                                 // (B, Np, C)
   S* dlogits = nullptr;                                    // (B, K)
-  S *dpooled = nullptr, *dpooled_norm = nullptr;           // (B, C)
+  R* dpooled = nullptr;                                    // (B, C)
+  S* dpooled_norm = nullptr;                               // (B, C)
   A* drop_scales = nullptr;  // (L, 2, max B): per layer the attention then the FFN branch
 };
 
@@ -266,7 +268,7 @@ void VitModel<Backend>::draw_drop_path(Index B, uint64_t seed) {
 template <class Backend>
 void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B, bool train,
                                 uint64_t seed) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   VIT_CHECK(B > 0 && B <= max_batch_, "batch larger than the model was allocated for");
   const ModelConfig& c = cfg_;
   const Index N = c.num_tokens(), C = c.embed_dim, K = c.num_classes, Np = c.num_patches();
@@ -290,7 +292,7 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
     Backend::matmul_forward(a.patch_out, a.patches, w_.patch_w, w_.patch_b, B * Np, F, C);
   }
   {
-    ProfileScope prof("embed_tokens_forward", W::elementwise(B * N * C, 2));
+    ProfileScope prof("embed_tokens_forward", W::stream(B * N * C, 1, 1));
     Backend::embed_tokens_forward(a.res[0], a.patch_out, w_.cls, w_.pos, B, N, pre, C);
   }
 
@@ -304,14 +306,14 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
 
   // Classifier: pool (class token or patch mean), norm, head.
   {
-    ProfileScope prof("pool_forward", W::elementwise(B * N * C, 1));
+    ProfileScope prof("pool_forward", W::stream(B * N * C, 1, 0));
     Backend::pool_forward(a.pooled, static_cast<const Res*>(a.res[c.depth]), B, N, pre, C,
                           c.classifier == Classifier::Avg);
   }
   {
     ProfileScope prof("layernorm_forward", W::elementwise(B * C, 2));
     Backend::layernorm_forward(a.pooled_norm, a.pool_mean, a.pool_rstd,
-                               static_cast<const Store*>(a.pooled), w_.norm_w, w_.norm_b, B, C,
+                               static_cast<const Res*>(a.pooled), w_.norm_w, w_.norm_b, B, C,
                                Acc(1e-6));
   }
   {
@@ -329,7 +331,7 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
 // (unfused) or the row log-sum-exp (fused) for the backward.
 template <class Backend>
 void VitModel<Backend>::attention_forward(int l, Index B) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   const BlockActs<Store, Acc, Res>& b = acts_->blocks[l];
   if constexpr (Backend::kFusedAttention) {
@@ -346,7 +348,7 @@ void VitModel<Backend>::attention_forward(int l, Index B) {
 // d(atty) in datty -> d(qkv) in dqkv (overwritten); the fused backward also reads atty.
 template <class Backend>
 void VitModel<Backend>::attention_backward(int l, Index B) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc, Res>& b = a.blocks[l];
@@ -365,7 +367,7 @@ void VitModel<Backend>::attention_backward(int l, Index B) {
 
 template <class Backend>
 void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* s2) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc, Res>& b = a.blocks[l];
@@ -374,7 +376,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
 
   // Attention branch.
   {
-    ProfileScope prof("layernorm_forward", W::elementwise(BN * C, 2));
+    ProfileScope prof("layernorm_forward", W::stream(BN * C, 1, 1));
     Backend::layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, bw.norm1_w, bw.norm1_b, BN, C,
                                Acc(1e-6));
   }
@@ -390,13 +392,13 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
                             C);
   }
   {
-    ProfileScope prof("residual_forward", W::elementwise(BN * C, 3));
+    ProfileScope prof("residual_forward", W::stream(BN * C, 2, 1));
     Backend::residual_forward(b.r1, x, static_cast<const Store*>(b.proj), bw.ls1, s1, B, N, C);
   }
 
   // FFN branch.
   {
-    ProfileScope prof("layernorm_forward", W::elementwise(BN * C, 2));
+    ProfileScope prof("layernorm_forward", W::stream(BN * C, 1, 1));
     Backend::layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, static_cast<const Res*>(b.r1),
                                bw.norm2_w, bw.norm2_b, BN, C, Acc(1e-6));
   }
@@ -434,7 +436,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     Backend::matmul_forward(b.fc2, hidden, bw.fc2_w, bw.fc2_b, BN, M, C);
   }
   {
-    ProfileScope prof("residual_forward", W::elementwise(BN * C, 3));
+    ProfileScope prof("residual_forward", W::stream(BN * C, 2, 1));
     Backend::residual_forward(a.res[l + 1], static_cast<const Res*>(b.r1),
                               static_cast<const Store*>(b.fc2), bw.ls2, s2, B, N, C);
   }
@@ -442,7 +444,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
 
 template <class Backend>
 void VitModel<Backend>::backward(Acc loss_scale, const std::function<void(int)>& grads_final) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   VIT_CHECK(has_targets_, "backward() needs a forward() with targets");
   const ModelConfig& c = cfg_;
   const Index B = batch_, N = c.num_tokens(), C = c.embed_dim, K = c.num_classes;
@@ -466,13 +468,13 @@ void VitModel<Backend>::backward(Acc loss_scale, const std::function<void(int)>&
     ProfileScope prof("layernorm_backward", W::elementwise(B * C, 4));
     Backend::layernorm_backward(
         a.dpooled, g_.norm_w, g_.norm_b, static_cast<const Store*>(a.dpooled_norm),
-        static_cast<const Store*>(a.pooled), static_cast<const Store*>(w_.norm_w),
+        static_cast<const Res*>(a.pooled), static_cast<const Store*>(w_.norm_w),
         static_cast<const Acc*>(a.pool_mean), static_cast<const Acc*>(a.pool_rstd), B, C);
   }
   Backend::zero(a.dres, BN * C);
   {
-    ProfileScope prof("pool_backward", W::elementwise(B * N * C, 2));
-    Backend::pool_backward(a.dres, static_cast<const Store*>(a.dpooled), B, N, pre, C,
+    ProfileScope prof("pool_backward", W::stream(B * N * C, 2, 0));
+    Backend::pool_backward(a.dres, static_cast<const Res*>(a.dpooled), B, N, pre, C,
                            c.classifier == Classifier::Avg);
   }
 
@@ -491,13 +493,13 @@ void VitModel<Backend>::backward(Acc loss_scale, const std::function<void(int)>&
 // The class token, position embedding and patchify (or conv stem) gradients from dres.
 template <class Backend>
 void VitModel<Backend>::backward_embedding(Index B) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   const ModelConfig& c = cfg_;
   const Index N = c.num_tokens(), C = c.embed_dim, Np = c.num_patches(), P = c.patch_size;
   const Index pre = c.num_prefix(), F = Index(c.in_chans) * P * P;
   Acts& a = *acts_;
   {
-    ProfileScope prof("embed_tokens_backward", W::elementwise(B * N * C, 2));
+    ProfileScope prof("embed_tokens_backward", W::stream(B * N * C, 1, 1));
     Backend::embed_tokens_backward(a.dpatch_out, g_.cls, g_.pos, static_cast<const Res*>(a.dres), B,
                                    N, pre, C);
   }
@@ -513,7 +515,7 @@ void VitModel<Backend>::backward_embedding(Index B) {
 
 template <class Backend>
 void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc* s2) {
-  using W = ModelOpWork<Store>;  // op work for the profile
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
   const auto [N, C, M, H, D, pre, g, BN, local] = block_dims(cfg_, B);
   Acts& a = *acts_;
   const BlockActs<Store, Acc, Res>& b = a.blocks[l];
@@ -525,7 +527,7 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
 
   // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
   {
-    ProfileScope prof("residual_backward", W::elementwise(BN * C, 3));
+    ProfileScope prof("residual_backward", W::stream(BN * C, 1, 2));
     Backend::residual_backward(a.dbranch, bg.ls2, CR(a.dres), CS(b.fc2), CS(bw.ls2), s2, B, N, C);
   }
   const Store* hidden = local ? b.act2 : b.act1;
@@ -569,14 +571,14 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
                              M);
   }
   {
-    ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));
+    ProfileScope prof("layernorm_backward", W::stream(BN * C, 3, 1));
     Backend::layernorm_backward(a.dres, bg.norm2_w, bg.norm2_b, CS(a.dln), CR(b.r1), CS(bw.norm2_w),
                                 CA(b.ln2_mean), CA(b.ln2_rstd), BN, C);
   }
 
   // Attention branch; dres now holds d(r1) and, through the identity path, d(block input).
   {
-    ProfileScope prof("residual_backward", W::elementwise(BN * C, 3));
+    ProfileScope prof("residual_backward", W::stream(BN * C, 1, 2));
     Backend::residual_backward(a.dbranch, bg.ls1, CR(a.dres), CS(b.proj), CS(bw.ls1), s1, B, N, C);
   }
   {
@@ -591,7 +593,7 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
                              3 * C);
   }
   {
-    ProfileScope prof("layernorm_backward", W::elementwise(BN * C, 4));
+    ProfileScope prof("layernorm_backward", W::stream(BN * C, 3, 1));
     Backend::layernorm_backward(a.dres, bg.norm1_w, bg.norm1_b, CS(a.dln), CR(a.res[l]),
                                 CS(bw.norm1_w), CA(b.ln1_mean), CA(b.ln1_rstd), BN, C);
   }

@@ -201,12 +201,14 @@ template <typename T, typename X = T>
 void residual_backward(T* dbranch, float* dgamma, const X* dout, const T* branch, const T* gamma,
                        const float* sample_scale, Index B, Index S, Index C);
 
-// out (B, C): the class token (avg == false) or the mean of x[b, prefix:N].
-template <typename T, typename X = T>
-void pool_forward(T* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg);
+// out (B, C): the class token (avg == false) or the mean of x[b, prefix:N]. Pooling reads and
+// writes the residual stream's type (the pooled features are fp32 with an fp32 stream), so it
+// takes T = X.
+template <typename T>
+void pool_forward(T* out, const T* x, Index B, Index N, Index prefix, Index C, bool avg);
 // dx (B, N, C) ACCUMULATES.
-template <typename T, typename X = T>
-void pool_backward(X* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg);
+template <typename T>
+void pool_backward(T* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg);
 
 // losses (B) = -sum_k t_k log softmax(logits)_k, probs (B, K) saved; all fp32 but the logits.
 template <typename T>

@@ -280,7 +280,7 @@ void residual_backward(bf16* dbranch, float* dgamma, const X* dout, const bf16* 
 }
 
 template <class X>
-void pool_forward(bf16* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg) {
+void pool_forward(X* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg) {
   Frame f;
   const float* x32 = f.widen(x, B * N * C);  // (B, N, C)
   float* out32 = f.get(B * C);               // (B, C)
@@ -289,7 +289,7 @@ void pool_forward(bf16* out, const X* x, Index B, Index N, Index prefix, Index C
 }
 
 template <class X>
-void pool_backward(X* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg) {
+void pool_backward(X* dx, const X* dout, Index B, Index N, Index prefix, Index C, bool avg) {
   // dx accumulates: rows the op does not touch round back to themselves (bf16 stream).
   Frame f;
   float* dx32 = f.get(B * N * C);  // (B, N, C)
@@ -328,8 +328,8 @@ void cross_entropy_backward(bf16* dlogits, const float* probs, const float* targ
                                     Index, Index);                                               \
   template void residual_backward<X>(bf16*, float*, const X*, const bf16*, const bf16*,          \
                                      const float*, Index, Index, Index);                         \
-  template void pool_forward<X>(bf16*, const X*, Index, Index, Index, Index, bool);              \
-  template void pool_backward<X>(X*, const bf16*, Index, Index, Index, Index, bool);
+  template void pool_forward<X>(X*, const X*, Index, Index, Index, Index, bool);                 \
+  template void pool_backward<X>(X*, const X*, Index, Index, Index, Index, bool);
 VIT_EMU_RESIDUAL_OPS(bf16)
 VIT_EMU_RESIDUAL_OPS(float)
 #undef VIT_EMU_RESIDUAL_OPS

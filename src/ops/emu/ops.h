@@ -29,13 +29,13 @@
 //  * col2im3x3s2: the (at most 4) taps summed in fp32 in (kh, kw) order, then one rounding.
 //
 // The residual stream (the block inputs and outputs, r1 between the two branches, and their
-// gradient dres) is stored as R: bf16 like the other activations, or fp32 (--fp32-residual,
-// what PyTorch autocast does: its adds run in fp32). The ops that read or write it take R;
-// with R = float nothing of the stream is rounded: residual_forward's sum, LayerNorm's and
-// pooling's accumulated input gradients stay fp32, and bf16 outputs computed from it
-// (LayerNorm's out, the pooled features, embed_tokens_backward's dpatch_out, residual_backward's
-// dbranch) are rounded once from their fp32 values. The embedding adds the bf16 weight copy's
-// class token and position embedding in fp32.
+// gradient dres) is stored as X: bf16 like the other activations, or fp32 (--fp32-residual,
+// what PyTorch autocast does: its adds run in fp32). The ops that read or write it take X; with
+// X = float nothing of the stream is rounded: residual_forward's sum, the pooled features (and
+// their gradient), LayerNorm's and pooling's accumulated input gradients stay fp32, and the bf16
+// outputs computed from it (LayerNorm's out, embed_tokens_backward's dpatch_out,
+// residual_backward's dbranch) are rounded once from their fp32 values. The embedding adds the
+// bf16 weight copy's class token and position embedding in fp32.
 #pragma once
 #include <type_traits>
 
@@ -133,12 +133,14 @@ template <class X>
 void residual_backward(bf16* dbranch, float* dgamma, const X* dout, const bf16* branch,
                        const bf16* gamma, const float* sample_scale, Index B, Index S, Index C);
 
-// out (B, C): the class token (avg == false) or the mean of x[b, prefix:N].
+// out (B, C): the class token (avg == false) or the mean of x[b, prefix:N]. The pooled features
+// and their gradient are the stream's type too (fp32 with an fp32 stream, as autocast's fp32 mean
+// feeding its fp32 LayerNorm).
 template <class X>
-void pool_forward(bf16* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg);
+void pool_forward(X* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg);
 // dx (B, N, C) ACCUMULATES.
 template <class X>
-void pool_backward(X* dx, const bf16* dout, Index B, Index N, Index prefix, Index C, bool avg);
+void pool_backward(X* dx, const X* dout, Index B, Index N, Index prefix, Index C, bool avg);
 
 // losses (B) = -sum_k t_k log softmax(logits)_k, probs (B, K) saved; all fp32 but the logits.
 void cross_entropy_forward(float* losses, float* probs, const bf16* logits, const float* targets,
