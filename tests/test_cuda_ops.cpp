@@ -821,11 +821,13 @@ TEST_F(CudaOpsFp32Residual, ResidualMatchesTheEmulation) {
                                   e_br.data(), e_g, e_k, s.B, s.N, s.C);
       const Vec dbr = widen(e_dbr);
 
-      auto run = [&](size_t off) {
-        SCOPED_TRACE("offset " + std::to_string(off));
-        DevBuf<float> d_x(x, "x", off), d_dout(dout, "dout", off), d_out(n, "out", off);
-        DevBuf<bf16> d_br(br, "branch", off), d_gamma(gamma, "gamma", off);
-        DevBuf<bf16> d_dbr(n, "dbranch", off);
+      // off16, off32: element offsets of the bf16 and the fp32 buffers (1 misaligns both; 2
+      // floats misalign only the fp32 ones, which must also send the op to the scalar path).
+      auto run = [&](size_t off16, size_t off32) {
+        SCOPED_TRACE("offsets " + std::to_string(off16) + ", " + std::to_string(off32));
+        DevBuf<float> d_x(x, "x", off32), d_dout(dout, "dout", off32), d_out(n, "out", off32);
+        DevBuf<bf16> d_br(br, "branch", off16), d_gamma(gamma, "gamma", off16);
+        DevBuf<bf16> d_dbr(n, "dbranch", off16);
         DevBuf<float> d_scale(scale, "sample_scale"), d_dg(dg0, "dgamma");
         const bf16* g = use_gamma ? d_gamma.get() : nullptr;
         const float* k = use_scale ? d_scale.get() : nullptr;
@@ -843,10 +845,13 @@ TEST_F(CudaOpsFp32Residual, ResidualMatchesTheEmulation) {
         expect_same_bits("out (in place)", d_x.download(), got_out);
         return std::pair(got_out, got_dbr);
       };
-      const auto [out_p, dbr_p] = run(0);
-      const auto [out_s, dbr_s] = run(1);
+      const auto [out_p, dbr_p] = run(0, 0);
+      const auto [out_s, dbr_s] = run(1, 1);
+      const auto [out_f, dbr_f] = run(0, 2);
       expect_same_bits("out (packs vs scalar)", out_p, out_s);
       expect_same_bits("dbranch (packs vs scalar)", dbr_p, dbr_s);
+      expect_same_bits("out (fp32 misaligned)", out_p, out_f);
+      expect_same_bits("dbranch (fp32 misaligned)", dbr_p, dbr_f);
     }
   }
 }
