@@ -139,6 +139,24 @@ TEST_F(TrainCli, EvalAndExport) {
   EXPECT_TRUE(fs::is_regular_file(dir_ / "exp" / "model.safetensors"));
 }
 
+// --fp32-residual end to end on the CPU bf16 emulation: the run says which backend trained, its
+// args.yaml keeps the flag, and eval takes it too (the same numerics as the run's own eval).
+TEST_F(TrainCli, Fp32ResidualTrainsAndEvaluatesOnTheEmulation) {
+  const RunResult t =
+      run_vitrain(train_flags("fr", "--epochs 1 --device emu --fp32-residual"), dir_.string());
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("Device: cpu bf16 emulation, fp32 residual"), std::string::npos) << t.out;
+  std::ifstream args(dir_ / "out" / "fr" / "args.yaml");
+  const std::string yaml((std::istreambuf_iterator<char>(args)), {});
+  EXPECT_NE(yaml.find("fp32_residual: true"), std::string::npos) << yaml;
+  const std::string ckpt = (dir_ / "out" / "fr" / "last.safetensors").string();
+  const RunResult e =
+      run_vitrain("eval --device emu --fp32-residual --checkpoint " + ckpt + " --data-dir " + data_,
+                  dir_.string());
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.out.find("fp32 residual"), std::string::npos) << e.out;
+}
+
 // Every bad input: exit code 1 (not a crash/abort), one line on stderr starting "error:".
 TEST_F(TrainCli, BadInputsGiveOneClearError) {
   ASSERT_EQ(run_vitrain(train_flags("ok", "--epochs 1"), dir_.string()).exit_code, 0);

@@ -73,6 +73,7 @@ int run_eval(int argc, char** argv) {
   std::string class_map, device = "auto", precision = "bf16";
   int batch = 256, workers = 0;
   double crop_pct = 0.0;
+  bool fp32_residual = false;
   app.add_option("--checkpoint", checkpoint, "weights file (last/model_best.safetensors)")
       ->required();
   app.add_option("--data-dir", data_dir, "data directory");
@@ -90,12 +91,15 @@ int run_eval(int argc, char** argv) {
   app.add_option("--device", device, "auto, cpu, cuda or emu (CPU bf16 emulation)");
   app.add_option("--precision", precision, "cuda: bf16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  app.add_flag("--fp32-residual", fp32_residual,
+               "bf16 modes: the residual stream in fp32 (as the run trained with it)");
   if (!parse_cli(app, argc, argv)) return 0;
   if (workers > 0) omp_set_num_threads(workers);
 
   EngineOptions eo;
   eo.device = resolve_device(device);
   eo.precision = precision;
+  eo.fp32_residual = fp32_residual;
   const WeightsFile w = load_weights(checkpoint);
   // ImageFolder class indices must be the training run's: its label_names pin the order.
   std::vector<std::string> classes;
