@@ -14,9 +14,11 @@ namespace vit::cuda {
 template <typename T>
 constexpr int kPack = 16 / int(sizeof(T));  // elements per 16-byte pack
 
-template <typename T>
+// G values of T loaded and stored as whole 16-byte packs: one pack by default; more where a
+// wider type keeps step with a narrower one (8 floats beside a pack of 8 bf16: two packs).
+template <typename T, int G = kPack<T>>
 struct alignas(16) Pack {
-  T v[kPack<T>];
+  T v[G];
 };
 
 inline bool aligned16(const void* p) {

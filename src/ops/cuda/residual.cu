@@ -37,13 +37,6 @@ __global__ void residual_dbranch_kernel(T* dbranch, const X* dout, const T* gamm
   }
 }
 
-// G values of E, loaded and stored as 16-byte packs: one Pack<E> when G = kPack<E>; two for
-// the 8 floats of the fp32 stream beside a pack of 8 bf16.
-template <typename E, int G>
-struct alignas(16) Packs {
-  E v[G];
-};
-
 // The same two maps with 16-byte loads and stores (elementwise.cuh) and 32-bit indices, when C
 // is a multiple of T's pack (a pack never straddles rows) and every pointer is 16-byte aligned;
 // same formulas, so the same bits. A thread takes one pack of T (the narrower type) and the
@@ -61,12 +54,12 @@ __global__ void residual_packed_kernel(std::conditional_t<kAddX, X, T>* out, con
   for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < npack; p += gridDim.x * blockDim.x) {
     const int i = p * G, c = i % C;
     const float k = sample_scale ? sample_scale[i / SC] : 1.0f;
-    Packs<X, G> xv{};
-    if constexpr (kAddX) xv = reinterpret_cast<const Packs<X, G>*>(x)[p];
-    const Packs<Src, G> sv = reinterpret_cast<const Packs<Src, G>*>(src)[p];
-    Packs<T, G> gv{};
-    if (gamma) gv = *reinterpret_cast<const Packs<T, G>*>(gamma + c);
-    Packs<O, G> o;
+    Pack<X, G> xv{};
+    if constexpr (kAddX) xv = reinterpret_cast<const Pack<X, G>*>(x)[p];
+    const Pack<Src, G> sv = reinterpret_cast<const Pack<Src, G>*>(src)[p];
+    Pack<T, G> gv{};
+    if (gamma) gv = *reinterpret_cast<const Pack<T, G>*>(gamma + c);
+    Pack<O, G> o;
 #pragma unroll
     for (int j = 0; j < G; ++j) {
       const float g = gamma ? to_f32(gv.v[j]) : 1.0f;
@@ -75,7 +68,7 @@ __global__ void residual_packed_kernel(std::conditional_t<kAddX, X, T>* out, con
       else
         o.v[j] = from_f32<O>(k * g * to_f32(sv.v[j]));
     }
-    reinterpret_cast<Packs<O, G>*>(out)[p] = o;
+    reinterpret_cast<Pack<O, G>*>(out)[p] = o;
   }
 }
 
