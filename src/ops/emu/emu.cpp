@@ -55,6 +55,11 @@ class Frame {
   }
   // An fp32 input (the fp32 residual stream) is read where it is.
   const float* widen(const float* src, Index /*n*/) { return src; }
+  // Where an op computes an output in fp32 before it is stored in dst (n): scratch for a bf16
+  // dst (rounded once by the store), dst itself when it is fp32 (the stream: nothing to round,
+  // and the store from it is a no-op).
+  float* fp32_of(bf16* /*dst*/, Index n) { return get(n); }
+  float* fp32_of(float* dst, Index /*n*/) { return dst; }
 
  private:
   size_t base_;
@@ -143,7 +148,7 @@ void layernorm_backward(std::type_identity_t<X>* dinp, float* dweight, float* db
   const float* w32 = f.widen(weight, C);       // (C)
   // (R, C): the old gradient (zeros when dinp is not wanted: the CPU op always adds into one),
   // plus this op's fp32 share, rounded once below when the stream is bf16.
-  float* dinp32 = f.get(R * C);
+  float* dinp32 = dinp ? f.fp32_of(dinp, R * C) : f.get(R * C);
   if (dinp)
     convert(dinp32, dinp, R * C);
   else
@@ -257,9 +262,10 @@ template <class X>
 void residual_forward(X* out, const X* x, const bf16* branch, const bf16* gamma,
                       const float* sample_scale, Index B, Index S, Index C) {
   Frame f;
-  // (B, S, C): x widened, then the sum in place (the CPU op allows out == x); out may alias x
-  // because x is read in full before out is written.
-  float* sum32 = f.get(B * S * C);
+  // (B, S, C): x widened (an fp32 x copied into out unless out is x), then the sum in place
+  // (the CPU op allows out == x); out may alias x because x is read in full before out is
+  // written.
+  float* sum32 = f.fp32_of(out, B * S * C);
   convert(sum32, x, B * S * C);
   const float* branch32 = f.widen(branch, B * S * C);  // (B, S, C)
   const float* gamma32 = f.widen(gamma, C);            // (C) or nullptr
@@ -283,7 +289,7 @@ template <class X>
 void pool_forward(X* out, const X* x, Index B, Index N, Index prefix, Index C, bool avg) {
   Frame f;
   const float* x32 = f.widen(x, B * N * C);  // (B, N, C)
-  float* out32 = f.get(B * C);               // (B, C)
+  float* out32 = f.fp32_of(out, B * C);      // (B, C)
   cpu::pool_forward(out32, x32, B, N, prefix, C, avg);
   convert(out, out32, B * C);
 }
@@ -292,7 +298,7 @@ template <class X>
 void pool_backward(X* dx, const X* dout, Index B, Index N, Index prefix, Index C, bool avg) {
   // dx accumulates: rows the op does not touch round back to themselves (bf16 stream).
   Frame f;
-  float* dx32 = f.get(B * N * C);  // (B, N, C)
+  float* dx32 = f.fp32_of(dx, B * N * C);  // (B, N, C)
   convert(dx32, dx, B * N * C);
   const float* dout32 = f.widen(dout, B * C);  // (B, C)
   cpu::pool_backward(dx32, dout32, B, N, prefix, C, avg);
