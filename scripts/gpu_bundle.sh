@@ -24,8 +24,7 @@
 #                       phase, gpu_check_data.sh)
 #   MANIFEST.txt        commit, local changes, build and sizes, to tie results to sources
 # Then, in a session with a GPU (docs/gpu.md):
-#   run(command="bash scripts/gpu_check.sh tests", carry=["gpu_bundle"], timeout_s=600)
-#   run(command="bash scripts/gpu_check.sh train-bench", carry=["gpu_bundle"], timeout_s=600)
+#   run(command="bash scripts/gpu_check.sh session", carry=["gpu_bundle"], timeout_s=600)
 # The working tree plus the bundle must stay under 64 MiB (checked at the end).
 # JOBS=N limits the build's parallelism (default: all cores). SKIP_BUILD=1 packs what build-gpu/
 # already holds. FMNIST_DIR overrides /usr/share/datasets/fashion-mnist. BEFORE=COMMIT also
@@ -165,10 +164,17 @@ vit_bundle_env() {
     echo "env.sh: cannot unpack $VIT_BUNDLE/libs.tar.xz" >&2
     return 2
   fi
-  # bin/ from bin.tar.xz (packed to fit the device tool's 64 MiB), unless already unpacked.
-  if [ ! -x "$VIT_BUNDLE/bin/vitrain" ] && ! tar -C "$VIT_BUNDLE" -xJf "$VIT_BUNDLE/bin.tar.xz"; then
-    echo "env.sh: cannot unpack $VIT_BUNDLE/bin.tar.xz" >&2
-    return 2
+  # bin/ from bin.tar.xz (packed to fit the device tool's 64 MiB), unpacked outside the bundle
+  # and linked in as bin: a dry run here then leaves only a link in gpu_bundle/ (41 MB of
+  # binaries would not travel), and a newer bin.tar.xz is unpacked again, never run stale.
+  local bins="${TMPDIR:-/tmp}/vitrain_gpu_bin"
+  if [ ! -f "$VIT_BUNDLE/bin/.unpacked" ] || [ "$VIT_BUNDLE/bin.tar.xz" -nt "$VIT_BUNDLE/bin/.unpacked" ]; then
+    if ! { rm -rf "$bins" "$VIT_BUNDLE/bin" && mkdir -p "$bins" &&
+      tar -C "$bins" -xJf "$VIT_BUNDLE/bin.tar.xz" && touch "$bins/bin/.unpacked" &&
+      ln -s "$bins/bin" "$VIT_BUNDLE/bin"; }; then
+      echo "env.sh: cannot unpack $VIT_BUNDLE/bin.tar.xz" >&2
+      return 2
+    fi
   fi
   lt=$(vit_find_lib libcublasLt.so.13)
   nccl=$(vit_find_lib libnccl.so.2)
