@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the step bodies run through `bash -c`, which shellcheck cannot see
 # The one-shot GPU check: runs ON the device machine, from the repository root, with gpu_bundle/
-# (scripts/gpu_bundle.sh) carried along. Two entry points, each made to fit one 10-minute call:
+# (scripts/gpu_bundle.sh) carried along. A session has 15 device-minutes, a machine's start
+# included, so its one full call is
+#
+#   bash scripts/gpu_check.sh session [DEST]      everything below in the order of what decides
+#                                                 most: (a), the op tests of (b), (d), the recipe
+#                                                 of (e) and its bf16 logits (h), one round of
+#                                                 (f)+(g), the ViT-S profile, memcheck of the
+#                                                 flash and own kernels, the second round, the
+#                                                 rest of (h), the other sanitizers, then timm
+#                                                 under torch.compile (default mode); what the
+#                                                 budget does not reach is SKIP
+#
+# The phases below split the same steps into parts of one 10-minute call each:
 #
 #   bash scripts/gpu_check.sh tests [DEST]        (a) GPU, driver and tool versions
 #                                                 (b) op harness, VIT_REQUIRE_GPU=1: fp32, then bf16,
@@ -72,10 +84,10 @@ for p in ${phases//,/ }; do
     train-bench) groups+=" train bench" ;;
     all) groups+=" ops model train bench data compile" ;;
     info) ;;
-    ops | model | train | repeat | bench | data | compile | recipes) groups+=" $p" ;;
+    ops | model | train | repeat | bench | data | compile | recipes | session) groups+=" $p" ;;
     *)
-      echo "gpu_check: unknown phase '$p' (tests, train-bench, all, info, ops, model, train, repeat," \
-        "bench, data, compile, recipes)" >&2
+      echo "gpu_check: unknown phase '$p' (session, tests, train-bench, all, info, ops, model," \
+        "train, repeat, bench, data, compile, recipes)" >&2
       exit 2
       ;;
   esac
@@ -291,7 +303,12 @@ s_train() {
     note "exit 0 but no 'Final test top-1' line"
     return 3
   fi
-  [ -n "$top1" ] && note "top-1 ${top1}%"
+  # The weights' checksum: runs that must give the same bits (--cuda-graph against the eager
+  # run) show the same one; and whether graphs ran.
+  local sha graphs
+  [ -f "$run/last.safetensors" ] && sha=$(sha256sum "$run/last.safetensors" | cut -c1-12)
+  graphs=$(grep -oE 'CUDA graphs: [0-9]+ passes replayed.*' "$out" | tail -n 1)
+  [ -n "$top1" ] && note "top-1 ${top1}%${sha:+, weights sha256 $sha}${graphs:+; $graphs}"
   return "$rc"
 }
 
@@ -373,6 +390,12 @@ s_vbench_mma() {
 s_vbench_fp32res() {
   VBENCH_FLAGS=--fp32-residual s_vbench "$@"
 }
+# Args: model, batch. vitrain bench with each pass replayed as a CUDA graph (what --cuda-graph
+# pays); the note says how many timed passes were replays (0: the graphs turned off, see log).
+s_vbench_graph() {
+  VBENCH_FLAGS=--cuda-graph s_vbench "$@" || return
+  note "graph replays: $(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" | cut -d: -f2)"
+}
 
 # Args: model, batch. The per-op table of a vitrain step (CUDA-event device times) into the
 # logs; the note names the three slowest ops.
@@ -386,14 +409,15 @@ s_vprofile() {
   return "$rc"
 }
 
-# Args: model, batch, mode (eager|compile).
+# Args: model, batch, mode (eager|compile), torch.compile's mode (default max-autotune).
 s_tbench() {
   local out="$WORK/$STEP_ID.out" rc extra=()
   if [ "$3" = compile ]; then
+    extra=(--compile-mode "${4:-max-autotune}")
     # Leave the step ~45 s for Python's start, the timed steps and a clean exit.
     local lim=$((STEP_TIMEOUT - 45))
     [ "$lim" -gt "$COMPILE_TIMEOUT" ] && lim=$COMPILE_TIMEOUT
-    extra=(--compile-timeout "$lim")
+    extra+=(--compile-timeout "$lim")
   fi
   PYTHONUNBUFFERED=1 "$PY" "$TORCH_BENCH" --model "$1" --batch "$2" --steps "$BENCH_STEPS" \
     --warmup "$BENCH_WARMUP" --mode "$3" "${extra[@]}" --json 2>&1 | tee "$out"
@@ -407,7 +431,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_vbench s_vbench_unfused s_vbench_mma s_vbench_fp32res s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_vbench s_vbench_unfused s_vbench_mma s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -634,11 +658,9 @@ step() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# The steps, in order.
+# The steps, as groups of steps; the phases at the end call them in order.
 
-step a_info info 60 "GPU, driver, CUDA, torch, timm, bundle" s_info
-
-if want ops; then
+steps_ops_tests() {
   step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
     s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*'
   step b_ops_bf16 ops 150 "op harness bf16 (+ fp32 residual stream)" \
@@ -651,34 +673,70 @@ if want ops; then
     s_gtest test_cuda_resize_batch ""
   step b_planned_input ops 60 "engine's planned input: pinned slots, growth, ET++ operator vs host" \
     s_gtest test_cuda_planned_input ""
-  # memcheck on the fast subsets: our own kernels in fp32 (and the packed ones in bf16 too: 8
-  # elements a pack, another path; and the residual's bf16 packs beside two fp32 packs of the
-  # --fp32-residual stream), then the cuBLASLt paths in bf16 (the 2-byte-aligned operands).
-  # tests/gpu_check_filters.sh checks that every name here is a test.
-  step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
-    s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
-  step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
-    s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
-  step c_memcheck_resize ops 90 "memcheck: input ops" s_sanitized test_cuda_resize_batch "" memcheck
-  step c_racecheck_resize ops 120 "racecheck + synccheck: RandAugment's pixel-step kernel" \
-    s_sanitize_pixel_steps
-  step c_memcheck_flash ops 150 "memcheck: flash attention, both kernel sets" \
-    s_sanitize_flash memcheck '*MatchesCpuReference*:*MatchesTheEmulation*'
-  step c_racecheck_flash ops 150 "racecheck: flash attention bf16, both kernel sets" \
-    s_sanitize_flash racecheck 'FlashAttentionBf16.*'
-fi
-if want model; then
-  step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model ""
+}
+
+# memcheck on the fast subsets: our own kernels in fp32 (and the packed ones in bf16 too: 8
+# elements a pack, another path; and the residual's bf16 packs beside two fp32 packs of the
+# --fp32-residual stream), then the cuBLASLt paths in bf16 (the 2-byte-aligned operands).
+# tests/gpu_check_filters.sh checks that every name here is a test. Args: the steps to run
+# (default all, in this order): kernels gemm resize pixel flash flash_race.
+steps_ops_sanitizers() {
+  local s list="${*:-kernels gemm resize pixel flash flash_race}"
+  for s in $list; do
+    case "$s" in
+        kernels)
+          step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
+            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+          ;;
+        gemm)
+          step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
+            s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
+          ;;
+        resize)
+          step c_memcheck_resize ops 90 "memcheck: input ops" \
+            s_sanitized test_cuda_resize_batch "" memcheck
+          ;;
+        pixel)
+          step c_racecheck_resize ops 120 "racecheck + synccheck: RandAugment's pixel-step kernel" \
+            s_sanitize_pixel_steps
+          ;;
+        flash)
+          step c_memcheck_flash ops 150 "memcheck: flash attention, both kernel sets" \
+            s_sanitize_flash memcheck '*MatchesCpuReference*:*MatchesTheEmulation*'
+          ;;
+        flash_race)
+          step c_racecheck_flash ops 150 "racecheck: flash attention bf16, both kernel sets" \
+            s_sanitize_flash racecheck 'FlashAttentionBf16.*'
+          ;;
+    esac
+  done
+}
+
+steps_model() {
+  step d_model model 180 "test_cuda_model (CUDA fp32/bf16 vs CPU)" s_gtest test_cuda_model \
+    '-*Graphs*'
+  # CUDA graphs in a process of their own: a fault in a replay cannot then fail the tests above.
+  step d_graphs model 90 "test_cuda_model: CUDA graphs replay the eager pass bitwise" \
+    s_gtest test_cuda_model '*Graphs*'
+
   step d_model_mma model 120 "test_cuda_model bf16 vs emulation, mma.sync attention" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_MMA=1
   step d_nccl model 90 "test_cuda_nccl (NCCL world of one)" s_gtest test_cuda_nccl ""
-fi
+}
 
-if want train; then
+# The default recipe on the device, its export, and its bf16 logits against PyTorch.
+steps_train_recipe() {
   step e_train_fmnist train 300 "train $(basename "$RECIPE") --device $DEVICE" s_train fmnist_cuda
   step h_export_fmnist train 60 "export the recipe run" s_export fmnist_cuda
   step h_logits_cuda_fmnist train 150 "eval cuda bf16 logits vs PyTorch (bf16 tol)" \
     s_logits fmnist_cuda cuda bf16
+  # The same run with its passes replayed as CUDA graphs: its wall time against the eager one
+  # (the default recipe's model is small: launch-bound), and the same top-1 (the same bits).
+  step e_train_graph train 120 "train $(basename "$RECIPE") --cuda-graph" \
+    s_train fmnist_graph --cuda-graph
+}
+# The same export in fp32 on both devices, and a plain ViT through timm.
+steps_train_checks() {
   step h_logits_cuda32_fmnist train 150 "eval cuda fp32 logits vs PyTorch (fp32 tol)" \
     s_logits fmnist_cuda cuda fp32
   step h_logits_cpu_fmnist train 150 "eval cpu logits vs PyTorch (fp32 tol)" \
@@ -691,11 +749,11 @@ if want train; then
     s_logits fmnist_tiny_cuda cuda bf16
   step h_logits_cpu_tiny train 150 "eval cpu logits vs timm (fp32 tol)" \
     s_logits fmnist_tiny_cuda cpu fp32
-fi
+}
 
-if want repeat; then
-  # The recipe's spread: more seeds in bf16, and the default seed in fp32 (what bf16 costs) and
-  # with --fp32-residual (what the bf16 residual stream costs).
+# The recipe's spread: more seeds in bf16, and the default seed in fp32 (what bf16 costs) and
+# with --fp32-residual (what the bf16 residual stream costs).
+steps_repeat() {
   for seed in ${GPU_CHECK_SEEDS:-1 2 3}; do
     step "e_train_seed$seed" repeat 120 "train $(basename "$RECIPE") --seed $seed" \
       s_train "fmnist_seed$seed" --seed "$seed"
@@ -704,10 +762,10 @@ if want repeat; then
     s_train fmnist_fp32 --precision fp32
   step e_train_fp32res repeat 120 "train $(basename "$RECIPE") --fp32-residual" \
     s_train fmnist_fp32res --fp32-residual
-fi
+}
 
-if want recipes; then
-  # One step per recipe and seed; a run longer than its step is stopped and its curves kept.
+# One step per recipe and seed; a run longer than its step is stopped and its curves kept.
+steps_recipes() {
   for r in ${GPU_CHECK_RECIPES:-recipes/fmnist_long.yaml}; do
     rf="$(pick "$r" "recipes/$(basename "$r")")"
     for seed in ${GPU_CHECK_SEEDS:-recipe}; do
@@ -718,7 +776,7 @@ if want recipes; then
         s_recipe "$rf" "$n" "${sflag[@]}"
     done
   done
-fi
+}
 
 BENCH_MODELS=("vit_small_patch16_224 256" "vit_base_patch16_224 256" "vit_tiny_patch4_32 1024")  # smallest last
 if [ -n "${GPU_CHECK_BENCH_MODELS:-}" ]; then
@@ -730,54 +788,56 @@ variant_label() {
   case "$1" in
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
+    graph) echo "--cuda-graph" ;;
     *) echo "$1 attention" ;;
   esac
 }
-if want bench; then
-  # Interleaved: vitrain then timm per model; round two in the other order, so neither always
-  # runs on a warmer (or cooler) GPU. Two samples per pair also show the run-to-run spread.
-  for r in 1 2; do
-    for mb in "${BENCH_MODELS[@]}"; do
-      read -r m b <<<"$mb"
-      s=$(short "$m")
-      # The attention variants (unfused; mma.sync kernels) and the fp32 residual stream on the
-      # first model only (ViT-S);
-      # the BEFORE build (when bundled) on every model.
-      variants=()
-      [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma fp32res)
-      [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
-      if [ "$r" = 1 ]; then
-        step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
-        for var in "${variants[@]}"; do
-          step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
-            "s_vbench_$var" "$m" "$b"
-        done
-        step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
-      else
-        step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
-        for var in "${variants[@]}"; do
-          step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
-            "s_vbench_$var" "$m" "$b"
-        done
-        step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
-      fi
-    done
+# One interleaved round (arg: 1 or 2) over the models: vitrain then timm eager per model; round
+# two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
+# pair also show the run-to-run spread. The attention variants (unfused; mma.sync kernels) and
+# the fp32 residual stream on the first model only (ViT-S); CUDA graphs and the BEFORE build
+# (when bundled) on every model.
+steps_bench_round() {
+  local r="$1" mb m b s var variants
+  for mb in "${BENCH_MODELS[@]}"; do
+    read -r m b <<<"$mb"
+    s=$(short "$m")
+    variants=()
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma fp32res)
+    variants+=(graph)
+    [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
+    if [ "$r" = 1 ]; then
+      step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
+      for var in "${variants[@]}"; do
+        step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
+          "s_vbench_$var" "$m" "$b"
+      done
+      step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
+    else
+      step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
+      for var in "${variants[@]}"; do
+        step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
+          "s_vbench_$var" "$m" "$b"
+      done
+      step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
+    fi
   done
+}
+# The per-op table of one ViT-S step (and of the BEFORE build's).
+steps_profile() {
+  local m b
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "h_profile_$(short "$m")" bench 120 "vitrain bench --profile $m b$b" s_vprofile "$m" "$b"
   [ -x "$BUNDLE/bin/vitrain_before" ] &&
     step "h_profile_before_$(short "$m")" bench 120 "BEFORE build: vitrain bench --profile $m b$b" \
       s_vprofile_before "$m" "$b"
-fi
-if want data; then
-  # shellcheck source=scripts/gpu_check_data.sh
-  source "$(pick scripts/gpu_check_data.sh gpu_check_data.sh)"
-  data_steps
-fi
-if want compile; then
-  # The last (smallest) model first: max-autotune's compile time grows with the model, and the
-  # budget is what the tests left.
-  n=${#BENCH_MODELS[@]}
+}
+
+# timm under torch.compile (mode $1, default max-autotune) beside vitrain; the last (smallest)
+# model first: max-autotune's compile time grows with the model, and the budget is what the
+# steps before left.
+steps_compile() {
+  local mode="${1:-max-autotune}" n=${#BENCH_MODELS[@]} mb m b s left why
   for mb in "${BENCH_MODELS[n - 1]}" "${BENCH_MODELS[@]:0:n-1}"; do
     read -r m b <<<"$mb"
     s=$(short "$m")
@@ -790,10 +850,45 @@ if want compile; then
         "$why" >>"$WORK/steps.tsv"
       echo "== [g_compile_$s] SKIP: $why"
     else
-      step "g_compile_$s" compile $((COMPILE_TIMEOUT + 60)) "timm torch.compile max-autotune $m b$b" \
-        s_tbench "$m" "$b" compile
+      step "g_compile_$s" compile $((COMPILE_TIMEOUT + 60)) "timm torch.compile $mode $m b$b" \
+        s_tbench "$m" "$b" compile "$mode"
     fi
   done
+}
+
+# ---------------------------------------------------------------------------------------------
+# The phases.
+
+step a_info info 60 "GPU, driver, CUDA, torch, timm, bundle" s_info
+
+if want session; then
+  # A session's one device call (15 device-minutes, a machine's start included): what decides
+  # the most first. Correctness of every op and of the model against the CPU, the recipe
+  # trained and checked in PyTorch, one interleaved speed round against timm eager with the
+  # profile, then sanitizers, the second round and the remaining checks while time is left.
+  steps_ops_tests
+  steps_model
+  steps_train_recipe
+  steps_bench_round 1
+  steps_profile
+  steps_ops_sanitizers flash kernels
+  steps_bench_round 2
+  steps_train_checks
+  steps_ops_sanitizers gemm resize pixel flash_race
+  steps_compile default
+else
+  want ops && { steps_ops_tests; steps_ops_sanitizers; }
+  want model && steps_model
+  want train && { steps_train_recipe; steps_train_checks; }
+  want repeat && steps_repeat
+  want recipes && steps_recipes
+  want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
+  if want data; then
+    # shellcheck source=scripts/gpu_check_data.sh
+    source "$(pick scripts/gpu_check_data.sh gpu_check_data.sh)"
+    data_steps
+  fi
+  want compile && steps_compile
 fi
 
 report 1

@@ -26,6 +26,7 @@
 #include <cstdlib>
 
 #include "backend/cuda.h"
+#include "cuda_test_util.h"
 #include "engine_test_util.h"
 #include "gpu_test_util.h"
 #include "residual_share_util.h"
@@ -152,6 +153,73 @@ TEST(CudaFp32Residual, KeepsTheBlocksShareOfTheStreamGradient) {
   const double d32 = vit::test::relative_distance(g32, ref);
   EXPECT_LT(d32, 0.05) << "fp32 stream; bf16 stream: " << d16;
   EXPECT_GT(d16, 0.5) << "bf16 stream; fp32 stream: " << d32;
+}
+
+// --cuda-graph: a replayed pass runs the eager pass's kernels with the same arguments on the
+// same buffers, so training gives the same bits. Six updates of two micro-batches (the two
+// input slots: two graphs), stochastic depth drawn per pass where the model has it (its
+// scales are uploaded outside the graph), and a partial batch in the fifth update (a key of
+// its own: eager, once). The counts check that the graphs ran: captured at each key's second
+// pass, replayed after.
+void expect_graphs_replay_the_eager_pass(const vit::ModelConfig& c, const std::string& precision) {
+  const Index B = 8;
+  vit::EngineOptions o = vit::test::engine_options("cuda", precision, c, B);
+  auto eager = vit::make_engine(o);
+  o.cuda_graph = true;
+  auto graphed = vit::make_engine(o);
+  EXPECT_NE(graphed->description().find("CUDA graphs"), std::string::npos);
+  std::vector<float> p0(size_t(eager->table().total));
+  vit::init_params(p0.data(), eager->table(), c, 3);
+  const Batch batches[2] = {batch_of(c, B, 1), batch_of(c, B, 2)};
+  std::vector<double> losses[2];
+  for (int run = 0; run < 2; ++run) {
+    vit::Engine& e = run == 0 ? *eager : *graphed;
+    e.write_params(p0);
+    for (int step = 0; step < 6; ++step) {
+      e.zero_grad();
+      for (int a = 0; a < 2; ++a) {
+        const Index b = step == 4 && a == 1 ? 5 : B;
+        e.forward_backward(batches[a].images.data(), batches[a].targets.data(), b,
+                           1.0f / float(2 * B), uint64_t(10 * step + a));
+      }
+      e.step(1e-3);
+      const vit::TrainStats ts = e.read_stats();
+      losses[run].push_back(ts.last_loss);
+      losses[run].push_back(ts.grad_norm);
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]) << "update losses and grad norms";
+  vit::test::expect_same_bits("weights", graphed->read_params(), eager->read_params());
+  std::vector<float> m[2], v[2];
+  eager->read_moments(m[0], v[0]);
+  graphed->read_moments(m[1], v[1]);
+  vit::test::expect_same_bits("first moments", m[1], m[0]);
+  vit::test::expect_same_bits("second moments", v[1], v[0]);
+  const vit::GraphStats gs = graphed->graph_stats();
+  EXPECT_TRUE(gs.on) << gs.off_reason;
+  EXPECT_EQ(gs.captures, 2);
+  EXPECT_EQ(gs.replays, 7);  // updates 3-6: 8 passes, less the partial batch's eager one
+  EXPECT_EQ(eager->graph_stats().captures, 0);
+}
+
+// Every comparison model (locality FFN, pooled classifier, conv stem, drop path), bf16 with the
+// fused attention and with the unfused one.
+TEST_P(CudaModel, Bf16GraphsReplayTheEagerPassBitwise) {
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  expect_graphs_replay_the_eager_pass(config_of(GetParam()), "bf16");
+}
+
+TEST_P(CudaModel, Bf16GraphsReplayTheEagerPassBitwiseUnfusedAttention) {
+  ::setenv("VIT_FLASH_ATTENTION", "0", 1);
+  expect_graphs_replay_the_eager_pass(config_of(GetParam()), "bf16");
+  ::unsetenv("VIT_FLASH_ATTENTION");
+}
+
+TEST(CudaGraphs, Fp32ReplayTheEagerPassBitwise) {
+  vit::register_cuda_backend();
+  VIT_GPU_TEST_PRECONDITION();
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  expect_graphs_replay_the_eager_pass(config_of(vit::test::kComparisonCases[2]), "fp32");
 }
 
 TEST(CudaEngine, BenchShapeStepRunsAndReportsMemory) {

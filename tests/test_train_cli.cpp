@@ -157,6 +157,25 @@ TEST_F(TrainCli, Fp32ResidualTrainsAndEvaluatesOnTheEmulation) {
   EXPECT_NE(e.out.find("fp32 residual"), std::string::npos) << e.out;
 }
 
+// --cuda-graph asks the GPU engine to replay its passes; on the CPU it is kept (a recipe that
+// sets it still trains on a machine without a GPU) and changes nothing: the same bits.
+TEST_F(TrainCli, CudaGraphIsKeptAndChangesNothingOnTheCpu) {
+  const RunResult plain = run_vitrain(train_flags("ng", "--epochs 1 --device cpu"), dir_.string());
+  const RunResult t =
+      run_vitrain(train_flags("cg", "--epochs 1 --device cpu --cuda-graph"), dir_.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_EQ(t.out.find("CUDA graphs"), std::string::npos) << t.out;  // none on the CPU
+  std::ifstream args(dir_ / "out" / "cg" / "args.yaml");
+  const std::string yaml((std::istreambuf_iterator<char>(args)), {});
+  EXPECT_NE(yaml.find("cuda_graph: true"), std::string::npos) << yaml;
+  auto bytes = [&](const char* run) {
+    std::ifstream in(dir_ / "out" / run / "last.safetensors", std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  EXPECT_EQ(bytes("cg"), bytes("ng"));
+}
+
 // Every bad input: exit code 1 (not a crash/abort), one line on stderr starting "error:".
 TEST_F(TrainCli, BadInputsGiveOneClearError) {
   ASSERT_EQ(run_vitrain(train_flags("ok", "--epochs 1"), dir_.string()).exit_code, 0);

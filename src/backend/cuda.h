@@ -30,6 +30,14 @@ struct CudaBackend {
            (fp32_residual ? ", fp32 residual" : "") + " (" + cuda::device_name() + ")";
   }
   static double peak_bytes() { return double(cuda::device_peak_bytes()); }
+  // CUDA graphs of the training pass (train/pass_graphs.h).
+  struct GraphOps {
+    using Graph = cuda::StreamGraph;
+    static void begin_capture() { cuda::begin_capture(); }
+    static Graph end_capture(std::string* why) { return cuda::end_capture(why); }
+    static void abort_capture() { cuda::abort_capture(); }
+    static uint64_t epoch() { return cuda::scratch_epoch(); }
+  };
 
   static constexpr bool kFusedAttention = true;
   // fc1's bias gradient folded into the FFN activation's backward (ops/cuda/ops.h).

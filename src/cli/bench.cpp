@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -19,7 +20,7 @@ int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
   std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem = "patch";
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
-  bool json = false, profile = false, fp32_residual = false;
+  bool json = false, profile = false, fp32_residual = false, cuda_graph = false;
   app.add_option("--model", model_name, "model preset");
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
@@ -34,6 +35,10 @@ int run_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_flag("--fp32-residual", fp32_residual,
                "bf16 modes: the residual stream and its gradient in fp32");
+  app.add_flag("--cuda-graph", cuda_graph,
+               "cuda: replay each step's forward and backward as a CUDA graph (not with "
+               "--profile); the warm-up is then at least 4 steps, so both input slots' graphs "
+               "are captured before the timing");
   app.add_flag("--json", json, "print one JSON line instead of text");
   app.add_flag("--profile", profile,
                "per-op table of the timed steps on stderr: ms per step, share, achieved "
@@ -47,7 +52,12 @@ int run_bench(int argc, char** argv) {
     throw Error(fmt::format("bench: {}", e.what()));
   }
   if (threads > 0) omp_set_num_threads(threads);
+  VIT_CHECK(!(cuda_graph && (profile || Profile::enabled())),
+            "bench: --cuda-graph and the op profile (--profile, VIT_PROFILE=1) do not go "
+            "together: the profile times each op, a graph replays them all at once");
   if (profile) Profile::set_enabled(true);  // before the engine: it picks the timer
+  // Each of the two input slots' passes runs eagerly once, then is captured (pass_graphs.h).
+  if (cuda_graph) warmup = std::max(warmup, 4);
 
   ModelConfig cfg = model_preset(model_name);
   if (img_size > 0) cfg.img_size = img_size;
@@ -57,6 +67,7 @@ int run_bench(int argc, char** argv) {
   eo.device = resolve_device(device);
   eo.precision = precision;
   eo.fp32_residual = fp32_residual;
+  eo.cuda_graph = cuda_graph;
   eo.cfg = cfg;
   eo.max_batch = batch;
   std::unique_ptr<Engine> engine = make_engine(eo);
@@ -76,6 +87,7 @@ int run_bench(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   engine->read_stats();  // waits for the warm-up steps on the device
+  const int64_t warmup_replays = engine->graph_stats().replays;
   Profile::reset();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
@@ -92,15 +104,21 @@ int run_bench(int argc, char** argv) {
   const bool conv_stem = cfg.stem == Stem::Conv;
   // The CPU reference always runs unfused; the GPU and its emulation fuse where they can.
   const bool fused = eo.device != "cpu" && use_flash_attention(cfg.head_dim());
+  // Graphs asked for: how many timed passes were replays (all of them, or 0 where they did not
+  // run: see stderr).
+  const std::string graph_json =
+      cuda_graph
+          ? fmt::format(",\"graph_replays\":{}", engine->graph_stats().replays - warmup_replays)
+          : std::string();
   if (json) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
-        "\"gflops\":{:.2f}{}{}}}\n",
+        "\"gflops\":{:.2f}{}{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops,
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
-        conv_stem ? ",\"stem\":\"conv\"" : "");
+        conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {
     fmt::print("{}{} batch {} on {}: {:.1f} img/s, {:.1f} ms/step, {:.1f} GFLOP/s{}\n", model_name,
                conv_stem ? " (conv stem)" : "", batch,

@@ -124,6 +124,10 @@ std::vector<Option> options(TrainArgs& a) {
        "bf16 modes: keep the residual stream and its gradient in fp32 (as PyTorch autocast "
        "does); the other activations stay bf16",
        &a.fp32_residual},
+      {"--cuda-graph", "cuda_graph",
+       "cuda: replay each micro-batch's forward and backward as a CUDA graph (one launch "
+       "instead of hundreds: small models); no effect on the CPU or in data-parallel runs",
+       &a.cuda_graph},
       {"--augment-on-device", "augment_on_device",
        "resize, flip, RandAugment / colour jitter, normalise, erase and mix training images "
        "where the model runs (on the GPU: uint8 crops travel, not float images); not with "

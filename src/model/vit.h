@@ -57,6 +57,11 @@ class VitModel {
   // images (B, Cin, S, S) NCHW, normalised. targets (B, K) soft targets or nullptr (inference).
   // When `train` is true, stochastic depth draws its per-sample masks from `seed`.
   void forward(const Store* images, const Acc* targets, Index B, bool train, uint64_t seed);
+  // forward() in two parts, for a pass replayed as a CUDA graph: begin_pass() keeps the pass's
+  // batch, targets and mode and uploads the stochastic-depth scales (host work, outside the
+  // graph); forward_ops() enqueues the device work only (the part a graph captures).
+  void begin_pass(const Acc* targets, Index B, bool train, uint64_t seed);
+  void forward_ops(const Store* images);
   // Accumulates d(loss_scale * sum_b loss_b)/d(params) into grads. With loss_scale = 1 / B the
   // gradient is that of the mean loss; 1 / (B * accum) for gradient accumulation.
   // grads_final(stage), where given, is called as parts of the gradient become final (enqueued,

@@ -268,15 +268,29 @@ void VitModel<Backend>::draw_drop_path(Index B, uint64_t seed) {
 template <class Backend>
 void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B, bool train,
                                 uint64_t seed) {
-  using W = ModelOpWork<Store, Res>;  // op work for the profile
+  begin_pass(targets, B, train, seed);
+  forward_ops(images);
+}
+
+template <class Backend>
+void VitModel<Backend>::begin_pass(const Acc* targets, Index B, bool train, uint64_t seed) {
   VIT_CHECK(B > 0 && B <= max_batch_, "batch larger than the model was allocated for");
-  const ModelConfig& c = cfg_;
-  const Index N = c.num_tokens(), C = c.embed_dim, K = c.num_classes, Np = c.num_patches();
-  const Index P = c.patch_size, pre = c.num_prefix(), F = Index(c.in_chans) * P * P;
-  Acts& a = *acts_;
   batch_ = B;
   targets_ = targets;
   has_targets_ = targets != nullptr;
+  drop_path_active_ = train && cfg_.drop_path > 0;
+  if (drop_path_active_) draw_drop_path(B, seed);
+}
+
+template <class Backend>
+void VitModel<Backend>::forward_ops(const Store* images) {
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
+  const ModelConfig& c = cfg_;
+  const Index B = batch_, N = c.num_tokens(), C = c.embed_dim, K = c.num_classes;
+  const Index Np = c.num_patches(), P = c.patch_size, pre = c.num_prefix();
+  const Index F = Index(c.in_chans) * P * P;
+  const Acc* targets = targets_;
+  Acts& a = *acts_;
 
   // Patch embedding (a stride-P conv as a GEMM, or the conv stem), class token, position
   // embedding.
@@ -296,8 +310,6 @@ void VitModel<Backend>::forward(const Store* images, const Acc* targets, Index B
     Backend::embed_tokens_forward(a.res[0], a.patch_out, w_.cls, w_.pos, B, N, pre, C);
   }
 
-  drop_path_active_ = train && c.drop_path > 0;
-  if (drop_path_active_) draw_drop_path(B, seed);
   for (int l = 0; l < c.depth; ++l) {
     const BlockActs<Store, Acc, Res>& b = a.blocks[l];
     forward_block(l, B, drop_path_active_ ? b.scale1 : nullptr,

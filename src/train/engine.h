@@ -42,6 +42,17 @@ struct EngineOptions {
   // for the sums. No collective runs in the other micro-batches. An update with fewer
   // micro-batches sums in step(), as with 0; one with more is an error.
   int micro_batches = 0;
+  // GPU: replay each micro-batch's forward and backward as a CUDA graph (train/pass_graphs.h).
+  // No effect on the host backends, in data parallel runs or while the op profile runs.
+  bool cuda_graph = false;
+};
+
+// CUDA graphs of the training pass (EngineOptions::cuda_graph).
+struct GraphStats {
+  bool on = false;         // graphs are in use (asked for, possible, not turned off)
+  int64_t captures = 0;    // passes captured
+  int64_t replays = 0;     // passes replayed from a graph captured earlier
+  std::string off_reason;  // why graphs turned off during the run, if they did
 };
 
 // Losses and grad norm of the updates since the previous read_stats(). An update whose loss or
@@ -122,6 +133,7 @@ class Engine {
   virtual void set_img_size(int size) = 0;
   // Device memory held by this engine's buffers (0 on the host).
   virtual double device_memory_bytes() const { return 0; }
+  virtual GraphStats graph_stats() const { return {}; }
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opt);

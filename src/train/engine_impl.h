@@ -11,6 +11,7 @@
 #include "model/vit.h"
 #include "train/engine.h"
 #include "train/grad_buckets.h"
+#include "train/pass_graphs.h"
 #include "train/planned_input.h"
 
 namespace vit {
@@ -58,9 +59,24 @@ class ModelEngine : public Engine {
     VIT_CHECK(opt.micro_batches >= 0, "engine: micro_batches must be >= 0");
     if (comm_ && !zero1_) overlap_micro_batches_ = opt.micro_batches;
     plan_buckets();
+    // Graphs replay fixed kernels: not with collectives inside the pass.
+    if (opt.cuda_graph && !Backend::kHost && !comm_)
+      graphs_ = std::make_unique<PassGraphs<GraphOps>>();
   }
 
-  std::string description() const override { return Backend::name(); }
+  std::string description() const override {
+    return std::string(Backend::name()) + (graphs_ ? ", CUDA graphs" : "");
+  }
+  GraphStats graph_stats() const override {
+    GraphStats g;
+    if (graphs_) {
+      g.on = graphs_->enabled();
+      g.captures = graphs_->captures();
+      g.replays = graphs_->replays();
+    }
+    g.off_reason = graphs_off_reason_;
+    return g;
+  }
   bool on_gpu() const override { return !Backend::kHost; }
   const ModelConfig& config() const override { return model_.config(); }
   const ParamTable& table() const override { return model_.table(); }
@@ -99,16 +115,34 @@ class ModelEngine : public Engine {
   }
   void synchronize() override { Backend::synchronize(); }
 
-  // The training pass over the uploaded batch.
+  // The training pass over the uploaded batch: host work (the pass's state, stochastic-depth
+  // scales) first, then the device work, eagerly or as a graph.
   void train_on_input(Index B, float loss_scale, uint64_t seed) {
     VIT_CHECK(!sums_started_,
               "engine: more micro-batches in an update than EngineOptions::micro_batches");
-    model_.forward(cur_images_, cur_targets_, B, true, seed);
-    Backend::loss_accumulate(stats_.data(), model_.losses(), B);
-    if (micro_batches_ + 1 == overlap_micro_batches_)
-      model_.backward(Acc(loss_scale), [this](int stage) { start_sums(stage); });
-    else
-      model_.backward(Acc(loss_scale));
+    model_.begin_pass(cur_targets_, B, true, seed);
+    const bool overlap = micro_batches_ + 1 == overlap_micro_batches_;
+    auto pass = [&] {
+      model_.forward_ops(cur_images_);
+      Backend::loss_accumulate(stats_.data(), model_.losses(), B);
+      if (overlap)
+        model_.backward(Acc(loss_scale), [this](int stage) { start_sums(stage); });
+      else
+        model_.backward(Acc(loss_scale));
+    };
+    if (graphs_ && !Profile::enabled()) {  // the profile times each op: no graph then
+      const PassKey key{cur_images_,       cur_targets_, B,
+                        config().img_size, loss_scale,   config().drop_path > 0};
+      try {
+        graphs_->run(key, pass);  // eagerly, once graphs are off
+      } catch (...) {  // the eager pass after a broken capture threw: still say why graphs went
+        say_if_graphs_off();
+        throw;
+      }
+      say_if_graphs_off();
+    } else {
+      pass();
+    }
     release_batch();
     ++micro_batches_;
   }
@@ -293,6 +327,13 @@ class ModelEngine : public Engine {
   // the update on every rank.
   void reduce_loss_over_ranks() { comm_->allreduce_mean(stats_.data() + kLossPending, 1); }
   void check_ema() const { VIT_CHECK(has_ema(), "engine: made without a model EMA"); }
+  // Once a capture broke, graphs_ runs every pass eagerly: say why, once.
+  void say_if_graphs_off() {
+    if (graphs_->enabled() || !graphs_off_reason_.empty()) return;
+    graphs_off_reason_ = graphs_->off_reason();
+    fmt::print(stderr, "warning: CUDA graphs turned off ({}); training goes on without them\n",
+               graphs_off_reason_);
+  }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,
               fmt::format("engine: {} have {} values, the model needs {}", what, x.size(),
@@ -377,6 +418,9 @@ class ModelEngine : public Engine {
   GradBuckets buckets_;            // the gradient ranges final at each backward stage
   bool sums_started_ = false;      // the update's gradient sums are under way
   int64_t updates_since_read_ = 0;
+  using GraphOps = typename GraphOpsOf<Backend>::type;
+  std::unique_ptr<PassGraphs<GraphOps>> graphs_;  // EngineOptions::cuda_graph, where possible
+  std::string graphs_off_reason_;
 };
 
 }  // namespace vit

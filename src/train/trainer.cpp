@@ -271,6 +271,7 @@ void TrainRun::start_weights() {
   engine_opt_.device = device_;
   engine_opt_.precision = args_.precision;
   engine_opt_.fp32_residual = args_.fp32_residual;
+  engine_opt_.cuda_graph = args_.cuda_graph;
   engine_opt_.cfg = cfg_;
   engine_opt_.max_batch = cap_;
   // Curricula never exceed the final size.
@@ -735,6 +736,10 @@ void TrainRun::print_summary() const {
   if (engine_->on_gpu())
     fmt::print("Peak device memory: {:.2f} GiB (model, activations, optimizer)\n",
                engine_->device_memory_bytes() / 1073741824.0);
+  const GraphStats gs = engine_->graph_stats();
+  if (gs.captures > 0 || !gs.off_reason.empty())
+    fmt::print("CUDA graphs: {} passes replayed, {} captured{}\n", gs.replays, gs.captures,
+               gs.off_reason.empty() ? std::string() : "; turned off: " + gs.off_reason);
   fmt::print("Run folder: {}\n", run_dir_);
 }
 

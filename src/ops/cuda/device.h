@@ -9,6 +9,8 @@
 
 #include "core/common.h"
 
+struct CUgraphExec_st;  // cudaGraphExec_t's struct (no CUDA header here)
+
 namespace vit::cuda {
 
 void* device_alloc(size_t bytes);  // cudaMalloc; throws vit::Error naming the size on failure
@@ -48,6 +50,33 @@ std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"
 
 // Makes the op profile (core/profile.h) time ops with CUDA events on the op stream.
 void install_profile_timer();
+
+// CUDA graphs. begin_capture() points the op stream at a private capture stream: the ops
+// enqueued until end_capture() are recorded, not run. end_capture() restores the op stream and
+// returns the recorded work instantiated as a graph, or an empty graph (valid() false) with the
+// reason in *why when the capture broke (an op that cannot be captured: a synchronisation, a
+// host-to-device copy from pageable memory). launch() replays it on the op stream: the same
+// kernels with the same arguments and pointers, so the buffers it names must stay where they
+// were (the model's arena and parameters do; scratch slots: see scratch_epoch in ops.h).
+class StreamGraph {
+ public:
+  StreamGraph() = default;
+  ~StreamGraph();
+  StreamGraph(StreamGraph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  StreamGraph& operator=(StreamGraph&& o) noexcept;
+  StreamGraph(const StreamGraph&) = delete;
+  StreamGraph& operator=(const StreamGraph&) = delete;
+  bool valid() const { return exec_ != nullptr; }
+  void launch() const;
+
+ private:
+  friend StreamGraph end_capture(std::string* why);
+  CUgraphExec_st* exec_ = nullptr;  // cudaGraphExec_t
+};
+void begin_capture();
+StreamGraph end_capture(std::string* why);
+void abort_capture();  // ends the capture, restores the op stream, drops what was recorded
+bool capturing();      // between begin_capture() and end_capture()
 
 // An owning device array of n elements of U (uninitialised).
 template <class U>

@@ -69,6 +69,9 @@ void reserve_scratch(int slot, size_t bytes);
 // buffers stay (a captured graph may hold their addresses). Without it, the driver frees them
 // at process exit.
 void release_scratch();
+// Counts the release_scratch() calls that freed a buffer: a CUDA graph captured before the
+// count moved may name freed scratch memory and must be captured again.
+uint64_t scratch_epoch();
 
 // GEMMs that went to the plain SIMT fallback kernel because cuBLASLt offered no algorithm for
 // their shape and alignment (blas.cu; process-wide, counted per call; runs forced with

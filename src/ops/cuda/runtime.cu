@@ -67,6 +67,7 @@ struct ScratchBuf {
 struct ScratchArena {
   std::array<ScratchBuf, kScratchSlots> slots;
   std::vector<void*> retired;  // outgrown buffers, freed by release_scratch()
+  uint64_t epoch = 0;          // release_scratch() calls that freed something
   std::mutex mu;
 };
 
@@ -112,11 +113,19 @@ void release_scratch() {
   ScratchArena& a = arena();
   std::lock_guard<std::mutex> lock(a.mu);
   if (a.retired.empty()) return;
+  ++a.epoch;  // before the frees: a graph naming a freed buffer must not be replayed, also if
+              // a cudaFree below throws
   std::vector<void*> dead;
   dead.swap(a.retired);  // never freed twice, even if a call below throws
   // Any stream may still have work reading them queued.
   VIT_CUDA_CHECK(cudaDeviceSynchronize());
   for (void* p : dead) VIT_CUDA_CHECK(cudaFree(p));
+}
+
+uint64_t scratch_epoch() {
+  ScratchArena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.epoch;
 }
 
 // ---------------------------------------------------------------------------------------------
