@@ -2,11 +2,6 @@
 #include <gtest/gtest.h>
 #include <png.h>
 
-#include <cstdio>
-// clang-format off
-#include <jpeglib.h>
-// clang-format on
-
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +9,7 @@
 
 #include "core/common.h"
 #include "data/decode.h"
+#include "jpeg_test_util.h"
 
 using namespace vit::data;
 namespace fs = std::filesystem;
@@ -277,31 +273,12 @@ TEST(Decode, JpegAdobeCmykBecomesRgb) {
   // Adobe-style (inverted) CMYK JPEG written with libjpeg directly: stored (C,M,Y,K) =
   // (200,100,50,255) means RGB (200,100,50).
   const int w = 16, h = 8;
-  std::vector<uint8_t> px(size_t(w) * h * 4);
-  for (size_t i = 0; i < px.size(); i += 4)
-    px[i] = 200, px[i + 1] = 100, px[i + 2] = 50, px[i + 3] = 255;
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buf, &size);
-  cinfo.image_width = w;
-  cinfo.image_height = h;
-  cinfo.input_components = 4;
-  cinfo.in_color_space = JCS_CMYK;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 100, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = px.data() + size_t(cinfo.next_scanline) * w * 4;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  Image d = decode_image(buf, size);
-  std::free(buf);
+  Image cmyk(h, w, 4);
+  for (size_t i = 0; i < cmyk.px.size(); i += 4)
+    cmyk.px[i] = 200, cmyk.px[i + 1] = 100, cmyk.px[i + 2] = 50, cmyk.px[i + 3] = 255;
+  const std::vector<uint8_t> jpeg =
+      vit::test::encode_jpeg_kind(cmyk, {"cmyk", 1, 1, false, 0, 100});
+  Image d = decode_image(jpeg.data(), jpeg.size());
   ASSERT_EQ(d.c, 3);
   ASSERT_EQ(d.w, w);
   for (int y = 0; y < h; ++y)

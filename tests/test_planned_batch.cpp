@@ -6,10 +6,13 @@
 // training (RandomResizedCrop, fixed or random interpolation, flips, RandAugment and colour
 // jitter as pixel steps) and evaluation (plain resize, centre crop).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +21,10 @@
 #include "core/rng.h"
 #include "data/augment.h"
 #include "data/batch.h"
+#include "data/decode.h"
+#include "data/image_folder.h"
 #include "data/loader.h"
+#include "data/packed.h"
 #include "data/planned_batch.h"
 #include "data/randaugment.h"
 #include "data/source.h"
@@ -302,6 +308,70 @@ TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
   EXPECT_THROW(make_planned_batch(src, idx.data(), B, cfg, true, 5, 2, batch, ptargets.data(),
                                   plabels.data()),
                Error);
+}
+
+// A folder of photograph-sized JPEGs (DCT-scaled at S = 64: some decode at 1/2 and 1/4), a PNG
+// and a truncated JPEG (replaced by the next sample), and the packed sets `vitrain prepare`
+// writes from it: make_planned_batch decodes only each crop's pixels (Source::read_region), and
+// its batches must be make_source_batch's, which decodes whole images. Training (random crops,
+// flips, erasing, RandAugment) and evaluation (the centre crop).
+TEST(PlannedBatch, RegionDecodedBatchesMatchWholeDecodedOnes) {
+  const std::string root = ::testing::TempDir() + "/planned_region_" + std::to_string(::getpid());
+  const int sizes[][2] = {{375, 500}, {333, 250}, {480, 640}, {96, 80}, {300, 300}, {257, 383}};
+  for (int k = 0; k < 6; ++k) {
+    const std::string dir = root + "/train/class" + std::to_string(k % 2);
+    std::filesystem::create_directories(dir);
+    const NoiseImage n = noise(3, sizes[k][0], sizes[k][1], uint64_t(40 + k));
+    Image img(int(n.h), int(n.w), 3);  // interleaved, smoothed so the JPEG keeps detail
+    for (int y = 0; y < img.h; ++y)
+      for (int x = 0; x < img.w; ++x)
+        for (int c = 0; c < 3; ++c)
+          img.at(y, x)[c] = uint8_t((n.px[size_t((c * n.h + y) * n.w + x)] / 2 + x + 2 * y) % 256);
+    const std::vector<uint8_t> bytes = k == 3 ? encode_png(img) : encode_jpeg(img, 90);
+    std::ofstream(dir + "/img" + std::to_string(k) + (k == 3 ? ".png" : ".jpg"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    if (k == 5) {  // a truncated copy
+      std::ofstream(dir + "/img_truncated.jpg", std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size() / 2));
+    }
+  }
+  const FolderIndex idx = index_image_folder(root + "/train");
+  ::testing::internal::CaptureStderr();  // the packers and loaders warn about the truncated file
+  write_packed(root + "/jpeg.vitpack", idx, 400, true, 90, 1);
+  write_packed(root + "/raw.vitpack", idx, 160, false, 90, 1);
+  const FolderSource folder(idx);
+  const PackedSource jpeg(root + "/jpeg.vitpack"), raw(root + "/raw.vitpack");
+  const Index S = 64, K = 2;
+  BatchConfig train_cfg = rrc_config(S);
+  train_cfg.reprob = 0.5;
+  train_cfg.auto_augment = "rand-m9-mstd0.5-inc1";
+  BatchConfig eval_cfg = base_config(S);
+  eval_cfg.eval_crop_pct = 0.875;
+  for (const Source* src : std::vector<const Source*>{&folder, &jpeg, &raw})
+    for (bool train : {true, false}) {
+      const BatchConfig& cfg = train ? train_cfg : eval_cfg;
+      std::vector<Index> order;
+      for (Index i = 0; i < src->size(); ++i) order.push_back(i);
+      order.push_back(0);  // the same sample twice: its own draws each time
+      const Index B = Index(order.size());
+      std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), pt(targets);
+      std::vector<int32_t> labels(static_cast<size_t>(B)), pl(labels);
+      make_source_batch(*src, order.data(), B, cfg, train, 8, 1, images.data(), targets.data(),
+                        labels.data());
+      PlannedBatch batch;
+      make_planned_batch(*src, order.data(), B, cfg, train, 8, 1, batch, pt.data(), pl.data());
+      const std::string what = std::string(src == &folder ? "folder"
+                                           : src == &jpeg ? "jpeg"
+                                                          : "raw") +
+                               (train ? " train" : " eval");
+      EXPECT_EQ(targets, pt) << what;
+      EXPECT_EQ(labels, pl) << what;
+      expect_float_close(expand(batch, normalize_lut(cfg, 3)).f32, images, what);
+    }
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("img_truncated.jpg"), std::string::npos) << warnings;
+  EXPECT_EQ(folder.unreadable_count(), 1u);
+  std::filesystem::remove_all(root);
 }
 
 TEST(PlannedBatch, MixesAsTheCpuPipeline) {

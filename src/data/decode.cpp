@@ -77,7 +77,49 @@ struct JpegDecodeCtx {
   int hint;
   Image* out;
   char msg[JMSG_LENGTH_MAX];
+  const RegionPicker* pick = nullptr;  // null: the whole image
+  int full_h = 0, full_w = 0;          // the decoded (DCT-scaled) image's size
 };
+
+// The picker's region, checked against the (h, w) image; false with msg set when the picker
+// threw or asked for pixels outside. A function of its own: jpeg_decode_impl's setjmp must not
+// share a frame with C++ exception handling.
+bool pick_region(const RegionPicker& pick, int h, int w, Rect* r, char* msg, size_t msg_size) {
+  try {
+    *r = pick(h, w);
+  } catch (const std::exception& e) {
+    std::snprintf(msg, msg_size, "%s", e.what());
+    return false;
+  }
+  if (r->top < 0 || r->left < 0 || r->height < 1 || r->width < 1 || r->top + r->height > h ||
+      r->left + r->width > w) {
+    std::snprintf(msg, msg_size, "region %dx%d at (%d, %d) outside the %dx%d image", r->height,
+                  r->width, r->top, r->left, h, w);
+    return false;
+  }
+  return true;
+}
+
+bool ends_with_eoi(const uint8_t* bytes, size_t n) {
+  return n >= 2 && bytes[n - 2] == 0xFF && bytes[n - 1] == 0xD9;
+}
+
+// Output row y of the region from one decoded scanline `s` (comps bytes a pixel, starting at
+// the region's first column): RGB as is, CMYK converted.
+void put_row(const uint8_t* s, int comps, bool adobe_inverted, int width, uint8_t* row) {
+  if (comps == 3) {
+    std::memcpy(row, s, size_t(width) * 3);
+    return;
+  }
+  for (int x = 0; x < width; ++x, s += 4) {
+    int c = s[0], m = s[1], y = s[2], k = s[3];
+    // Adobe writes inverted CMYK (0 = full ink); a plain CMYK file stores ink amounts.
+    if (!adobe_inverted) c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
+    row[3 * x + 0] = uint8_t((c * k + 127) / 255);
+    row[3 * x + 1] = uint8_t((m * k + 127) / 255);
+    row[3 * x + 2] = uint8_t((y * k + 127) / 255);
+  }
+}
 
 // Returns false with ctx.msg set on error.
 bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
@@ -124,34 +166,63 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
 
   jpeg_start_decompress(&cinfo);
   const int w = int(cinfo.output_width), h = int(cinfo.output_height);
+  ctx.full_h = h;
+  ctx.full_w = w;
+  Rect r{0, 0, h, w};
+  if (ctx.pick && !pick_region(*ctx.pick, h, w, &r, ctx.msg, sizeof ctx.msg)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
   const int comps = cinfo.output_components;  // 3 (RGB) or 4 (CMYK)
-  *ctx.out = Image(h, w, 3);
+  *ctx.out = Image(r.height, r.width, 3);
   uint8_t* dst = ctx.out->px.data();
-  if (comps == 3) {
+  if (r.width == w && r.height == h && comps == 3) {  // the whole image, straight into place
     while (cinfo.output_scanline < cinfo.output_height) {
       JSAMPROW row = dst + size_t(cinfo.output_scanline) * w * 3;
       jpeg_read_scanlines(&cinfo, &row, 1);
     }
-  } else {
-    // CMYK: one scanline at a time through the tail of the row buffer is not possible (4 > 3
-    // bytes/pixel), so use libjpeg's own sample array for the staging row.
-    JSAMPARRAY buf = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
-                                                JDIMENSION(w * comps), 1);
-    // Adobe writes inverted CMYK (0 = full ink); a plain CMYK file stores ink amounts.
-    const bool inverted = cinfo.saw_Adobe_marker;
-    while (cinfo.output_scanline < cinfo.output_height) {
-      uint8_t* row = dst + size_t(cinfo.output_scanline) * w * 3;
-      jpeg_read_scanlines(&cinfo, buf, 1);
-      const uint8_t* s = buf[0];
-      for (int x = 0; x < w; ++x, s += 4) {
-        int c = s[0], m = s[1], y = s[2], k = s[3];
-        if (!inverted) c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
-        row[3 * x + 0] = uint8_t((c * k + 127) / 255);
-        row[3 * x + 1] = uint8_t((m * k + 127) / 255);
-        row[3 * x + 2] = uint8_t((y * k + 127) / 255);
-      }
-    }
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    return true;
   }
+  // A region: libjpeg decodes only the iMCU columns that cover the columns asked for (it widens
+  // them to iMCU boundaries) and does no IDCT, upsampling or colour conversion for the rows it
+  // skips above. Its fancy upsampler treats the cropped window's first and last columns as
+  // image edges (at 4:2:x the two pixels of one chroma sample differ from a whole decode's), so
+  // the window reaches kCropMargin pixels beyond the region on each side.
+  constexpr int kCropMargin = 4;
+  const int lo = std::max(0, r.left - kCropMargin);
+  const int hi = std::min(w, r.left + r.width + kCropMargin);
+  JDIMENSION x0 = 0, cw = JDIMENSION(w);
+  const bool cropped = hi - lo < w;
+  if (cropped) {
+    x0 = JDIMENSION(lo);
+    cw = JDIMENSION(hi - lo);
+    jpeg_crop_scanline(&cinfo, &x0, &cw);
+  }
+  JSAMPARRAY buf = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                              cw * JDIMENSION(comps), 1);
+  const size_t skip_px = size_t(r.left) - x0;  // the region's first column in the cropped row
+  if (r.top > 0) jpeg_skip_scanlines(&cinfo, JDIMENSION(r.top));
+  for (int y = 0; y < r.height; ++y) {
+    jpeg_read_scanlines(&cinfo, buf, 1);
+    put_row(buf[0] + skip_px * size_t(comps), comps, cinfo.saw_Adobe_marker, r.width,
+            dst + size_t(y) * r.width * 3);
+  }
+  // The rows below. A whole decode fails on a truncated file, and only on that (libjpeg reports
+  // corrupt entropy data as warnings): data that ends with the EOI marker cannot be truncated
+  // (within entropy-coded data 0xFF is always followed by 0x00 or a restart marker), so the
+  // decode stops here. Otherwise the rest must be entropy-decoded to find out: skipping whole
+  // rows does that, but after jpeg_crop_scanline libjpeg-turbo 2.1's skip does not notice a
+  // truncation, so a cropped decode reads them (its columns only).
+  if (cinfo.output_scanline < cinfo.output_height && ends_with_eoi(ctx.bytes, ctx.n)) {
+    jpeg_abort_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    return true;
+  }
+  if (!cropped && cinfo.output_scanline < cinfo.output_height)
+    jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline);
+  while (cinfo.output_scanline < cinfo.output_height) jpeg_read_scanlines(&cinfo, buf, 1);
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   return true;
@@ -368,19 +439,41 @@ ImageFormat sniff_image_format(const uint8_t* b, size_t n) {
 }
 
 Image decode_image(const uint8_t* bytes, size_t n, int min_side_hint) {
+  int h = 0, w = 0;
+  return decode_image_region(bytes, n, min_side_hint, nullptr, &h, &w);
+}
+
+Image crop_image(const Image& img, const Rect& r) {
+  VIT_CHECK(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 &&
+                r.top + r.height <= img.h && r.left + r.width <= img.w,
+            fmt::format("region {}x{} at ({}, {}) outside the {}x{} image", r.height, r.width,
+                        r.top, r.left, img.h, img.w));
+  Image out(r.height, r.width, img.c);
+  for (int y = 0; y < r.height; ++y)
+    std::memcpy(out.at(y, 0), img.at(r.top + y, r.left), size_t(r.width) * img.c);
+  return out;
+}
+
+Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
+                          const RegionPicker& pick, int* full_h, int* full_w) {
   switch (sniff_image_format(bytes, n)) {
     case ImageFormat::Jpeg: {
       Image out;
       JpegDecodeCtx ctx{bytes, n, std::max(0, min_side_hint), &out, {}};
+      ctx.pick = pick ? &pick : nullptr;
       if (!jpeg_decode_impl(ctx)) throw Error(fmt::format("corrupt JPEG: {}", ctx.msg));
+      *full_h = ctx.full_h;
+      *full_w = ctx.full_w;
       return out;
     }
-    case ImageFormat::Png: {
+    case ImageFormat::Png: {  // decoded whole, then cropped
       Image out;
       std::vector<png_bytep> rows;
       PngDecodeCtx ctx{bytes, n, &out, &rows, {}};
       if (!png_decode_impl(ctx)) throw Error(fmt::format("corrupt PNG: {}", ctx.err.msg));
-      return out;
+      *full_h = out.h;
+      *full_w = out.w;
+      return pick ? crop_image(out, pick(out.h, out.w)) : out;
     }
     default:
       throw Error(fmt::format("not a JPEG or PNG image ({} bytes, unrecognised magic bytes)", n));
@@ -388,6 +481,12 @@ Image decode_image(const uint8_t* bytes, size_t n, int min_side_hint) {
 }
 
 Image decode_image_file(const std::string& path, int min_side_hint) {
+  int h = 0, w = 0;
+  return decode_image_file_region(path, min_side_hint, nullptr, &h, &w);
+}
+
+Image decode_image_file_region(const std::string& path, int min_side_hint, const RegionPicker& pick,
+                               int* full_h, int* full_w) {
   std::vector<uint8_t> buf;
   {
     StageScope clock(Stage::Read);
@@ -401,7 +500,7 @@ Image decode_image_file(const std::string& path, int min_side_hint) {
   }
   try {
     StageScope clock(Stage::Decode);
-    return decode_image(buf.data(), buf.size(), min_side_hint);
+    return decode_image_region(buf.data(), buf.size(), min_side_hint, pick, full_h, full_w);
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", path, e.what()));
   }

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,31 @@ ImageFormat sniff_image_format(const uint8_t* bytes, size_t n);
 
 // Decodes an in-memory JPEG or PNG to RGB (c == 3). Throws vit::Error("... decoding JPEG: <why>").
 Image decode_image(const uint8_t* bytes, size_t n, int min_side_hint = 0);
+
+// A rectangle of an image: rows [top, top + height), columns [left, left + width).
+struct Rect {
+  int top = 0, left = 0, height = 0, width = 0;
+};
+// Chooses, from the decoded image's size (h, w), the part of it to keep.
+using RegionPicker = std::function<Rect(int h, int w)>;
+
+// decode_image, keeping only the region `pick` chooses once the (DCT-scaled) size is known:
+// the pixels are those of the whole decode, cropped (*full_h, *full_w: the whole decode's
+// size). A JPEG decodes only the iMCU columns that cover the region, skips the IDCT,
+// upsampling and colour conversion of the rows above it and stops after it when the data ends
+// with the EOI marker (else it decodes the rest, to fail on a truncated file as a whole decode
+// does); a PNG decodes whole. So a truncated file fails whatever the region, but a complete one
+// with a malformed marker after its scan data decodes here and fails in a whole decode. A null
+// picker keeps everything. A picker's exception or a region outside the image is a vit::Error.
+Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
+                          const RegionPicker& pick, int* full_h, int* full_w);
+
+// decode_image_file, keeping only the region `pick` chooses (as decode_image_region).
+Image decode_image_file_region(const std::string& path, int min_side_hint, const RegionPicker& pick,
+                               int* full_h, int* full_w);
+
+// The region r of img (a copy); vit::Error when r is not inside img.
+Image crop_image(const Image& img, const Rect& r);
 
 // Reads and decodes a file; errors name the file ("<path>: corrupt JPEG: ...").
 Image decode_image_file(const std::string& path, int min_side_hint = 0);

@@ -377,21 +377,37 @@ void PackedReader::open(const std::string& path) {
 }
 
 Image PackedReader::decode(size_t i, int min_side_hint) const {
+  int h = 0, w = 0;
+  return decode_region(i, min_side_hint, nullptr, &h, &w);
+}
+
+Image PackedReader::decode_region(size_t i, int min_side_hint, const RegionPicker& pick,
+                                  int* full_h, int* full_w) const {
   StageScope clock(Stage::Decode);  // memory-mapped: the page reads happen in here too
   const PackedEntry& e = entry(i);
   const uint8_t* src = data(i);
-  if (e.mode == 0) {
-    Image img(e.h, e.w, 3);
-    if (e.c == 3) {
-      std::memcpy(img.px.data(), src, e.size);
-    } else {
-      for (size_t k = 0; k < size_t(e.h) * e.w; ++k)
-        img.px[3 * k] = img.px[3 * k + 1] = img.px[3 * k + 2] = src[k];
+  if (e.mode == 0) {  // raw: only the region's rows and columns are read from the mapping
+    *full_h = e.h;
+    *full_w = e.w;
+    const Rect r = pick ? pick(e.h, e.w) : Rect{0, 0, e.h, e.w};
+    VIT_CHECK(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 &&
+                  r.top + r.height <= e.h && r.left + r.width <= e.w,
+              fmt::format("{}: sample {}: region {}x{} at ({}, {}) outside the {}x{} image", path_,
+                          i, r.height, r.width, r.top, r.left, e.h, e.w));
+    Image img(r.height, r.width, 3);
+    for (int y = 0; y < r.height; ++y) {
+      const uint8_t* row = src + (size_t(r.top + y) * e.w + r.left) * e.c;
+      uint8_t* out = img.at(y, 0);
+      if (e.c == 3) {
+        std::memcpy(out, row, size_t(r.width) * 3);
+      } else {
+        for (int x = 0; x < r.width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = row[x];
+      }
     }
     return img;
   }
   try {
-    return decode_image(src, e.size, min_side_hint);
+    return decode_image_region(src, e.size, min_side_hint, pick, full_h, full_w);
   } catch (const Error& err) {
     throw Error(fmt::format("{}: sample {}: {}", path_, i, err.what()));
   }

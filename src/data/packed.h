@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "data/decode.h"
 #include "data/image.h"
 #include "data/image_folder.h"
 
@@ -89,6 +90,10 @@ class PackedReader {
   // Decodes sample i to RGB (H, W, 3). For JPEG entries min_side_hint enables DCT-domain
   // downscaling (see decode_image); raw entries are returned at their stored size.
   Image decode(size_t i, int min_side_hint = 0) const;
+  // decode, keeping only the region `pick` chooses from the decoded size (decode_image_region;
+  // raw entries copy just the region's pixels).
+  Image decode_region(size_t i, int min_side_hint, const RegionPicker& pick, int* full_h,
+                      int* full_w) const;
 
  private:
   std::string path_;

@@ -101,64 +101,103 @@ std::vector<float> normalize_lut(const BatchConfig& cfg, Index C) {
   return lut;
 }
 
-void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
-                 const RandAugment* ra, bool train, Rng& rng, PlannedBatch& batch) {
-  VIT_CHECK(C == batch.C, fmt::format("plan_sample: {} channels, the batch has {}", C, batch.C));
-  const Index S = batch.S;
-  const int32_t slots = pixel_step_slots(cfg, ra, train);
-  if (batch.size() == 0) {
-    batch.step_slots = slots;
-    if (ra) batch.fill = ra->fill();
-  }
-  VIT_CHECK(slots == batch.step_slots, "plan_sample: samples of one batch differ in their ops");
-  const size_t first_step = batch.steps.size();
-  batch.steps.resize(first_step + size_t(slots));
-  // Where the output comes from: a box of src resized to (full_h, full_w), of which the S x S
-  // window at (off_y, off_x) is kept (off 0 and full S, except for the eval centre crop).
-  CropBox box{0, 0, h, w};
-  Index full_h = S, full_w = S, off_y = 0, off_x = 0;
-  Interp interp;
+namespace {
+
+// A sample's plan before any pixel is read: timm_sample's draws, in its order, the resampling
+// tables, and the part of the (h, w) source image they read.
+struct SampleDraw {
+  AxisPlan hx, vy;
+  CropBox box{};
+  Interp interp{};
   bool flip = false;
   ErasePlan erase;
+  std::vector<PixelStep> steps;  // (slots)
+  Rect region() const {
+    return Rect{int(box.top + vy.lo), int(box.left + hx.lo), int(vy.hi - vy.lo),
+                int(hx.hi - hx.lo)};
+  }
+};
+
+SampleDraw draw_sample(Index h, Index w, Index S, const BatchConfig& cfg, const RandAugment* ra,
+                       bool train, int32_t slots, Rng& rng) {
+  SampleDraw d;
+  d.box = CropBox{0, 0, h, w};
+  d.steps.resize(size_t(slots));
+  // Where the output comes from: a box of src resized to (full_h, full_w), of which the S x S
+  // window at (off_y, off_x) is kept (off 0 and full S, except for the eval centre crop).
+  Index full_h = S, full_w = S, off_y = 0, off_x = 0;
   if (train) {  // timm_sample's draws, in its order
     if (cfg.rrc)
-      box = sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
-    interp = train_interp(cfg.interpolation, rng);
-    flip = cfg.hflip > 0 && rng.uniform() < cfg.hflip;
+      d.box = sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
+    d.interp = train_interp(cfg.interpolation, rng);
+    d.flip = cfg.hflip > 0 && rng.uniform() < cfg.hflip;
     if (ra)
-      ra->plan(rng, S, S, batch.steps.data() + first_step);
+      ra->plan(rng, S, S, d.steps.data());
     else if (slots)
-      plan_color_jitter(rng, cfg.color_jitter, S, S, batch.steps.data() + first_step);
-    if (cfg.reprob > 0) erase = draw_erasing(rng, S, S, cfg.reprob);
+      plan_color_jitter(rng, cfg.color_jitter, S, S, d.steps.data());
+    if (cfg.reprob > 0) d.erase = draw_erasing(rng, S, S, cfg.reprob);
   } else {
-    interp = parse_interp(cfg.eval_interpolation);
+    d.interp = parse_interp(cfg.eval_interpolation);
     const CenterCrop cc = eval_center_crop(h, w, S, cfg.eval_crop_pct);
     full_h = cc.resized_h;
     full_w = cc.resized_w;
     off_y = cc.top;
     off_x = cc.left;
   }
-  const AxisPlan hx = plan_axis(box.width, full_w, off_x, S, interp);
-  const AxisPlan vy = plan_axis(box.height, full_h, off_y, S, interp);
+  d.hx = plan_axis(d.box.width, full_w, off_x, S, d.interp);
+  d.vy = plan_axis(d.box.height, full_h, off_y, S, d.interp);
+  return d;
+}
+
+// Appends the drawn sample; its source pixels are the region of the planar (C, ph, pw) image
+// px at (top, left) (the whole image, or only the region when that is what was decoded).
+void add_sample(const SampleDraw& d, const uint8_t* px, Index C, Index ph, Index pw, Index top,
+                Index left, PlannedBatch& batch) {
+  const Rect r = d.region();
+  VIT_CHECK(top + r.height <= ph && left + r.width <= pw,
+            "planned batch: the sample's pixels do not cover its crop");
   ResizeSample s;
-  s.bh = int32_t(vy.hi - vy.lo);
-  s.bw = int32_t(hx.hi - hx.lo);
+  s.bh = r.height;
+  s.bw = r.width;
   s.pixels = int64_t(batch.pixels.size());
   s.rows = batch.scratch_bytes;
-  s.h_table = append_table(hx, batch.tables);
-  s.h_ksize = int32_t(hx.ksize);
-  s.v_table = append_table(vy, batch.tables);
-  s.v_ksize = int32_t(vy.ksize);
-  s.flip = flip ? 1 : 0;
-  s.erase = erase;
+  s.h_table = append_table(d.hx, batch.tables);
+  s.h_ksize = int32_t(d.hx.ksize);
+  s.v_table = append_table(d.vy, batch.tables);
+  s.v_ksize = int32_t(d.vy.ksize);
+  s.flip = d.flip ? 1 : 0;
+  s.erase = d.erase;
+  batch.steps.insert(batch.steps.end(), d.steps.begin(), d.steps.end());
   batch.pixels.resize(batch.pixels.size() + size_t(C * s.bh * s.bw));
   uint8_t* crop = batch.pixels.data() + s.pixels;  // (C, bh, bw)
   for (Index c = 0; c < C; ++c)
     for (Index y = 0; y < s.bh; ++y)
-      std::copy_n(src + (c * h + box.top + vy.lo + y) * w + box.left + hx.lo, s.bw,
-                  crop + (c * s.bh + y) * s.bw);
-  batch.scratch_bytes += int64_t(C) * s.bh * S;
+      std::copy_n(px + (c * ph + top + y) * pw + left, s.bw, crop + (c * s.bh + y) * s.bw);
+  batch.scratch_bytes += int64_t(C) * s.bh * batch.S;
   batch.samples.push_back(s);
+}
+
+// The batch's per-batch settings from its first sample; every later one must agree.
+int32_t begin_sample(Index C, const BatchConfig& cfg, const RandAugment* ra, bool train,
+                     PlannedBatch& batch) {
+  VIT_CHECK(C == batch.C, fmt::format("plan_sample: {} channels, the batch has {}", C, batch.C));
+  const int32_t slots = pixel_step_slots(cfg, ra, train);
+  if (batch.size() == 0) {
+    batch.step_slots = slots;
+    if (ra) batch.fill = ra->fill();
+  }
+  VIT_CHECK(slots == batch.step_slots, "plan_sample: samples of one batch differ in their ops");
+  return slots;
+}
+
+}  // namespace
+
+void plan_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
+                 const RandAugment* ra, bool train, Rng& rng, PlannedBatch& batch) {
+  const int32_t slots = begin_sample(C, cfg, ra, train, batch);
+  const SampleDraw d = draw_sample(h, w, batch.S, cfg, ra, train, slots, rng);
+  const Rect r = d.region();
+  add_sample(d, src, C, h, w, r.top, r.left, batch);
 }
 
 void make_planned_batch(const Source& src, const Index* indices, Index B, const BatchConfig& cfg,
@@ -172,12 +211,23 @@ void make_planned_batch(const Source& src, const Index* indices, Index B, const 
   const int min_side = decode_min_side(cfg, train);
   Planar px;
   for (Index b = 0; b < B; ++b) {
-    const Index used = read_or_replace(src, indices[b] % src.size(), min_side, px);
+    const int32_t slots = begin_sample(C, cfg, ra.get(), train, batch);
+    // The sample is drawn once its decoded size is known, and only the pixels its crop reads
+    // are decoded. The slot's own stream (as make_source_batch), drawn afresh for each sample
+    // tried, so a replaced sample draws what make_source_batch would.
+    const uint64_t sample_seed = mix_seed(seed, epoch, uint64_t(indices[b]));
+    SampleDraw d;
+    const RegionPicker pick = [&](int h, int w) {
+      StageScope clock(Stage::Augment);
+      Rng rng(sample_seed);
+      d = draw_sample(h, w, batch.S, cfg, ra.get(), train, slots, rng);
+      return d.region();
+    };
+    const Index used = read_region_or_replace(src, indices[b] % src.size(), min_side, pick, px);
     VIT_CHECK(px.c == C, fmt::format("sample {} has {} channels, expected {}", used, px.c, C));
-    Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));  // as make_source_batch
     {
       StageScope clock(Stage::Augment);
-      plan_sample(px.px.data(), C, px.h, px.w, cfg, ra.get(), train, rng, batch);
+      add_sample(d, px.px.data(), C, px.h, px.w, 0, 0, batch);
     }
     const int32_t label = src.label(used);
     smoothed_one_hot(label, K, cfg.smoothing, targets + b * K);

@@ -54,6 +54,24 @@ void to_planar(const Image& img, Planar& out) {
   }
 }
 
+void Source::read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const {
+  Planar whole;
+  read(i, min_side, whole);
+  const Rect r = pick(int(whole.h), int(whole.w));
+  VIT_CHECK(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 &&
+                r.top + r.height <= whole.h && r.left + r.width <= whole.w,
+            fmt::format("sample {}: region {}x{} at ({}, {}) outside the {}x{} image", i, r.height,
+                        r.width, r.top, r.left, whole.h, whole.w));
+  out.c = whole.c;
+  out.h = r.height;
+  out.w = r.width;
+  out.px.resize(size_t(out.c * out.h * out.w));
+  for (Index c = 0; c < out.c; ++c)
+    for (Index y = 0; y < out.h; ++y)
+      std::copy_n(whole.px.data() + (c * whole.h + r.top + y) * whole.w + r.left, out.w,
+                  out.px.data() + (c * out.h + y) * out.w);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 MemorySource::MemorySource(ImageDataset d) : d_(std::move(d)) {
@@ -82,12 +100,22 @@ void FolderSource::read(Index i, int min_side, Planar& out) const {
   to_planar(decode_image_file(idx_.files[size_t(i)], min_side), out);
 }
 
+void FolderSource::read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const {
+  int h = 0, w = 0;
+  to_planar(decode_image_file_region(idx_.files[size_t(i)], min_side, pick, &h, &w), out);
+}
+
 PackedSource::PackedSource(const std::string& path) : reader_(path) {
   classes_ = reader_.classes();
 }
 
 void PackedSource::read(Index i, int min_side, Planar& out) const {
   to_planar(reader_.decode(size_t(i), min_side), out);
+}
+
+void PackedSource::read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const {
+  int h = 0, w = 0;
+  to_planar(reader_.decode_region(size_t(i), min_side, pick, &h, &w), out);
 }
 
 }  // namespace vit::data

@@ -35,6 +35,11 @@ class Source {
   // may then use DCT-domain downscaling (data/decode.h). Thread-safe. Throws vit::Error naming
   // the file when the sample cannot be read or decoded.
   virtual void read(Index i, int min_side, Planar& out) const = 0;
+  // Sample i cropped to the region `pick` chooses from its decoded size (h, w), as (c, region
+  // h, region w): the same pixels as read() and a crop. JPEG samples decode only the region
+  // (data/decode.h), raw packed ones copy only its pixels; the others read the whole sample.
+  // pick is called once, before the region's pixels are decoded. Errors as read()'s.
+  virtual void read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const;
 
   // The whole set when it lives in memory (IDX, CIFAR), else null.
   virtual const ImageDataset* memory() const { return nullptr; }
@@ -74,6 +79,7 @@ class FolderSource : public Source {
   Index channels() const override { return 3; }
   int32_t label(Index i) const override { return idx_.labels[size_t(i)]; }
   void read(Index i, int min_side, Planar& out) const override;
+  void read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const override;
   const std::string& file(Index i) const { return idx_.files[size_t(i)]; }
 
  private:
@@ -88,6 +94,7 @@ class PackedSource : public Source {
   Index channels() const override { return 3; }
   int32_t label(Index i) const override { return reader_.label(size_t(i)); }
   void read(Index i, int min_side, Planar& out) const override;
+  void read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const override;
 
  private:
   PackedReader reader_;

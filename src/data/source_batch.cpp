@@ -17,18 +17,31 @@ int decode_min_side(const BatchConfig& cfg, bool train) {
   return cfg.img_size;
 }
 
-Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px) {
+namespace {
+// read(i) on sample idx, or the next readable one after it; returns the index read.
+template <class Read>
+Index first_readable(const Source& src, Index idx, const Read& read) {
   const Index n = src.size();
   for (Index tries = 0; tries < n; ++tries, idx = (idx + 1) % n) {
     if (src.known_unreadable(idx)) continue;
     try {
-      src.read(idx, min_side, px);
+      read(idx);
       return idx;
     } catch (const Error& e) {
       src.report_unreadable(idx, e.what());
     }
   }
   throw Error(fmt::format("none of the {} images of the data set is readable", n));
+}
+}  // namespace
+
+Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px) {
+  return first_readable(src, idx, [&](Index i) { src.read(i, min_side, px); });
+}
+
+Index read_region_or_replace(const Source& src, Index idx, int min_side, const RegionPicker& pick,
+                             Planar& px) {
+  return first_readable(src, idx, [&](Index i) { src.read_region(i, min_side, pick, px); });
 }
 
 void make_source_batch(const Source& src, const Index* indices, Index B, const BatchConfig& cfg,

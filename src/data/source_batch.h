@@ -17,6 +17,9 @@ int decode_min_side(const BatchConfig& cfg, bool train);
 // Reads sample idx into px, or the next readable sample after it (wrapping; an unreadable one
 // is reported once); returns the index actually read. Throws vit::Error when none is readable.
 Index read_or_replace(const Source& src, Index idx, int min_side, Planar& px);
+// read_or_replace through Source::read_region: px holds the region `pick` chose.
+Index read_region_or_replace(const Source& src, Index idx, int min_side, const RegionPicker& pick,
+                             Planar& px);
 
 // images (B, C, S, S), targets (B, K), labels (B) (may be null). Every sample's randomness comes
 // from (seed, epoch, indices[b]). An unreadable sample is reported once (Source::

@@ -61,6 +61,35 @@ void stage_clock_add(Stage s, double seconds) {
   slot.calls[i].store(slot.calls[i].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
+namespace {
+thread_local StageScope* t_innermost = nullptr;  // this thread's innermost open scope
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+// Time without a call: an outer scope's part before an inner one opens.
+void add_seconds(Stage s, double seconds) {
+  std::atomic<double>& slot = this_thread_slot().seconds[int(s)];
+  slot.store(slot.load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
+}
+}  // namespace
+
+StageScope::StageScope(Stage s) : stage_(s), on_(stage_clock_on()) {
+  if (!on_) return;
+  t0_ = std::chrono::steady_clock::now();
+  outer_ = t_innermost;
+  if (outer_) add_seconds(outer_->stage_, seconds_between(outer_->t0_, t0_));
+  t_innermost = this;
+}
+
+StageScope::~StageScope() {
+  if (!on_) return;
+  const auto now = std::chrono::steady_clock::now();
+  stage_clock_add(stage_, seconds_between(t0_, now));
+  t_innermost = outer_;
+  if (outer_) outer_->t0_ = now;  // the outer scope's clock runs again
+}
+
 StageTotals stage_clock_totals() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

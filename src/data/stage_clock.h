@@ -24,17 +24,13 @@ StageTotals stage_clock_totals();
 void stage_clock_reset();
 void stage_clock_add(Stage s, double seconds);
 
-// Times its scope under `s` when the clock is on.
+// Times its scope under `s` when the clock is on. Scopes nest: the time of a scope opened inside
+// another (the crop's draws, made between a JPEG's header and its pixels) is its own stage's,
+// not also the outer one's.
 class StageScope {
  public:
-  explicit StageScope(Stage s) : stage_(s), on_(stage_clock_on()) {
-    if (on_) t0_ = std::chrono::steady_clock::now();
-  }
-  ~StageScope() {
-    if (on_)
-      stage_clock_add(
-          stage_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
-  }
+  explicit StageScope(Stage s);
+  ~StageScope();
   StageScope(const StageScope&) = delete;
   StageScope& operator=(const StageScope&) = delete;
 
@@ -42,6 +38,7 @@ class StageScope {
   Stage stage_;
   bool on_;
   std::chrono::steady_clock::time_point t0_;
+  StageScope* outer_ = nullptr;  // the scope this one interrupts, on this thread
 };
 
 }  // namespace vit::data
