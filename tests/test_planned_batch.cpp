@@ -312,9 +312,10 @@ TEST(PlannedBatch, MakePlannedBatchMatchesMakeSourceBatch) {
 
 // A folder of photograph-sized JPEGs (DCT-scaled at S = 64: some decode at 1/2 and 1/4), a PNG
 // and a truncated JPEG (replaced by the next sample), and the packed sets `vitrain prepare`
-// writes from it: make_planned_batch decodes only each crop's pixels (Source::read_region), and
-// its batches must be make_source_batch's, which decodes whole images. Training (random crops,
-// flips, erasing, RandAugment) and evaluation (the centre crop).
+// writes from it: make_source_batch and make_planned_batch decode only each crop's pixels
+// (Source::read_region), and their batches must be those of whole decodes through timm_sample
+// (make_source_batch's bit for bit). Training (random crops, flips, erasing, RandAugment) and
+// evaluation (the centre crop).
 TEST(PlannedBatch, RegionDecodedBatchesMatchWholeDecodedOnes) {
   const std::string root = ::testing::TempDir() + "/planned_region_" + std::to_string(::getpid());
   const int sizes[][2] = {{375, 500}, {333, 250}, {480, 640}, {96, 80}, {300, 300}, {257, 383}};
@@ -354,9 +355,19 @@ TEST(PlannedBatch, RegionDecodedBatchesMatchWholeDecodedOnes) {
       for (Index i = 0; i < src->size(); ++i) order.push_back(i);
       order.push_back(0);  // the same sample twice: its own draws each time
       const Index B = Index(order.size());
-      std::vector<float> images(size_t(B * 3 * S * S)), targets(size_t(B * K)), pt(targets);
+      // The reference: every sample decoded whole (read_or_replace), then timm_sample.
+      std::vector<float> images(size_t(B * 3 * S * S));
+      const std::unique_ptr<RandAugment> ra = make_rand_augment(cfg, train);
+      for (Index b = 0; b < B; ++b) {
+        Planar px;
+        read_or_replace(*src, order[size_t(b)], decode_min_side(cfg, train), px);
+        Rng rng(mix_seed(8, 1, uint64_t(order[size_t(b)])));
+        timm_sample(px.px.data(), 3, px.h, px.w, cfg, ra.get(), train, rng,
+                    images.data() + b * 3 * S * S);
+      }
+      std::vector<float> cpu(images.size()), targets(size_t(B * K)), pt(targets);
       std::vector<int32_t> labels(static_cast<size_t>(B)), pl(labels);
-      make_source_batch(*src, order.data(), B, cfg, train, 8, 1, images.data(), targets.data(),
+      make_source_batch(*src, order.data(), B, cfg, train, 8, 1, cpu.data(), targets.data(),
                         labels.data());
       PlannedBatch batch;
       make_planned_batch(*src, order.data(), B, cfg, train, 8, 1, batch, pt.data(), pl.data());
@@ -366,6 +377,7 @@ TEST(PlannedBatch, RegionDecodedBatchesMatchWholeDecodedOnes) {
                                (train ? " train" : " eval");
       EXPECT_EQ(targets, pt) << what;
       EXPECT_EQ(labels, pl) << what;
+      EXPECT_EQ(cpu, images) << what << ": make_source_batch";
       expect_float_close(expand(batch, normalize_lut(cfg, 3)).f32, images, what);
     }
   const std::string warnings = ::testing::internal::GetCapturedStderr();

@@ -58,6 +58,21 @@ std::unique_ptr<RandAugment> make_rand_augment(const BatchConfig& cfg, bool trai
 
 void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
                  const RandAugment* ra, bool train, Rng& rng, float* dst) {
+  timm_sample_part(src, C, h, w, CropBox{0, 0, h, w}, cfg, ra, train, rng, dst);
+}
+
+CropBox timm_sample_reads(Index h, Index w, const BatchConfig& cfg, bool train, Rng rng) {
+  if (train && cfg.rrc)
+    return sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi);
+  return CropBox{0, 0, h, w};
+}
+
+void timm_sample_part(const uint8_t* src, Index C, Index h, Index w, const CropBox& part,
+                      const BatchConfig& cfg, const RandAugment* ra, bool train, Rng& rng,
+                      float* dst) {
+  const bool whole = part.top == 0 && part.left == 0 && part.height == h && part.width == w;
+  VIT_CHECK(whole || (train && cfg.rrc),
+            "timm_sample_part: only a training crop reads part of the image");
   const Index S = cfg.img_size;
   std::vector<uint8_t> img(C * S * S);  // (C, S, S)
   if (!train) {
@@ -71,8 +86,15 @@ void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfi
     const CropBox box =
         cfg.rrc ? sample_rrc(rng, h, w, cfg.scale_lo, cfg.scale_hi, cfg.ratio_lo, cfg.ratio_hi)
                 : CropBox{0, 0, h, w};
+    VIT_CHECK(box.top >= part.top && box.left >= part.left &&
+                  box.top + box.height <= part.top + part.height &&
+                  box.left + box.width <= part.left + part.width,
+              "timm_sample_part: the crop reads outside the part of the image given");
     const Interp interp = train_interp(cfg.interpolation, rng);
-    resize_pil(src, C, h, w, box, img.data(), S, S, interp);
+    // The box in the part's coordinates: the resize reads only the box, so the result is the
+    // whole image's.
+    const CropBox in_part{box.top - part.top, box.left - part.left, box.height, box.width};
+    resize_pil(src, C, part.height, part.width, in_part, img.data(), S, S, interp);
     if (cfg.hflip > 0 && rng.uniform() < cfg.hflip) hflip(img.data(), C, S, S);
     if (ra)
       ra->apply(rng, img.data(), C, S, S);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "data/augment.h"
 #include "data/dataset.h"
 
 namespace vit::data {
@@ -52,6 +53,18 @@ std::unique_ptr<RandAugment> make_rand_augment(const BatchConfig& cfg, bool trai
 // Eval with eval_crop_pct <= 0 is a plain resize to S x S. `ra` is null when --aa is off.
 void timm_sample(const uint8_t* src, Index C, Index h, Index w, const BatchConfig& cfg,
                  const RandAugment* ra, bool train, Rng& rng, float* dst);
+
+// The part of an (h, w) source image timm_sample reads with the draws rng will make: the
+// RandomResizedCrop box when training with it (torchvision crops before it resizes), else the
+// whole image. rng is a copy: the caller's stream is left as it is.
+CropBox timm_sample_reads(Index h, Index w, const BatchConfig& cfg, bool train, Rng rng);
+
+// timm_sample on a source of which src holds only `part` of the (h, w) image, as (C,
+// part.height, part.width): the same result, as long as part contains timm_sample_reads' box
+// for the same rng (a decoder can then decode just that: Source::read_region).
+void timm_sample_part(const uint8_t* src, Index C, Index h, Index w, const CropBox& part,
+                      const BatchConfig& cfg, const RandAugment* ra, bool train, Rng& rng,
+                      float* dst);
 
 // targets (K): the label-smoothed one-hot of `label`.
 void smoothed_one_hot(int32_t label, Index K, double smoothing, float* targets);

@@ -58,13 +58,24 @@ void make_source_batch(const Source& src, const Index* indices, Index B, const B
   const int min_side = decode_min_side(cfg, train);
   Planar px;
   for (Index b = 0; b < B; ++b) {
-    const Index used = read_or_replace(src, indices[b] % src.size(), min_side, px);
+    // The slot's own stream, so a replaced sample is not a copy of its other occurrence. The
+    // crop is drawn from it once the decoded size is known, and only the crop is decoded.
+    const uint64_t sample_seed = mix_seed(seed, epoch, uint64_t(indices[b]));
+    Index h = 0, w = 0;
+    CropBox part;
+    const RegionPicker pick = [&](int ph, int pw) {
+      h = ph;
+      w = pw;
+      part = timm_sample_reads(h, w, cfg, train, Rng(sample_seed));
+      return Rect{int(part.top), int(part.left), int(part.height), int(part.width)};
+    };
+    const Index used = read_region_or_replace(src, indices[b] % src.size(), min_side, pick, px);
     VIT_CHECK(px.c == C, fmt::format("sample {} has {} channels, expected {}", used, px.c, C));
-    // The slot's own stream, so a replaced sample is not a copy of its other occurrence.
-    Rng rng(mix_seed(seed, epoch, uint64_t(indices[b])));
+    Rng rng(sample_seed);
     {
       StageScope clock(Stage::Augment);
-      timm_sample(px.px.data(), C, px.h, px.w, cfg, ra.get(), train, rng, images + b * C * S * S);
+      timm_sample_part(px.px.data(), C, h, w, part, cfg, ra.get(), train, rng,
+                       images + b * C * S * S);
     }
     const int32_t label = src.label(used);
     smoothed_one_hot(label, K, cfg.smoothing, targets + b * K);
