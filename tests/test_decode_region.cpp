@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -134,13 +135,30 @@ TEST(DecodeRegionErrors, ATruncatedFileFailsWhateverTheRegion) {
   std::vector<uint8_t> jpeg = encode(test_image(240, 320, 3, 5), kKinds[0].jpeg);
   jpeg.resize(jpeg.size() * 2 / 3);  // the bottom third of the scan is gone
   EXPECT_THROW(decode_image(jpeg.data(), jpeg.size()), vit::Error);
-  for (const Rect& r : {Rect{0, 0, 16, 16}, Rect{0, 100, 40, 200}, Rect{220, 300, 20, 20}}) {
+  // Cropped regions, and full-width ones (no horizontal crop: the rows below are read too).
+  for (const Rect& r : {Rect{0, 0, 16, 16}, Rect{0, 100, 40, 200}, Rect{220, 300, 20, 20},
+                        Rect{0, 0, 16, 320}, Rect{0, 2, 16, 316}, Rect{40, 0, 1, 320}}) {
     int fh = 0, fw = 0;
     EXPECT_THROW(decode_image_region(
                      jpeg.data(), jpeg.size(), 0, [&](int, int) { return r; }, &fh, &fw),
                  vit::Error)
         << "region at (" << r.top << ", " << r.left << ")";
   }
+}
+
+// A progressive file cut at a scan boundary (its last scan missing) is accepted by a whole
+// decode (libjpeg only warns), whose block smoothing then fills in the missing coefficients
+// from neighbouring blocks: a region must still be that decode's pixels.
+TEST(DecodeRegionErrors, AnIncompleteProgressiveFileDecodesAsAWholeDecodeDoes) {
+  std::vector<uint8_t> jpeg =
+      encode(test_image(203, 317, 3, 13), vit::test::JpegKind{"420_progressive", 2, 2, true});
+  size_t last_sos = 0;
+  for (size_t i = 0; i + 1 < jpeg.size(); ++i)
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xDA) last_sos = i;
+  ASSERT_GT(last_sos, 0u);
+  jpeg.resize(last_sos);
+  ASSERT_NO_THROW(decode_image(jpeg.data(), jpeg.size()));
+  for (int hint : {0, 90}) expect_regions_match(jpeg, hint, "progressive cut before its last scan");
 }
 
 TEST(DecodeRegionErrors, ABadRegionOrAThrowingPickerIsAClearError) {
@@ -165,6 +183,11 @@ TEST(DecodeRegionErrors, ABadRegionOrAThrowingPickerIsAClearError) {
     } catch (const vit::Error& e) {
       EXPECT_NE(std::string(e.what()).find("the picker's own error"), std::string::npos);
     }
+    // Whatever the picker throws comes out as it is (not as a corrupt file).
+    EXPECT_THROW(decode_image_region(
+                     bytes.data(), bytes.size(), 0,
+                     [](int, int) -> Rect { throw std::logic_error("a bug"); }, &fh, &fw),
+                 std::logic_error);
   }
 }
 

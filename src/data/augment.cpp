@@ -85,7 +85,7 @@ CropBox sample_rrc(Rng& rng, Index H, Index W, double scale_lo, double scale_hi,
     const double target = area * (scale_lo + (scale_hi - scale_lo) * rng.uniform());
     const double aspect = std::exp(lr0 + (lr1 - lr0) * rng.uniform());
     const Index w = pyround(std::sqrt(target * aspect)), h = pyround(std::sqrt(target / aspect));
-    if (w <= W && h <= H) {
+    if (0 < w && w <= W && 0 < h && h <= H) {  // torchvision's test
       const Index top = randint(rng, 0, H - h), left = randint(rng, 0, W - w);
       return {top, left, h, w};
     }

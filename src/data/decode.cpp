@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 
 // jpeglib.h needs size_t/FILE declared first.
@@ -79,16 +80,18 @@ struct JpegDecodeCtx {
   char msg[JMSG_LENGTH_MAX];
   const RegionPicker* pick = nullptr;  // null: the whole image
   int full_h = 0, full_w = 0;          // the decoded (DCT-scaled) image's size
+  std::exception_ptr pick_error{};     // what the picker threw, rethrown as it is
 };
 
 // The picker's region, checked against the (h, w) image; false with msg set when the picker
 // threw or asked for pixels outside. A function of its own: jpeg_decode_impl's setjmp must not
 // share a frame with C++ exception handling.
-bool pick_region(const RegionPicker& pick, int h, int w, Rect* r, char* msg, size_t msg_size) {
+bool pick_region(const RegionPicker& pick, int h, int w, Rect* r, char* msg, size_t msg_size,
+                 std::exception_ptr* error) {
   try {
     *r = pick(h, w);
-  } catch (const std::exception& e) {
-    std::snprintf(msg, msg_size, "%s", e.what());
+  } catch (...) {
+    *error = std::current_exception();
     return false;
   }
   if (r->top < 0 || r->left < 0 || r->height < 1 || r->width < 1 || r->top + r->height > h ||
@@ -169,7 +172,7 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
   ctx.full_h = h;
   ctx.full_w = w;
   Rect r{0, 0, h, w};
-  if (ctx.pick && !pick_region(*ctx.pick, h, w, &r, ctx.msg, sizeof ctx.msg)) {
+  if (ctx.pick && !pick_region(*ctx.pick, h, w, &r, ctx.msg, sizeof ctx.msg, &ctx.pick_error)) {
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -191,10 +194,13 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
   // image edges (at 4:2:x the two pixels of one chroma sample differ from a whole decode's), so
   // the window reaches kCropMargin pixels beyond the region on each side.
   constexpr int kCropMargin = 4;
+  // Progressive files are not cropped: block smoothing of incompletely loaded progressive data
+  // takes the window's first block for its left neighbours' (libjpeg-turbo 2.1 jdcoefct.c), and
+  // their entropy decoding is done in jpeg_start_decompress anyway.
   const int lo = std::max(0, r.left - kCropMargin);
   const int hi = std::min(w, r.left + r.width + kCropMargin);
   JDIMENSION x0 = 0, cw = JDIMENSION(w);
-  const bool cropped = hi - lo < w;
+  const bool cropped = hi - lo < w && !cinfo.progressive_mode;
   if (cropped) {
     x0 = JDIMENSION(lo);
     cw = JDIMENSION(hi - lo);
@@ -210,18 +216,18 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
             dst + size_t(y) * r.width * 3);
   }
   // The rows below. A whole decode fails on a truncated file, and only on that (libjpeg reports
-  // corrupt entropy data as warnings): data that ends with the EOI marker cannot be truncated
-  // (within entropy-coded data 0xFF is always followed by 0x00 or a restart marker), so the
-  // decode stops here. Otherwise the rest must be entropy-decoded to find out: skipping whole
-  // rows does that, but after jpeg_crop_scanline libjpeg-turbo 2.1's skip does not notice a
-  // truncation, so a cropped decode reads them (its columns only).
-  if (cinfo.output_scanline < cinfo.output_height && ends_with_eoi(ctx.bytes, ctx.n)) {
+  // corrupt entropy data as warnings). The decode can stop here when the data ends with the EOI
+  // marker (within entropy-coded data 0xFF is always followed by 0x00 or a restart marker, so
+  // such data is not truncated) or when all input has been consumed (a multi-scan file is
+  // entropy-decoded in jpeg_start_decompress, which reported any truncation). Otherwise the
+  // rest is read (cropped: its columns only): jpeg_skip_scanlines to the last row takes a
+  // shortcut in libjpeg-turbo 2.1 that decodes nothing and would miss a truncation.
+  if (cinfo.output_scanline < cinfo.output_height &&
+      (ends_with_eoi(ctx.bytes, ctx.n) || jpeg_input_complete(&cinfo))) {
     jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
     return true;
   }
-  if (!cropped && cinfo.output_scanline < cinfo.output_height)
-    jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline);
   while (cinfo.output_scanline < cinfo.output_height) jpeg_read_scanlines(&cinfo, buf, 1);
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
@@ -461,7 +467,10 @@ Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
       Image out;
       JpegDecodeCtx ctx{bytes, n, std::max(0, min_side_hint), &out, {}};
       ctx.pick = pick ? &pick : nullptr;
-      if (!jpeg_decode_impl(ctx)) throw Error(fmt::format("corrupt JPEG: {}", ctx.msg));
+      if (!jpeg_decode_impl(ctx)) {
+        if (ctx.pick_error) std::rethrow_exception(ctx.pick_error);
+        throw Error(fmt::format("corrupt JPEG: {}", ctx.msg));
+      }
       *full_h = ctx.full_h;
       *full_w = ctx.full_w;
       return out;

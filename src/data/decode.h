@@ -43,12 +43,13 @@ using RegionPicker = std::function<Rect(int h, int w)>;
 
 // decode_image, keeping only the region `pick` chooses once the (DCT-scaled) size is known:
 // the pixels are those of the whole decode, cropped (*full_h, *full_w: the whole decode's
-// size). A JPEG decodes only the iMCU columns that cover the region, skips the IDCT,
-// upsampling and colour conversion of the rows above it and stops after it when the data ends
-// with the EOI marker (else it decodes the rest, to fail on a truncated file as a whole decode
-// does); a PNG decodes whole. So a truncated file fails whatever the region, but a complete one
-// with a malformed marker after its scan data decodes here and fails in a whole decode. A null
-// picker keeps everything. A picker's exception or a region outside the image is a vit::Error.
+// size). A JPEG decodes only the iMCU columns that cover the region (not for progressive
+// files), skips most of the IDCT, upsampling and colour conversion of the rows above it, and
+// stops after it when the data ends with the EOI marker or has been consumed (else it decodes
+// the rest, to fail on a truncated file as a whole decode does); a PNG decodes whole. So a
+// truncated file fails whatever the region, but a complete one with a malformed marker after
+// its scan data decodes here and fails in a whole decode. A null picker keeps everything. A
+// region outside the image is a vit::Error; what the picker throws is rethrown as it is.
 Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
                           const RegionPicker& pick, int* full_h, int* full_w);
 
