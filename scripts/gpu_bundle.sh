@@ -113,6 +113,12 @@ tar -C "$OUT" -cJf "$OUT/libs.tar.xz" lib
 rm -rf "${OUT:?}/lib"
 # The binaries each link the whole engine statically (41 MB for the six, 2026-11-25): packed
 # they are 7 MB, and env.sh unpacks them on the device.
+# Every test name gpu_check.sh's filters give must be in these binaries (gtest passes an empty
+# selection silently; a bundle built before a rename would check nothing).
+bash tests/gpu_check_filters.sh scripts/gpu_check.sh "$OUT"/bin/test_cuda_* || {
+  echo "gpu_bundle: scripts/gpu_check.sh names tests these binaries lack (above)" >&2
+  exit 1
+}
 tar -C "$OUT" -cJf "$OUT/bin.tar.xz" bin
 rm -rf "${OUT:?}/bin"
 
@@ -169,7 +175,7 @@ vit_bundle_env() {
   # binaries would not travel), and a newer bin.tar.xz is unpacked again, never run stale.
   local bins="${TMPDIR:-/tmp}/vitrain_gpu_bin"
   if [ ! -f "$VIT_BUNDLE/bin/.unpacked" ] || [ "$VIT_BUNDLE/bin.tar.xz" -nt "$VIT_BUNDLE/bin/.unpacked" ]; then
-    if ! { rm -rf "$bins" "$VIT_BUNDLE/bin" && mkdir -p "$bins" &&
+    if ! { rm -rf "$bins" "${VIT_BUNDLE:?}/bin" && mkdir -p "$bins" &&
       tar -C "$bins" -xJf "$VIT_BUNDLE/bin.tar.xz" && touch "$bins/bin/.unpacked" &&
       ln -s "$bins/bin" "$VIT_BUNDLE/bin"; }; then
       echo "env.sh: cannot unpack $VIT_BUNDLE/bin.tar.xz" >&2

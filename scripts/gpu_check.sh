@@ -5,13 +5,15 @@
 # included, so its one full call is
 #
 #   bash scripts/gpu_check.sh session [DEST]      everything below in the order of what decides
-#                                                 most: (a), the op tests of (b), (d), the recipe
-#                                                 of (e) and its bf16 logits (h), one round of
+#                                                 most: (a), the op tests of (b), (d) with the
+#                                                 CUDA-graph tests on their own, the recipe of
+#                                                 (e), its bf16 logits (h) and the recipe with
+#                                                 --cuda-graph (the same weights), one round of
 #                                                 (f)+(g), the ViT-S profile, memcheck of the
-#                                                 flash and own kernels, the second round, the
-#                                                 rest of (h), the other sanitizers, then timm
+#                                                 flash and own kernels, the rest of (h), the
+#                                                 second round, the other sanitizers, then timm
 #                                                 under torch.compile (default mode); what the
-#                                                 budget does not reach is SKIP
+#                                                 budget does not reach, or cuts short, is SKIP
 #
 # The phases below split the same steps into parts of one 10-minute call each:
 #
@@ -143,14 +145,14 @@ vt() { LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "${VT_BIN:-$BUNDLE/bin/vitrain}" "
 note() { printf '%s\n' "$*" >"$WORK/notes/$STEP_ID"; }
 kv() { printf '%s=%s\n' "$1" "$2" >>"$MET/$STEP_ID.kv"; }
 need_bin() {
+  if [ "$ENV_OK" != 1 ]; then  # first: without it bin/ is not unpacked either
+    note "bundle environment failed (logs/env.log)"
+    echo "gpu_bundle/env.sh failed: see logs/env.log"
+    exit 3
+  fi
   if [ ! -x "$BUNDLE/bin/$1" ]; then
     note "$1 is not in the bundle"
     echo "$BUNDLE/bin/$1 missing (scripts/gpu_bundle.sh did not build it)"
-    exit 3
-  fi
-  if [ "$ENV_OK" != 1 ]; then
-    note "bundle environment failed (logs/env.log)"
-    echo "gpu_bundle/env.sh failed: see logs/env.log"
     exit 3
   fi
 }
@@ -227,6 +229,10 @@ s_gtest() {
   [ -n "$errs" ] && kv sanitizer_errors "$errs"
   if [ "$rc" = 0 ] && [ "${skipped:-0}" != 0 ]; then
     note "${skipped} tests skipped although VIT_REQUIRE_GPU=1 (no device?)"
+    return 3
+  fi
+  if [ "$rc" = 0 ] && [ "${passed:-0}" = 0 ]; then  # gtest passes an empty selection
+    note "no test matched '${filter}' (a stale bundle?)"
     return 3
   fi
   if [ "$rc" != 0 ]; then
@@ -309,7 +315,28 @@ s_train() {
   [ -f "$run/last.safetensors" ] && sha=$(sha256sum "$run/last.safetensors" | cut -c1-12)
   graphs=$(grep -oE 'CUDA graphs: [0-9]+ passes replayed.*' "$out" | tail -n 1)
   [ -n "$top1" ] && note "top-1 ${top1}%${sha:+, weights sha256 $sha}${graphs:+; $graphs}"
-  return "$rc"
+  [ "$rc" = 0 ] || return "$rc"
+  # REF_EXP: a run this one must equal bit for bit (the eager run of a --cuda-graph one).
+  if [ -n "${REF_EXP:-}" ]; then
+    local ref="$WORK/runs/$REF_EXP/last.safetensors" rsha=""
+    [ -f "$ref" ] && rsha=$(sha256sum "$ref" | cut -c1-12)
+    if [ "$sha" != "$rsha" ]; then
+      note "weights sha256 ${sha:-none} differ from $REF_EXP's ${rsha:-none}; top-1 ${top1}%"
+      return 5
+    fi
+  fi
+  # GRAPHS=1: the run must have replayed its passes as CUDA graphs.
+  if [ "${GRAPHS:-0}" = 1 ] && { [ -z "$graphs" ] || [[ "$graphs" == *"turned off"* ]] ||
+    [[ "$graphs" == "CUDA graphs: 0 "* ]]; }; then
+    note "no CUDA graph replays (${graphs:-no 'CUDA graphs:' line}); top-1 ${top1}%"
+    return 5
+  fi
+  return 0
+}
+# Args: experiment, the eager run's experiment, then train flags: s_train with --cuda-graph,
+# which must replay graphs and end with the eager run's weights, bit for bit.
+s_train_graph() {
+  REF_EXP="$2" GRAPHS=1 s_train "$1" "${@:3}" --cuda-graph
 }
 
 # Args: recipe file, experiment, then extra train flags: s_train with another recipe, stopped
@@ -394,7 +421,10 @@ s_vbench_fp32res() {
 # pays); the note says how many timed passes were replays (0: the graphs turned off, see log).
 s_vbench_graph() {
   VBENCH_FLAGS=--cuda-graph s_vbench "$@" || return
-  note "graph replays: $(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" | cut -d: -f2)"
+  local n
+  n=$(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" | cut -d: -f2)
+  note "graph replays: ${n:-none} of $BENCH_STEPS timed passes"
+  [ "${n:-0}" = "$BENCH_STEPS" ] || return 5
 }
 
 # Args: model, batch. The per-op table of a vitrain step (CUDA-event device times) into the
@@ -431,7 +461,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_vbench s_vbench_unfused s_vbench_mma s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_train_graph s_vbench s_vbench_unfused s_vbench_mma s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -462,7 +492,7 @@ def num(k, v):
 
 
 steps = []
-for line in open(os.path.join(work, "steps.tsv")):
+for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
     f = line.rstrip("\n").split("\t")
     if len(f) < 8:
         continue
@@ -473,7 +503,7 @@ for line in open(os.path.join(work, "steps.tsv")):
     kvp = os.path.join(met, sid + ".kv")
     if os.path.exists(kvp):
         s["metrics"] = {}
-        for kvl in open(kvp):
+        for kvl in open(kvp, errors="replace"):
             if "=" in kvl:
                 k, v = kvl.rstrip("\n").split("=", 1)
                 s["metrics"][k] = num(k, v)
@@ -636,21 +666,29 @@ step() {
   t=$((tmax < left ? tmax : left))
   echo "== [$id] $title (timeout ${t}s; ${left}s of the budget left)"
   local t0=${EPOCHREALTIME/./}
-  # The body is an exported function run by a fresh bash, so `timeout` can stop it with all
-  # its children (timeout signals its whole process group).
-  STEP_ID="$id" STEP_TIMEOUT="$t" timeout -k 10 "$t" bash -c '"$@"' _ "$@" >"$LOGS/$id.log" 2>&1
+  # The body is an exported function run by a fresh bash under `timeout`, which leads a process
+  # group of its own; whatever of the group outlives the step (a child that caught SIGTERM) is
+  # killed, so it cannot hold the GPU through the steps after it.
+  STEP_ID="$id" STEP_TIMEOUT="$t" timeout -k 10 "$t" bash -c '"$@"' _ "$@" >"$LOGS/$id.log" 2>&1 &
+  local tp=$!
+  wait "$tp"
   rc=$?
+  kill -KILL -- "-$tp" 2>/dev/null
   secs=$(awk -v a="$t0" -v b="${EPOCHREALTIME/./}" 'BEGIN {printf "%.1f", (b - a) / 1e6}')
   case "$rc" in
     0) status=PASS ;;
     124 | 137) status=TIMEOUT ;;
     *) status=FAIL ;;
   esac
+  # Stopped by the phase's budget rather than by its own limit: not a failure of the step.
+  local cut=0
+  [ "$status" = TIMEOUT ] && [ "$t" -lt "$tmax" ] && status=SKIP && cut=1
   note="$(head -c 400 "$WORK/notes/$id" 2>/dev/null | tr '\t\n|' '  /')"
   # No note from a failing step: its last log line usually says why.
   [ "$status" != PASS ] && [ -z "${note// /}" ] &&
     note="$(grep -v '^[[:space:]]*$' "$LOGS/$id.log" | tail -n 1 | cut -c1-160 | tr '\t|' ' /')"
   [ "$status" = TIMEOUT ] && note="killed after ${t}s${note:+; $note}"
+  [ "$cut" = 1 ] && note="cut at the budget's end after ${t}s (its limit: ${tmax}s)"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$group" "$title" "$status" "$rc" "$secs" "$t" \
     "$note" >>"$WORK/steps.tsv"
   echo "   $status (rc $rc) in ${secs}s${note:+: $note}"
@@ -732,8 +770,8 @@ steps_train_recipe() {
     s_logits fmnist_cuda cuda bf16
   # The same run with its passes replayed as CUDA graphs: its wall time against the eager one
   # (the default recipe's model is small: launch-bound), and the same top-1 (the same bits).
-  step e_train_graph train 120 "train $(basename "$RECIPE") --cuda-graph" \
-    s_train fmnist_graph --cuda-graph
+  step e_train_graph train 120 "train $(basename "$RECIPE") --cuda-graph (= the eager run's bits)" \
+    s_train_graph fmnist_graph fmnist_cuda
 }
 # The same export in fp32 on both devices, and a plain ViT through timm.
 steps_train_checks() {
@@ -872,8 +910,8 @@ if want session; then
   steps_bench_round 1
   steps_profile
   steps_ops_sanitizers flash kernels
-  steps_bench_round 2
   steps_train_checks
+  steps_bench_round 2
   steps_ops_sanitizers gemm resize pixel flash_race
   steps_compile default
 else
