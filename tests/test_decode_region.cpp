@@ -93,8 +93,10 @@ void expect_regions_match(const std::vector<uint8_t>& jpeg, int hint, const std:
   const Image whole = decode_image(jpeg.data(), jpeg.size(), hint);
   for (const Rect& r : regions(whole.h, whole.w, uint64_t(hint) * 7 + jpeg.size())) {
     int fh = 0, fw = 0;
-    const Image got = decode_image_region(
-        jpeg.data(), jpeg.size(), hint, [&](int, int) { return r; }, &fh, &fw);
+    const Image got = decode_image_region(jpeg.data(), jpeg.size(), hint, [&](int h, int w) {
+      fh = h, fw = w;  // the size the picker sees is the whole decode's
+      return r;
+    });
     ASSERT_EQ(fh, whole.h) << what;
     ASSERT_EQ(fw, whole.w) << what;
     const Image want = vit::data::crop_image(whole, r);
@@ -138,9 +140,7 @@ TEST(DecodeRegionErrors, ATruncatedFileFailsWhateverTheRegion) {
   // Cropped regions, and full-width ones (no horizontal crop: the rows below are read too).
   for (const Rect& r : {Rect{0, 0, 16, 16}, Rect{0, 100, 40, 200}, Rect{220, 300, 20, 20},
                         Rect{0, 0, 16, 320}, Rect{0, 2, 16, 316}, Rect{40, 0, 1, 320}}) {
-    int fh = 0, fw = 0;
-    EXPECT_THROW(decode_image_region(
-                     jpeg.data(), jpeg.size(), 0, [&](int, int) { return r; }, &fh, &fw),
+    EXPECT_THROW(decode_image_region(jpeg.data(), jpeg.size(), 0, [&](int, int) { return r; }),
                  vit::Error)
         << "region at (" << r.top << ", " << r.left << ")";
   }
@@ -165,28 +165,24 @@ TEST(DecodeRegionErrors, ABadRegionOrAThrowingPickerIsAClearError) {
   const Image img = test_image(40, 60, 3, 9);
   for (const std::vector<uint8_t>& bytes :
        {encode(img, kKinds[0].jpeg), vit::data::encode_png(img)}) {
-    int fh = 0, fw = 0;
     for (const Rect& bad :
          {Rect{0, 0, 41, 10}, Rect{-1, 0, 5, 5}, Rect{0, 55, 5, 6}, Rect{0, 0, 0, 5}})
       try {
-        decode_image_region(
-            bytes.data(), bytes.size(), 0, [&](int, int) { return bad; }, &fh, &fw);
+        decode_image_region(bytes.data(), bytes.size(), 0, [&](int, int) { return bad; });
         ADD_FAILURE() << "no error for a region outside the image";
       } catch (const vit::Error& e) {
         EXPECT_NE(std::string(e.what()).find("outside"), std::string::npos) << e.what();
       }
     try {
-      decode_image_region(
-          bytes.data(), bytes.size(), 0,
-          [](int, int) -> Rect { throw vit::Error("the picker's own error"); }, &fh, &fw);
+      decode_image_region(bytes.data(), bytes.size(), 0,
+                          [](int, int) -> Rect { throw vit::Error("the picker's own error"); });
       ADD_FAILURE() << "no error from a throwing picker";
     } catch (const vit::Error& e) {
       EXPECT_NE(std::string(e.what()).find("the picker's own error"), std::string::npos);
     }
     // Whatever the picker throws comes out as it is (not as a corrupt file).
-    EXPECT_THROW(decode_image_region(
-                     bytes.data(), bytes.size(), 0,
-                     [](int, int) -> Rect { throw std::logic_error("a bug"); }, &fh, &fw),
+    EXPECT_THROW(decode_image_region(bytes.data(), bytes.size(), 0,
+                                     [](int, int) -> Rect { throw std::logic_error("a bug"); }),
                  std::logic_error);
   }
 }
@@ -196,8 +192,10 @@ TEST(DecodeRegionErrors, APngRegionIsTheWholeDecodeCropped) {
   const std::vector<uint8_t> png = vit::data::encode_png(img);
   const Rect r{5, 7, 20, 30};
   int fh = 0, fw = 0;
-  const Image got = decode_image_region(
-      png.data(), png.size(), 0, [&](int, int) { return r; }, &fh, &fw);
+  const Image got = decode_image_region(png.data(), png.size(), 0, [&](int h, int w) {
+    fh = h, fw = w;
+    return r;
+  });
   EXPECT_EQ(fh, 37);
   EXPECT_EQ(fw, 53);
   const Image want = vit::data::crop_image(img, r);

@@ -79,7 +79,6 @@ struct JpegDecodeCtx {
   Image* out;
   char msg[JMSG_LENGTH_MAX];
   const RegionPicker* pick = nullptr;  // null: the whole image
-  int full_h = 0, full_w = 0;          // the decoded (DCT-scaled) image's size
   std::exception_ptr pick_error{};     // what the picker threw, rethrown as it is
 };
 
@@ -94,8 +93,7 @@ bool pick_region(const RegionPicker& pick, int h, int w, Rect* r, char* msg, siz
     *error = std::current_exception();
     return false;
   }
-  if (r->top < 0 || r->left < 0 || r->height < 1 || r->width < 1 || r->top + r->height > h ||
-      r->left + r->width > w) {
+  if (!region_inside(*r, h, w)) {
     std::snprintf(msg, msg_size, "region %dx%d at (%d, %d) outside the %dx%d image", r->height,
                   r->width, r->top, r->left, h, w);
     return false;
@@ -169,8 +167,6 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
 
   jpeg_start_decompress(&cinfo);
   const int w = int(cinfo.output_width), h = int(cinfo.output_height);
-  ctx.full_h = h;
-  ctx.full_w = w;
   Rect r{0, 0, h, w};
   if (ctx.pick && !pick_region(*ctx.pick, h, w, &r, ctx.msg, sizeof ctx.msg, &ctx.pick_error)) {
     jpeg_destroy_decompress(&cinfo);
@@ -445,15 +441,16 @@ ImageFormat sniff_image_format(const uint8_t* b, size_t n) {
 }
 
 Image decode_image(const uint8_t* bytes, size_t n, int min_side_hint) {
-  int h = 0, w = 0;
-  return decode_image_region(bytes, n, min_side_hint, nullptr, &h, &w);
+  return decode_image_region(bytes, n, min_side_hint, nullptr);
+}
+
+std::string region_error(const Rect& r, int h, int w) {
+  return fmt::format("region {}x{} at ({}, {}) outside the {}x{} image", r.height, r.width, r.top,
+                     r.left, h, w);
 }
 
 Image crop_image(const Image& img, const Rect& r) {
-  VIT_CHECK(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 &&
-                r.top + r.height <= img.h && r.left + r.width <= img.w,
-            fmt::format("region {}x{} at ({}, {}) outside the {}x{} image", r.height, r.width,
-                        r.top, r.left, img.h, img.w));
+  VIT_CHECK(region_inside(r, img.h, img.w), region_error(r, img.h, img.w));
   Image out(r.height, r.width, img.c);
   for (int y = 0; y < r.height; ++y)
     std::memcpy(out.at(y, 0), img.at(r.top + y, r.left), size_t(r.width) * img.c);
@@ -461,7 +458,7 @@ Image crop_image(const Image& img, const Rect& r) {
 }
 
 Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
-                          const RegionPicker& pick, int* full_h, int* full_w) {
+                          const RegionPicker& pick) {
   switch (sniff_image_format(bytes, n)) {
     case ImageFormat::Jpeg: {
       Image out;
@@ -471,8 +468,6 @@ Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
         if (ctx.pick_error) std::rethrow_exception(ctx.pick_error);
         throw Error(fmt::format("corrupt JPEG: {}", ctx.msg));
       }
-      *full_h = ctx.full_h;
-      *full_w = ctx.full_w;
       return out;
     }
     case ImageFormat::Png: {  // decoded whole, then cropped
@@ -480,8 +475,6 @@ Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
       std::vector<png_bytep> rows;
       PngDecodeCtx ctx{bytes, n, &out, &rows, {}};
       if (!png_decode_impl(ctx)) throw Error(fmt::format("corrupt PNG: {}", ctx.err.msg));
-      *full_h = out.h;
-      *full_w = out.w;
       return pick ? crop_image(out, pick(out.h, out.w)) : out;
     }
     default:
@@ -490,12 +483,11 @@ Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
 }
 
 Image decode_image_file(const std::string& path, int min_side_hint) {
-  int h = 0, w = 0;
-  return decode_image_file_region(path, min_side_hint, nullptr, &h, &w);
+  return decode_image_file_region(path, min_side_hint, nullptr);
 }
 
-Image decode_image_file_region(const std::string& path, int min_side_hint, const RegionPicker& pick,
-                               int* full_h, int* full_w) {
+Image decode_image_file_region(const std::string& path, int min_side_hint,
+                               const RegionPicker& pick) {
   std::vector<uint8_t> buf;
   {
     StageScope clock(Stage::Read);
@@ -509,7 +501,7 @@ Image decode_image_file_region(const std::string& path, int min_side_hint, const
   }
   try {
     StageScope clock(Stage::Decode);
-    return decode_image_region(buf.data(), buf.size(), min_side_hint, pick, full_h, full_w);
+    return decode_image_region(buf.data(), buf.size(), min_side_hint, pick);
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", path, e.what()));
   }

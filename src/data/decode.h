@@ -41,21 +41,28 @@ struct Rect {
 // Chooses, from the decoded image's size (h, w), the part of it to keep.
 using RegionPicker = std::function<Rect(int h, int w)>;
 
+// Whether r is a non-empty rectangle inside an (h, w) image; region_error says why not.
+inline bool region_inside(const Rect& r, int h, int w) {
+  return r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 && r.top + r.height <= h &&
+         r.left + r.width <= w;
+}
+std::string region_error(const Rect& r, int h, int w);
+
 // decode_image, keeping only the region `pick` chooses once the (DCT-scaled) size is known:
-// the pixels are those of the whole decode, cropped (*full_h, *full_w: the whole decode's
-// size). A JPEG decodes only the iMCU columns that cover the region (not for progressive
-// files), skips most of the IDCT, upsampling and colour conversion of the rows above it, and
-// stops after it when the data ends with the EOI marker or has been consumed (else it decodes
-// the rest, to fail on a truncated file as a whole decode does); a PNG decodes whole. So a
-// truncated file fails whatever the region, but a complete one with a malformed marker after
-// its scan data decodes here and fails in a whole decode. A null picker keeps everything. A
-// region outside the image is a vit::Error; what the picker throws is rethrown as it is.
+// the pixels are those of the whole decode, cropped. A JPEG decodes only the iMCU columns that
+// cover the region (not for progressive files), skips most of the IDCT, upsampling and colour
+// conversion of the rows above it, and stops after it when the data ends with the EOI marker or has
+// been consumed (else it decodes the rest, to fail on a truncated file as a whole decode does); a
+// PNG decodes whole. So a truncated file fails whatever the region, but a complete one with a
+// malformed marker after its scan data decodes here and fails in a whole decode. A null picker
+// keeps everything. A region outside the image is a vit::Error; what the picker throws is rethrown
+// as it is.
 Image decode_image_region(const uint8_t* bytes, size_t n, int min_side_hint,
-                          const RegionPicker& pick, int* full_h, int* full_w);
+                          const RegionPicker& pick);
 
 // decode_image_file, keeping only the region `pick` chooses (as decode_image_region).
-Image decode_image_file_region(const std::string& path, int min_side_hint, const RegionPicker& pick,
-                               int* full_h, int* full_w);
+Image decode_image_file_region(const std::string& path, int min_side_hint,
+                               const RegionPicker& pick);
 
 // The region r of img (a copy); vit::Error when r is not inside img.
 Image crop_image(const Image& img, const Rect& r);

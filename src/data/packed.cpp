@@ -377,23 +377,17 @@ void PackedReader::open(const std::string& path) {
 }
 
 Image PackedReader::decode(size_t i, int min_side_hint) const {
-  int h = 0, w = 0;
-  return decode_region(i, min_side_hint, nullptr, &h, &w);
+  return decode_region(i, min_side_hint, nullptr);
 }
 
-Image PackedReader::decode_region(size_t i, int min_side_hint, const RegionPicker& pick,
-                                  int* full_h, int* full_w) const {
+Image PackedReader::decode_region(size_t i, int min_side_hint, const RegionPicker& pick) const {
   StageScope clock(Stage::Decode);  // memory-mapped: the page reads happen in here too
   const PackedEntry& e = entry(i);
   const uint8_t* src = data(i);
   if (e.mode == 0) {  // raw: only the region's rows and columns are read from the mapping
-    *full_h = e.h;
-    *full_w = e.w;
     const Rect r = pick ? pick(e.h, e.w) : Rect{0, 0, e.h, e.w};
-    VIT_CHECK(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 &&
-                  r.top + r.height <= e.h && r.left + r.width <= e.w,
-              fmt::format("{}: sample {}: region {}x{} at ({}, {}) outside the {}x{} image", path_,
-                          i, r.height, r.width, r.top, r.left, e.h, e.w));
+    VIT_CHECK(region_inside(r, e.h, e.w),
+              fmt::format("{}: sample {}: {}", path_, i, region_error(r, e.h, e.w)));
     Image img(r.height, r.width, 3);
     for (int y = 0; y < r.height; ++y) {
       const uint8_t* row = src + (size_t(r.top + y) * e.w + r.left) * e.c;
@@ -407,7 +401,7 @@ Image PackedReader::decode_region(size_t i, int min_side_hint, const RegionPicke
     return img;
   }
   try {
-    return decode_image_region(src, e.size, min_side_hint, pick, full_h, full_w);
+    return decode_image_region(src, e.size, min_side_hint, pick);
   } catch (const Error& err) {
     throw Error(fmt::format("{}: sample {}: {}", path_, i, err.what()));
   }

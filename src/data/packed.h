@@ -92,8 +92,7 @@ class PackedReader {
   Image decode(size_t i, int min_side_hint = 0) const;
   // decode, keeping only the region `pick` chooses from the decoded size (decode_image_region;
   // raw entries copy just the region's pixels).
-  Image decode_region(size_t i, int min_side_hint, const RegionPicker& pick, int* full_h,
-                      int* full_w) const;
+  Image decode_region(size_t i, int min_side_hint, const RegionPicker& pick) const;
 
  private:
   std::string path_;

@@ -58,10 +58,8 @@ void Source::read_region(Index i, int min_side, const RegionPicker& pick, Planar
   Planar whole;
   read(i, min_side, whole);
   const Rect r = pick(int(whole.h), int(whole.w));
-  VIT_CHECK(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 &&
-                r.top + r.height <= whole.h && r.left + r.width <= whole.w,
-            fmt::format("sample {}: region {}x{} at ({}, {}) outside the {}x{} image", i, r.height,
-                        r.width, r.top, r.left, whole.h, whole.w));
+  VIT_CHECK(region_inside(r, int(whole.h), int(whole.w)),
+            fmt::format("sample {}: {}", i, region_error(r, int(whole.h), int(whole.w))));
   out.c = whole.c;
   out.h = r.height;
   out.w = r.width;
@@ -101,8 +99,7 @@ void FolderSource::read(Index i, int min_side, Planar& out) const {
 }
 
 void FolderSource::read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const {
-  int h = 0, w = 0;
-  to_planar(decode_image_file_region(idx_.files[size_t(i)], min_side, pick, &h, &w), out);
+  to_planar(decode_image_file_region(idx_.files[size_t(i)], min_side, pick), out);
 }
 
 PackedSource::PackedSource(const std::string& path) : reader_(path) {
@@ -114,8 +111,7 @@ void PackedSource::read(Index i, int min_side, Planar& out) const {
 }
 
 void PackedSource::read_region(Index i, int min_side, const RegionPicker& pick, Planar& out) const {
-  int h = 0, w = 0;
-  to_planar(reader_.decode_region(size_t(i), min_side, pick, &h, &w), out);
+  to_planar(reader_.decode_region(size_t(i), min_side, pick), out);
 }
 
 }  // namespace vit::data

@@ -76,7 +76,6 @@ class StreamGraph {
 void begin_capture();
 StreamGraph end_capture(std::string* why);
 void abort_capture();  // ends the capture, restores the op stream, drops what was recorded
-bool capturing();      // between begin_capture() and end_capture()
 
 // An owning device array of n elements of U (uninitialised).
 template <class U>

@@ -49,10 +49,6 @@ void begin_capture() {
   c.active = true;
 }
 
-bool capturing() {
-  return capture().active;
-}
-
 namespace {
 // Ends the capture under way and restores the op stream; the recording (null when the capture
 // was invalidated) in *graph.
