@@ -173,7 +173,7 @@ class TrainRun {
   std::unique_ptr<Engine> eval_engine_;  // at --eval-size, when it differs from the training size
   std::vector<std::pair<int64_t, int64_t>> nonfinite_ranges_;
   // Running estimates for the budget's stop rule.
-  double step_est_ = 0, eval_est_ = -1;
+  double step_est_ = 0, finish_est_ = -1;
   int64_t updates_since_eval_ = 0;
   bool evaluated_once_ = false;
   int exit_code_ = 0;  // of an interrupted run
@@ -412,7 +412,6 @@ void TrainRun::save_state(int64_t epoch, int64_t update_in_epoch) {
 // model_best (which then holds the EMA weights) and fills summary.csv.
 bool TrainRun::eval_and_save(int64_t epoch, double train_loss, double ips, double lr_now,
                              double frac) {
-  const double t0 = elapsed();
   const bool ema = args_.model_ema;
   const EvalResult raw = run_eval();
   fmt::print("{}\n", format_eval_line(epoch, raw.loss, raw.top1, raw.top5));
@@ -431,7 +430,6 @@ bool TrainRun::eval_and_save(int64_t epoch, double train_loss, double ips, doubl
   }
   const bool keep_going = record_best(epoch, ev);
   if (ema) engine_->swap_ema();
-  eval_est_ = std::max(eval_est_, elapsed() - t0);
   log_eval(epoch, raw, ev, train_loss, ips, lr_now, frac);
   updates_since_eval_ = 0;
   evaluated_once_ = true;
@@ -531,8 +529,8 @@ void TrainRun::take_stats(int64_t ep, int64_t update, EpochTally& t) {
 bool TrainRun::budget_spent() {
   if (et_ && !plan_.budget && compute_.done()) return true;
   if (!plan_.budget) return false;
-  const double ev_guess = eval_est_ >= 0
-                              ? eval_est_
+  const double ev_guess = finish_est_ >= 0
+                              ? finish_est_
                               // forward only is about a third of a training step per image
                               : step_est_ * double(data_.val->size()) / double(cap_ * accum_) /
                                         3.0 * std::pow(double(eval_size_) / cfg_.img_size, 2) +
@@ -697,10 +695,17 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
   const double frac_now = fraction(epoch, u);
   const double lr_now =
       plan_.lr_at(args_, engine_->num_steps(), et_ ? std::min(1.0, frac_now) : frac_now);
+  // An epoch that ends without time for one more update and the final evaluation makes its
+  // evaluation the final one: the rule before each update budgets one evaluation, not this
+  // epoch's and then the final one (a 20-s budget under load ended 0.02 s past it that way).
+  if (!spent && budget_spent()) spent = true;
   if (spent) {  // the compute or time budget is spent: final evaluation at the final size
     if (updates_since_eval_ > 0 || !evaluated_once_)
       eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
-    save_state(epoch, u);
+    if (u == upe_)
+      save_state(epoch + 1, 0);  // as the next epoch's start would have
+    else
+      save_state(epoch, u);
     out_->write_plot();
     if (plan_.budget)
       fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n", elapsed(),
@@ -717,9 +722,12 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
     save_state(epoch + 1, 0);
     return EpochEnd::Done;
   }
+  const double t_finish = elapsed();
   const bool stopped_early = !eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
   save_state(stopped_early ? (open_ended_ ? epoch + 1 : args_.epochs) : epoch + 1, 0);
   out_->write_plot();
+  // What the budget's final evaluation costs: evaluation, weights, state and plot.
+  finish_est_ = std::max(finish_est_, elapsed() - t_finish);
   return stopped_early ? EpochEnd::StoppedEarly : EpochEnd::Done;
 }
 
