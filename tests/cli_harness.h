@@ -37,10 +37,12 @@ inline std::string slurp(const fs::path& p) {
 }
 
 // Runs the vitrain binary with a shell command line; captures stdout and stderr in `dir`.
-inline RunResult run_vitrain(const std::string& args, const std::string& dir) {
+// `env`, when given, are env(1) arguments that change the binary's environment ("-u NAME", "A=1").
+inline RunResult run_vitrain(const std::string& args, const std::string& dir,
+                             const std::string& env = "") {
   const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-  const std::string cmd =
-      std::string(VIT_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(VIT_BINARY) + " " +
+                          args + " > " + out + " 2> " + err + " < /dev/null";
   const int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

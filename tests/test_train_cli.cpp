@@ -177,6 +177,20 @@ TEST_F(TrainCli, CudaGraphIsKeptAndChangesNothingOnTheCpu) {
 }
 
 // Every bad input: exit code 1 (not a crash/abort), one line on stderr starting "error:".
+// vitrain limits how long idle OpenMP threads spin (core/omp_wait.h) unless the user chose:
+// `bench --json` reports the GOMP_SPINCOUNT the process ran with.
+TEST_F(TrainCli, OpenMpSpinningIsLimitedUnlessTheUserChose) {
+  const std::string bench = "bench --model vit_fmnist_tiny -b 4 --steps 1 --warmup 0 --json";
+  const auto spin = [&](const std::string& env) {
+    const RunResult r = run_vitrain(bench, dir_.string(), env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out).value("omp_spin", std::string("missing"));
+  };
+  EXPECT_EQ(spin("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY"), "1000");
+  EXPECT_EQ(spin("-u OMP_WAIT_POLICY GOMP_SPINCOUNT=20000"), "20000");
+  EXPECT_EQ(spin("-u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive"), "unset");
+}
+
 TEST_F(TrainCli, BadInputsGiveOneClearError) {
   ASSERT_EQ(run_vitrain(train_flags("ok", "--epochs 1"), dir_.string()).exit_code, 0);
   const std::string ckpt = (dir_ / "out" / "ok" / "last.safetensors").string();

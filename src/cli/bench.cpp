@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/profile.h"
 #include "core/rng.h"
@@ -114,9 +115,10 @@ int run_bench(int argc, char** argv) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
-        "\"gflops\":{:.2f}{}{}{}}}\n",
+        "\"gflops\":{:.2f},\"omp_spin\":\"{}\"{}{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops,
+        std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "unset",
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {

@@ -19,6 +19,7 @@
 #include "cli/train_args.h"
 #include "core/common.h"
 #include "core/fatal_signal.h"
+#include "core/omp_wait.h"
 #include "train/trainer.h"
 #ifdef VIT_HAS_CUDA
 #include "train/engine_cuda.h"
@@ -62,6 +63,7 @@ int run_train_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  vit::limit_openmp_spinning(argv);  // first: it may start the program again
   // Decoded images and batches are 0.1-10 MB buffers allocated per sample: served by mmap (glibc's
   // default above 128 KiB) each one costs fresh page faults, ~15% of the loader's time. Keep
   // them on the heap, where freed memory is reused.
