@@ -202,6 +202,25 @@ TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
   }
 }
 
+// --budget under data parallel: every rank stops at rank 0's verdict and runs the schedules on
+// rank 0's clock. Rank 1's clock is set 1000 s ahead, past the whole budget: on its own clock it
+// would stop before its first update and leave rank 0 alone in the gradient sum (the job would
+// then fail at --dist-timeout).
+TEST_F(DistCli, BudgetRunsOnRankZerosClock) {
+  setenv("VIT_TEST_CLOCK_SKEW_S", "1000", 1);
+  const RunResult r =
+      run_ranks(2, flags("budget", "--budget 6s --dist-timeout 30"), dir_.string());
+  unsetenv("VIT_TEST_CLOCK_SKEW_S");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Budget: stopped"), std::string::npos) << r.out;
+  const auto train = vit::testing::read_log(dir_ / "out" / "budget", "train");
+  ASSERT_GT(train.size(), 30u);  // past --epochs 3 (10 updates each): the budget ended it
+  const auto evals = vit::testing::read_log(dir_ / "out" / "budget", "eval");
+  ASSERT_FALSE(evals.empty());
+  EXPECT_LE(evals.back().at("elapsed_s").get<double>(), 6.0);
+  EXPECT_GT(evals.back().at("fraction").get<double>(), 0.5);
+}
+
 // A 2-rank job of many epochs in the background, and its rank 1 once the first checkpoint is
 // written: what a failing rank does to the job.
 struct BackgroundJob {

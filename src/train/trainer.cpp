@@ -85,17 +85,21 @@ std::string state_path_of(const std::string& resume) {
 }
 
 // What data parallelism (mpirun) supports so far: the global batch splits evenly over the
-// ranks, and every stop decision is one the ranks reach alike (no wall-clock budget, whose
-// clock each rank reads for itself; no replay buffer, which mixes samples across a batch).
+// ranks (no replay buffer, which mixes samples across a batch). A wall-clock budget runs on
+// rank 0's clock (TrainRun::budget_spent).
 void check_data_parallel(const RunPlan& plan, int world) {
   if (world == 1) return;
   VIT_CHECK(plan.batch % world == 0 && plan.max_samples % world == 0,
             fmt::format("data parallel: the batch size {} must be a multiple of the {} ranks",
                         plan.batch, world));
-  VIT_CHECK(!plan.budget,
-            "data parallel: --budget is not supported yet (each rank reads its own "
-            "clock); use --epochs");
   VIT_CHECK(plan.replay <= 1, "data parallel: --replay is not supported yet");
+}
+
+// For the tests: VIT_TEST_CLOCK_SKEW_S="100" sets the clocks of ranks other than 0 ahead by
+// that many seconds (a data-parallel budget must follow rank 0's).
+double test_clock_skew(int rank) {
+  const char* env = std::getenv("VIT_TEST_CLOCK_SKEW_S");
+  return env && rank != 0 ? std::strtod(env, nullptr) : 0.0;
 }
 
 std::string format_duration(double s) {
@@ -125,6 +129,7 @@ class TrainRun {
   void print_header() const;
   EpochEnd run_epoch(int64_t epoch);
   bool budget_spent();
+  bool time_is_up(double now) const;
   Index train_update(int64_t epoch, int64_t u, EpochTally& t);
   void log_progress(int64_t epoch, int64_t u, double frac, double lr, Index step_samples,
                     EpochTally& t);
@@ -174,6 +179,8 @@ class TrainRun {
   std::vector<std::pair<int64_t, int64_t>> nonfinite_ranges_;
   // Running estimates for the budget's stop rule.
   double step_est_ = 0, finish_est_ = -1;
+  double budget_clock_ = 0;  // the elapsed seconds the ranks agreed on at the last stop check
+  double clock_skew_ = 0;    // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
   int64_t updates_since_eval_ = 0;
   bool evaluated_once_ = false;
   int exit_code_ = 0;  // of an interrupted run
@@ -189,6 +196,7 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
   rank_ = comm_->rank();
   world_ = comm_->size();
   comm_->set_timeout(args.dist_timeout);
+  clock_skew_ = test_clock_skew(rank_);
   if (rank_ > 0 && !std::freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a worker rank");
 
@@ -329,7 +337,7 @@ void TrainRun::print_header() const {
 }
 
 double TrainRun::elapsed() const {
-  return elapsed_before_ +
+  return elapsed_before_ + clock_skew_ +
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
 }
 
@@ -525,24 +533,36 @@ void TrainRun::take_stats(int64_t ep, int64_t update, EpochTally& t) {
 }
 
 // The stop rules of the open-ended runs: compute spent, or no time left for a step and the
-// final evaluation.
+// final evaluation. Data parallel, every rank takes rank 0's clock and verdict (one broadcast
+// per check), so that all stop at the same update and the time-based schedules (learning rate,
+// image size) agree; a rank's own clock would differ by its start-up time and drift.
 bool TrainRun::budget_spent() {
   if (et_ && !plan_.budget && compute_.done()) return true;
   if (!plan_.budget) return false;
+  double agreed[2] = {elapsed(), 0.0};  // clock, verdict
+  if (rank_ == 0) agreed[1] = time_is_up(agreed[0]) ? 1.0 : 0.0;
+  if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
+  budget_clock_ = agreed[0];
+  return agreed[1] != 0.0;
+}
+
+// Rank 0's verdict: no time left for one more update and the final evaluation after it.
+bool TrainRun::time_is_up(double now) const {
   const double ev_guess = finish_est_ >= 0
                               ? finish_est_
                               // forward only is about a third of a training step per image
                               : step_est_ * double(data_.val->size()) / double(cap_ * accum_) /
                                         3.0 * std::pow(double(eval_size_) / cfg_.img_size, 2) +
                                     0.5;
-  return plan_.budget->should_stop(elapsed(), step_est_, ev_guess);
+  return plan_.budget->should_stop(now, step_est_, ev_guess);
 }
 
 // One optimizer update (accum micro-batches), at the size and learning rate the schedules give
 // now; returns the global samples it took.
 Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const auto t_step = std::chrono::steady_clock::now();
-  const double frac = fraction(epoch, u);
+  // The schedules run on the clock all ranks agreed on (budget_spent, just before).
+  const double frac = plan_.budget ? plan_.budget->fraction(budget_clock_) : fraction(epoch, u);
   set_train_size(plan_.target_size(args_, epoch, frac), epoch, u, frac);
   const int S = cfg_.img_size;
   const double lr = plan_.lr_at(args_, engine_->num_steps(), frac);
