@@ -65,6 +65,9 @@
 # flags, e.g. "--budget 20s"), GPU_CHECK_BENCH_MODELS ("model:batch ...", three entries).
 set -uo pipefail # no -e: a failing step is recorded and the rest still run
 export LC_ALL=C   # decimal points in EPOCHREALTIME and printf
+# vitrain sets this itself and starts again (core/omp_wait.h): set here, no binary restarts
+# under compute-sanitizer or a profiler.
+export GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 2

@@ -221,6 +221,25 @@ TEST_F(DistCli, BudgetRunsOnRankZerosClock) {
   EXPECT_GT(evals.back().at("fraction").get<double>(), 0.5);
 }
 
+// --replay under data parallel: each rank replays its own share of each batch, so an update
+// trains on the global batch times the replay factor, as on one rank (batch 64: 32 per rank,
+// a multiple of the buffer's 32 chunks on one and on two ranks).
+TEST_F(DistCli, ReplayTrainsEachRanksShareSeveralTimes) {
+  for (int ranks : {1, 2}) {
+    const std::string e = "replay" + std::to_string(ranks);
+    std::string f = flags(e, "--epochs 1 --replay 2");
+    f.replace(f.find("-b 48"), 5, "-b 64");
+    const RunResult r = run_ranks(ranks, f, dir_.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto train = vit::testing::read_log(dir_ / "out" / e, "train");
+    ASSERT_EQ(train.size(), 8u) << e;  // 512 / 64 updates
+    for (const auto& j : train) {
+      EXPECT_EQ(j.at("samples").get<int64_t>(), 128) << e;
+      EXPECT_TRUE(std::isfinite(j.at("loss").get<double>())) << e;
+    }
+  }
+}
+
 // A 2-rank job of many epochs in the background, and its rank 1 once the first checkpoint is
 // written: what a failing rank does to the job.
 struct BackgroundJob {

@@ -16,6 +16,7 @@ TrainBatches::TrainBatches(const TrainArgs& args, const RunPlan& plan, const dat
                            int img_size, int64_t step, int rank, int world)
     : args_(args),
       plan_(plan),
+      rank_(rank),
       B_(plan.batch / world),
       cap_(plan.max_samples / world),
       C_(plan.final_cfg.in_chans),
@@ -58,8 +59,9 @@ void TrainBatches::set_magnitude(double m) {
 void TrainBatches::make_replay(int64_t step) {
   if (plan_.replay <= 1) return;
   const Index B = B_;
+  // Data parallel: each rank replays its own share of the batches, with draws of its own.
   replay_ = std::make_unique<ReplayBuffer>(plan_.replay, int(std::min<Index>(32, B)), 4,
-                                           mix_seed(args_.seed, uint64_t(step), 77));
+                                           mix_seed(args_.seed, uint64_t(step), 77 + rank_));
   fresh_images_.assign(B * C_ * size_ * size_, 0.0f);
   fresh_targets_.assign(B * K_, 0.0f);
 }

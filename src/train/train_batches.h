@@ -47,6 +47,7 @@ class TrainBatches {
 
   const TrainArgs& args_;
   const RunPlan& plan_;
+  int rank_;                            // data parallel: this rank (its own replay draws)
   Index B_, cap_;                       // this rank's batch and samples per forward pass
   Index C_, K_, Kd_;                    // input channels, model classes, data classes
   int size_;                            // S

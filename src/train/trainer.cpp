@@ -84,15 +84,14 @@ std::string state_path_of(const std::string& resume) {
   return p;
 }
 
-// What data parallelism (mpirun) supports so far: the global batch splits evenly over the
-// ranks (no replay buffer, which mixes samples across a batch). A wall-clock budget runs on
-// rank 0's clock (TrainRun::budget_spent).
+// Data parallelism (mpirun) needs the global batch to split evenly over the ranks. A
+// wall-clock budget runs on rank 0's clock (TrainRun::budget_spent); the replay buffer is each
+// rank's own, over its share of each batch (TrainBatches::make_replay).
 void check_data_parallel(const RunPlan& plan, int world) {
   if (world == 1) return;
   VIT_CHECK(plan.batch % world == 0 && plan.max_samples % world == 0,
             fmt::format("data parallel: the batch size {} must be a multiple of the {} ranks",
                         plan.batch, world));
-  VIT_CHECK(plan.replay <= 1, "data parallel: --replay is not supported yet");
 }
 
 // For the tests: VIT_TEST_CLOCK_SKEW_S="100" sets the clocks of ranks other than 0 ahead by
@@ -646,6 +645,7 @@ void TrainRun::log_progress(int64_t epoch, int64_t u, double frac, double lr, In
                       {"loss_window", mean_or_nan(t.loss_avg_window, t.window_losses)},
                       {"lr", lr},
                       {"grad_norm", t.gnorm},
+                      {"samples", step_samples},  // global, this update (replay: fresh + replayed)
                       {"img_per_s", ips},
                       {"gflops", ips * flops_per_img_ * et_compute_weight(S, F_) / 1e9},
                       {"elapsed_s", elapsed()},
