@@ -222,22 +222,40 @@ TEST_F(DistCli, BudgetRunsOnRankZerosClock) {
 }
 
 // --replay under data parallel: each rank replays its own share of each batch, so an update
-// trains on the global batch times the replay factor, as on one rank (batch 64: 32 per rank,
-// a multiple of the buffer's 32 chunks on one and on two ranks).
+// trains on the global batch times the replay factor, as on one rank. Batch 96 and 48 are not
+// multiples of ET++'s 32 chunks (48 per rank on 2 ranks): unequal chunks made the sample count
+// depend on the draws and overflow the batch.
 TEST_F(DistCli, ReplayTrainsEachRanksShareSeveralTimes) {
-  for (int ranks : {1, 2}) {
-    const std::string e = "replay" + std::to_string(ranks);
+  for (const auto& [ranks, batch] : std::vector<std::pair<int, int>>{{1, 96}, {2, 96}, {1, 48}}) {
+    const std::string e = "replay" + std::to_string(ranks) + "_" + std::to_string(batch);
     std::string f = flags(e, "--epochs 1 --replay 2");
-    f.replace(f.find("-b 48"), 5, "-b 64");
+    f.replace(f.find("-b 48"), 5, "-b " + std::to_string(batch));
     const RunResult r = run_ranks(ranks, f, dir_.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto train = vit::testing::read_log(dir_ / "out" / e, "train");
-    ASSERT_EQ(train.size(), 8u) << e;  // 512 / 64 updates
+    ASSERT_EQ(train.size(), size_t(512 / batch)) << e;
     for (const auto& j : train) {
-      EXPECT_EQ(j.at("samples").get<int64_t>(), 128) << e;
+      EXPECT_EQ(j.at("samples").get<int64_t>(), 2 * batch) << e;
       EXPECT_TRUE(std::isfinite(j.at("loss").get<double>())) << e;
     }
   }
+}
+
+// A rank that fails alone (bad data of its own, a full disk) ends the job at once, not after
+// --dist-timeout: it exits without MPI_Finalize, which would wait for the other rank, which
+// waits in the gradient sum for it.
+TEST_F(DistCli, RankThatFailsAloneEndsTheJobAtOnce) {
+  setenv("VIT_TEST_FAIL_AT", "1:5", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = run_ranks(2, flags("fail", "--dist-timeout 120"), dir_.string());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsetenv("VIT_TEST_FAIL_AT");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("error: rank 1: VIT_TEST_FAIL_AT: rank 1 fails at update 5"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(seconds, 60.0) << "the job waited for --dist-timeout";
 }
 
 // A 2-rank job of many epochs in the background, and its rank 1 once the first checkpoint is

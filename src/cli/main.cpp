@@ -7,6 +7,8 @@
 #include <xmmintrin.h>
 #endif
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -20,6 +22,7 @@
 #include "core/common.h"
 #include "core/fatal_signal.h"
 #include "core/omp_wait.h"
+#include "dist/launch_env.h"
 #include "train/trainer.h"
 #ifdef VIT_HAS_CUDA
 #include "train/engine_cuda.h"
@@ -35,6 +38,20 @@ constexpr const char* kUsage =
     "  prepare  pack an ImageFolder into train.vitpack + val.vitpack for fast loading\n"
     "  bench    training throughput on synthetic data; bench-data: input-pipeline img/s\n"
     "run 'vitrain <command> --help' for the options of a command\n";
+
+// The one error line, and exit status 1. A rank of a multi-process job ends at once: exit
+// handlers and static destructors could wait on the other ranks (MPI_Finalize, NCCL), which wait
+// in a collective for this one; its exit makes the launcher end them.
+int report_error(const std::string& what) {
+  const int rank = vit::rank_in_multi_rank_job();
+  if (rank < 0) {
+    fmt::print(stderr, "error: {}\n", what);
+    return 1;
+  }
+  fmt::print(stderr, "error: rank {}: {}\n", rank, what);
+  std::fflush(nullptr);
+  std::_Exit(1);
+}
 
 // `vitrain train`: with --resume, the run's own args.yaml is the config and flags override it.
 int run_train_command(int argc, char** argv) {
@@ -99,13 +116,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "error: unknown command '{}'\n{}", cmd, kUsage);
     return 2;
   } catch (const vit::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    return report_error(e.what());
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "error: out of memory\n");
-    return 1;
+    return report_error("out of memory");
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    return report_error(e.what());
   }
 }

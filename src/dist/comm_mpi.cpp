@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -141,11 +142,14 @@ class MpiComm : public Comm {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     watchdog_ = std::make_unique<Watchdog>(rank_);
   }
+  // Unwinding from an error, MPI_Finalize would wait for the other ranks, which wait in a
+  // collective for this one: the job would hang until --dist-timeout. Without it, this rank's
+  // exit makes mpirun end the others.
   ~MpiComm() override {
     watchdog_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (!finalized && std::uncaught_exceptions() == 0) MPI_Finalize();
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,11 +66,17 @@ class NcclComm : public Comm {
     nccl_ok(ncclCommInitRank(&comm_, size, id, rank), "init");
     watchdog_ = std::thread([this] { watch(); });
   }
+  // Unwinding from an error, the other ranks may wait in a collective for this one, which a
+  // stream synchronisation and ncclCommDestroy would wait for too: abort instead.
   ~NcclComm() override {
     stop_ = true;
     watchdog_.join();
-    cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);
+    } else {
+      cudaStreamSynchronize(stream_);
+      ncclCommDestroy(comm_);
+    }
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(stream_);

@@ -104,4 +104,13 @@ LaunchEnv read_launch_env(const std::map<std::string, std::string>* vars) {
   return e;
 }
 
+int rank_in_multi_rank_job() noexcept {
+  try {
+    const LaunchEnv e = read_launch_env();
+    return e.size > 1 ? e.rank : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
 }  // namespace vit

@@ -27,4 +27,8 @@ const char* launcher_name(Launcher l);
 // OpenMPI's take precedence (mpirun may run under Slurm), then torchrun's, then Slurm's.
 LaunchEnv read_launch_env(const std::map<std::string, std::string>* env = nullptr);
 
+// This process's rank when its launcher started several (-1 otherwise, or when the launcher's
+// variables are unreadable). Never throws: for the last error report.
+int rank_in_multi_rank_job() noexcept;
+
 }  // namespace vit

@@ -59,8 +59,14 @@ void TrainBatches::set_magnitude(double m) {
 void TrainBatches::make_replay(int64_t step) {
   if (plan_.replay <= 1) return;
   const Index B = B_;
+  // ET++ splits a batch into 32 chunks; here into the largest count up to 32 that divides B, so
+  // every chunk has B / split samples and a training batch always holds B * replay of them:
+  // unequal chunks made the count vary with the draws, past the batch's room (and, data
+  // parallel, differ between ranks, whose losses are scaled by one count).
+  Index split = std::min<Index>(32, B);
+  while (B % split != 0) --split;
   // Data parallel: each rank replays its own share of the batches, with draws of its own.
-  replay_ = std::make_unique<ReplayBuffer>(plan_.replay, int(std::min<Index>(32, B)), 4,
+  replay_ = std::make_unique<ReplayBuffer>(plan_.replay, int(split), 4,
                                            mix_seed(args_.seed, uint64_t(step), 77 + rank_));
   fresh_images_.assign(B * C_ * size_ * size_, 0.0f);
   fresh_targets_.assign(B * K_, 0.0f);

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -92,6 +93,17 @@ void check_data_parallel(const RunPlan& plan, int world) {
   VIT_CHECK(plan.batch % world == 0 && plan.max_samples % world == 0,
             fmt::format("data parallel: the batch size {} must be a multiple of the {} ranks",
                         plan.batch, world));
+}
+
+// For the tests: VIT_TEST_FAIL_AT="1:5" makes rank 1 fail with a vit::Error at its 5th update
+// (what a rank that hits bad data or a full disk alone does to the job). {-1, 0} when unset.
+std::pair<int, int64_t> test_failure_point() {
+  const char* env = std::getenv("VIT_TEST_FAIL_AT");
+  int rank = -1;
+  long long update = 0;
+  if (env && std::sscanf(env, "%d:%lld", &rank, &update) != 2)
+    throw Error(fmt::format("VIT_TEST_FAIL_AT: expected RANK:UPDATE, got '{}'", env));
+  return {rank, int64_t(update)};
 }
 
 // For the tests: VIT_TEST_CLOCK_SKEW_S="100" sets the clocks of ranks other than 0 ahead by
@@ -180,6 +192,7 @@ class TrainRun {
   double step_est_ = 0, finish_est_ = -1;
   double budget_clock_ = 0;  // the elapsed seconds the ranks agreed on at the last stop check
   double clock_skew_ = 0;    // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
+  std::pair<int, int64_t> fail_at_{-1, 0};  // VIT_TEST_FAIL_AT
   int64_t updates_since_eval_ = 0;
   bool evaluated_once_ = false;
   int exit_code_ = 0;  // of an interrupted run
@@ -196,6 +209,7 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
   world_ = comm_->size();
   comm_->set_timeout(args.dist_timeout);
   clock_skew_ = test_clock_skew(rank_);
+  fail_at_ = test_failure_point();
   if (rank_ > 0 && !std::freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a worker rank");
 
@@ -566,6 +580,9 @@ Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const int S = cfg_.img_size;
   const double lr = plan_.lr_at(args_, engine_->num_steps(), frac);
   if (et_) batches_->set_magnitude(et_magnitude(frac));
+  if (fail_at_.first == rank_ && engine_->num_steps() + 1 == fail_at_.second)
+    throw Error(fmt::format("VIT_TEST_FAIL_AT: rank {} fails at update {}", rank_,
+                            fail_at_.second));
   engine_->zero_grad();
   Index step_samples = 0;
   for (Index a = 0; a < accum_; ++a) {
