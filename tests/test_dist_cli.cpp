@@ -208,8 +208,7 @@ TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
 // then fail at --dist-timeout).
 TEST_F(DistCli, BudgetRunsOnRankZerosClock) {
   setenv("VIT_TEST_CLOCK_SKEW_S", "1000", 1);
-  const RunResult r =
-      run_ranks(2, flags("budget", "--budget 6s --dist-timeout 30"), dir_.string());
+  const RunResult r = run_ranks(2, flags("budget", "--budget 6s --dist-timeout 30"), dir_.string());
   unsetenv("VIT_TEST_CLOCK_SKEW_S");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Budget: stopped"), std::string::npos) << r.out;

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
+#include "core/omp_wait.h"
 #include "core/profile.h"
 #include "core/rng.h"
 #include "ops/attention_choice.h"
@@ -111,14 +113,15 @@ int run_bench(int argc, char** argv) {
       cuda_graph
           ? fmt::format(",\"graph_replays\":{}", engine->graph_stats().replays - warmup_replays)
           : std::string();
+  const std::string spin = openmp_spin_setting();  // what libgomp runs with
   if (json) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
-        "\"gflops\":{:.2f},\"omp_spin\":\"{}\"{}{}{}}}\n",
+        "\"gflops\":{:.2f},\"omp_spin\":{}{}{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops,
-        std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "unset",
+        nlohmann::json(spin.empty() ? "unset" : spin).dump(),
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {

@@ -1,5 +1,6 @@
 // How long idle OpenMP threads spin before they sleep, set for the whole process.
 #pragma once
+#include <string>
 
 namespace vit {
 
@@ -12,9 +13,15 @@ namespace vit {
 //
 // libgomp reads GOMP_SPINCOUNT once, when it loads, before main: so when neither
 // GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set, this sets GOMP_SPINCOUNT=1000 and executes the
-// program again with the same arguments (same process id). It returns only when nothing had to
-// change or the exec failed (the run then goes on with the library's default).
+// program again with the same arguments (same process id and name). It returns when nothing had
+// to change, when a restart cannot work (run by the dynamic loader as a program, under
+// valgrind: set GOMP_SPINCOUNT there yourself) or when the exec failed; the run then goes on
+// with the library's default.
 void limit_openmp_spinning(char** argv);
+
+// The GOMP_SPINCOUNT this process started with, which libgomp read ("" when unset): from
+// /proc/self/environ, which a setenv after the start does not change.
+std::string openmp_spin_setting();
 
 inline constexpr const char* kOpenMpSpinCount = "1000";
 

@@ -11,12 +11,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <utility>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/gpu_stats.h"
 #include "core/profile.h"
@@ -581,8 +581,8 @@ Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const double lr = plan_.lr_at(args_, engine_->num_steps(), frac);
   if (et_) batches_->set_magnitude(et_magnitude(frac));
   if (fail_at_.first == rank_ && engine_->num_steps() + 1 == fail_at_.second)
-    throw Error(fmt::format("VIT_TEST_FAIL_AT: rank {} fails at update {}", rank_,
-                            fail_at_.second));
+    throw Error(
+        fmt::format("VIT_TEST_FAIL_AT: rank {} fails at update {}", rank_, fail_at_.second));
   engine_->zero_grad();
   Index step_samples = 0;
   for (Index a = 0; a < accum_; ++a) {
