@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -204,11 +205,13 @@ TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
 
 // --budget under data parallel: every rank stops at rank 0's verdict and runs the schedules on
 // rank 0's clock. Rank 1's clock is set 1000 s ahead, past the whole budget: on its own clock it
-// would stop before its first update and leave rank 0 alone in the gradient sum (the job would
-// then fail at --dist-timeout).
+// would stop before its first update and leave rank 0 alone in the gradient sum, and its size
+// curriculum would train at the final size (its weights' shapes differ: the sum fails).
 TEST_F(DistCli, BudgetRunsOnRankZerosClock) {
   setenv("VIT_TEST_CLOCK_SKEW_S", "1000", 1);
-  const RunResult r = run_ranks(2, flags("budget", "--budget 6s --dist-timeout 30"), dir_.string());
+  const RunResult r = run_ranks(
+      2, flags("budget", "--budget 10s --dist-timeout 30 --curriculum size --init-size 4"),
+      dir_.string());
   unsetenv("VIT_TEST_CLOCK_SKEW_S");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Budget: stopped"), std::string::npos) << r.out;
@@ -216,8 +219,11 @@ TEST_F(DistCli, BudgetRunsOnRankZerosClock) {
   ASSERT_GT(train.size(), 30u);  // past --epochs 3 (10 updates each): the budget ended it
   const auto evals = vit::testing::read_log(dir_ / "out" / "budget", "eval");
   ASSERT_FALSE(evals.empty());
-  EXPECT_LE(evals.back().at("elapsed_s").get<double>(), 6.0);
+  EXPECT_LE(evals.back().at("elapsed_s").get<double>(), 10.0);
   EXPECT_GT(evals.back().at("fraction").get<double>(), 0.5);
+  std::set<int> sizes;  // 4 then 8 px, following the fraction of the budget
+  for (const auto& j : train) sizes.insert(j.at("img_size").get<int>());
+  EXPECT_EQ(sizes, (std::set<int>{4, 8}));
 }
 
 // --replay under data parallel: each rank replays its own share of each batch, so an update

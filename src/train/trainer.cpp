@@ -139,8 +139,9 @@ class TrainRun {
   void start_weights();
   void print_header() const;
   EpochEnd run_epoch(int64_t epoch);
-  bool budget_spent();
-  bool time_is_up(double now) const;
+  bool budget_spent(bool epoch_end = false);
+  bool time_is_up(double now, int64_t updates) const;
+  double budget_clock() const;
   Index train_update(int64_t epoch, int64_t u, EpochTally& t);
   void log_progress(int64_t epoch, int64_t u, double frac, double lr, Index step_samples,
                     EpochTally& t);
@@ -190,7 +191,10 @@ class TrainRun {
   std::vector<std::pair<int64_t, int64_t>> nonfinite_ranges_;
   // Running estimates for the budget's stop rule.
   double step_est_ = 0, finish_est_ = -1;
-  double budget_clock_ = 0;  // the elapsed seconds the ranks agreed on at the last stop check
+  // The budget's clock as the ranks agreed on it at the last stop check (budget_spent): its
+  // time, the update count then, the step time to extrapolate with, the next check's update.
+  double budget_clock_ = 0, budget_step_s_ = 0;
+  int64_t budget_checked_at_ = 0, budget_next_check_ = 0;
   double clock_skew_ = 0;    // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
   std::pair<int, int64_t> fail_at_{-1, 0};  // VIT_TEST_FAIL_AT
   int64_t updates_since_eval_ = 0;
@@ -546,28 +550,44 @@ void TrainRun::take_stats(int64_t ep, int64_t update, EpochTally& t) {
 }
 
 // The stop rules of the open-ended runs: compute spent, or no time left for a step and the
-// final evaluation. Data parallel, every rank takes rank 0's clock and verdict (one broadcast
-// per check), so that all stop at the same update and the time-based schedules (learning rate,
-// image size) agree; a rank's own clock would differ by its start-up time and drift.
-bool TrainRun::budget_spent() {
+// final evaluation. One process checks its clock before every update. Data parallel, every
+// rank takes rank 0's clock and verdict, so that all stop at the same update and the time-based
+// schedules (learning rate, image size) agree (a rank's own clock would differ by its start-up
+// time and drift); that broadcast makes the host wait for the GPU, so it happens about once a
+// second (kCheckSeconds), at each epoch's end, and the verdict covers the updates until the
+// next check.
+bool TrainRun::budget_spent(bool epoch_end) {
   if (et_ && !plan_.budget && compute_.done()) return true;
   if (!plan_.budget) return false;
-  double agreed[2] = {elapsed(), 0.0};  // clock, verdict
-  if (rank_ == 0) agreed[1] = time_is_up(agreed[0]) ? 1.0 : 0.0;
+  const int64_t step = engine_->num_steps();
+  if (world_ > 1 && !epoch_end && step < budget_next_check_) return false;
+  constexpr double kCheckSeconds = 1.0;
+  double agreed[4] = {elapsed(), 0.0, 1.0, step_est_};  // clock, verdict, updates, step time
+  if (rank_ == 0 && world_ > 1 && step_est_ > 0)
+    agreed[2] = std::clamp(std::floor(kCheckSeconds / step_est_), 1.0, 1e4);
+  if (rank_ == 0) agreed[1] = time_is_up(agreed[0], int64_t(agreed[2])) ? 1.0 : 0.0;
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
   budget_clock_ = agreed[0];
+  budget_checked_at_ = step;
+  budget_next_check_ = step + int64_t(agreed[2]);
+  budget_step_s_ = agreed[3];
   return agreed[1] != 0.0;
 }
 
-// Rank 0's verdict: no time left for one more update and the final evaluation after it.
-bool TrainRun::time_is_up(double now) const {
+// The agreed clock now: the last check's, plus the agreed step time for each update since.
+double TrainRun::budget_clock() const {
+  return budget_clock_ + double(engine_->num_steps() - budget_checked_at_) * budget_step_s_;
+}
+
+// Rank 0's verdict: no time left for `updates` more updates and the final evaluation after.
+bool TrainRun::time_is_up(double now, int64_t updates) const {
   const double ev_guess = finish_est_ >= 0
                               ? finish_est_
                               // forward only is about a third of a training step per image
                               : step_est_ * double(data_.val->size()) / double(cap_ * accum_) /
                                         3.0 * std::pow(double(eval_size_) / cfg_.img_size, 2) +
                                     0.5;
-  return plan_.budget->should_stop(now, step_est_, ev_guess);
+  return plan_.budget->should_stop(now, double(updates) * step_est_, ev_guess);
 }
 
 // One optimizer update (accum micro-batches), at the size and learning rate the schedules give
@@ -575,7 +595,7 @@ bool TrainRun::time_is_up(double now) const {
 Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const auto t_step = std::chrono::steady_clock::now();
   // The schedules run on the clock all ranks agreed on (budget_spent, just before).
-  const double frac = plan_.budget ? plan_.budget->fraction(budget_clock_) : fraction(epoch, u);
+  const double frac = plan_.budget ? plan_.budget->fraction(budget_clock()) : fraction(epoch, u);
   set_train_size(plan_.target_size(args_, epoch, frac), epoch, u, frac);
   const int S = cfg_.img_size;
   const double lr = plan_.lr_at(args_, engine_->num_steps(), frac);
@@ -735,7 +755,7 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
   // An epoch that ends without time for one more update and the final evaluation makes its
   // evaluation the final one: the rule before each update budgets one evaluation, not this
   // epoch's and then the final one (a 20-s budget under load ended 0.02 s past it that way).
-  if (!spent && budget_spent()) spent = true;
+  if (!spent && budget_spent(/*epoch_end=*/true)) spent = true;
   if (spent) {  // the compute or time budget is spent: final evaluation at the final size
     if (updates_since_eval_ > 0 || !evaluated_once_)
       eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
