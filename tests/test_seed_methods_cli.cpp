@@ -84,6 +84,16 @@ TEST_F(SeedMethodsCli, BudgetRunEndsInsideItsBudgetWithAnEvaluation) {
   const auto evals = log("budget", "eval");
   ASSERT_FALSE(evals.empty());
   EXPECT_DOUBLE_EQ(evals.back().at("budget_s").get<double>(), 20.0);
+  // Resumed with its budget spent (here a shorter one), the run trains and evaluates nothing
+  // more: the state knows its weights had their final evaluation.
+  const int64_t steps = last_step("budget");
+  const RunResult again = run_vitrain(
+      "train --resume " + (dir_ / "out" / "budget").string() + " --budget 10s", dir_.string());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("Budget: stopped"), std::string::npos) << again.out;
+  EXPECT_EQ(summary("budget").size(), rows.size());
+  EXPECT_EQ(log("budget", "eval").size(), evals.size());
+  EXPECT_EQ(last_step("budget"), steps);
 }
 
 TEST_F(SeedMethodsCli, SizeCurriculumChangesSizeAndResumesBitwise) {

@@ -148,6 +148,7 @@ void save_train_state(const std::string& path, const ModelConfig& cfg, const Par
                    {"elapsed_s", fmt::format("{:.17g}", s.elapsed_s)},
                    {"compute_consumed", fmt::format("{:.17g}", s.compute_consumed)},
                    {"skipped_steps", std::to_string(s.skipped_steps)},
+                   {"updates_since_eval", std::to_string(s.updates_since_eval)},
                    {"args_yaml", s.args_yaml}};
   io::SafeTensors st = weights_tensors(cfg, table, params, meta);
   VIT_CHECK(Index(s.exp_avg.size()) == table.total && Index(s.exp_avg_sq.size()) == table.total,
@@ -188,9 +189,12 @@ TrainState load_train_state(const std::string& path) {
   s.elapsed_s = meta_double(m, "elapsed_s", path);
   if (m.count("compute_consumed")) s.compute_consumed = meta_double(m, "compute_consumed", path);
   if (m.count("skipped_steps")) s.skipped_steps = meta_int(m, "skipped_steps", path);
+  if (m.count("updates_since_eval"))
+    s.updates_since_eval = meta_int(m, "updates_since_eval", path);
   auto it = m.find("args_yaml");
   s.args_yaml = it == m.end() ? "" : it->second;
-  VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0 && s.skipped_steps >= 0,
+  VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0 && s.skipped_steps >= 0 &&
+                s.updates_since_eval >= -1,
             fmt::format("'{}': negative loop position in the training state", path));
   return s;
 }

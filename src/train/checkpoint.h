@@ -45,6 +45,9 @@ struct TrainState {
   double elapsed_s = 0;         // training wall time so far
   double compute_consumed = 0;  // EfficientTrain++: final-size-equivalent images trained so far
   int64_t skipped_steps = 0;    // updates skipped for a non-finite loss or grad norm
+  // Updates since the last evaluation: 0 when these weights were evaluated (a spent budget's
+  // final evaluation, which --resume must not repeat); -1 unknown (states before 2026-11-26).
+  int64_t updates_since_eval = -1;
   std::string args_yaml;        // the run's effective arguments
 };
 

@@ -243,7 +243,11 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
   const Metadata data_meta = {{"mean", nlohmann::json(data_.mean).dump()},
                               {"std", nlohmann::json(data_.std).dump()},
                               {"label_names", nlohmann::json(data_.train->class_names()).dump()}};
-  out_.emplace(rank_ == 0 ? run_dir_ : std::string(), plan_.final_cfg, data_meta, st_.epoch,
+  // summary.csv keeps the rows of the epochs before the one the run continues in, and that
+  // epoch's too when it ended in the (final) evaluation of these very weights (a spent budget).
+  const int64_t kept_epochs =
+      st_.updates_since_eval == 0 && st_.update_in_epoch > 0 ? st_.epoch + 1 : st_.epoch;
+  out_.emplace(rank_ == 0 ? run_dir_ : std::string(), plan_.final_cfg, data_meta, kept_epochs,
                st_.step, fmt::format("{} on {}", plan_.final_cfg.name, args.data_dir));
   out_->write_run_files(st_.args_yaml, data_.train->class_names());
   compute_ = ComputeBudget(double(args.epochs), int64_t(data_.train->size()), F_);
@@ -269,6 +273,10 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
   }
   nonfinite_ranges_ = injected_nonfinite_updates();
   elapsed_before_ = st_.elapsed_s;
+  if (st_.updates_since_eval >= 0) {  // a resumed run knows whether its weights were evaluated
+    updates_since_eval_ = st_.updates_since_eval;
+    evaluated_once_ = st_.best_epoch >= 0;
+  }
   t_start_ = std::chrono::steady_clock::now();
 }
 
@@ -429,6 +437,7 @@ void TrainRun::save_state(int64_t epoch, int64_t update_in_epoch) {
   st_.update_in_epoch = update_in_epoch;
   st_.elapsed_s = elapsed();
   st_.compute_consumed = compute_.consumed;
+  st_.updates_since_eval = updates_since_eval_;
   out_->save_state(*engine_, cfg_, st_);
 }
 
