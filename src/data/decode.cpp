@@ -122,6 +122,24 @@ void put_row(const uint8_t* s, int comps, bool adobe_inverted, int width, uint8_
   }
 }
 
+// Whether libjpeg-turbo 2.1's jpeg_crop_scanline gives the whole decode's pixels for this file:
+// one interleaved scan whose first component has the largest sampling factors (every common
+// layout: grey, 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, CMYK). Not for:
+// - multi-scan files (progressive, or sequential with a scan per component), whose entropy
+//   decoding is done in jpeg_start_decompress anyway: block smoothing of incompletely loaded
+//   progressive data takes the window's first block for its left neighbours' (jdcoefct.c),
+//   and a sequential file whose first scan held its first component alone, sampled below
+//   another's, came out with uninitialised memory in the window's right half (found by
+//   fuzz_jpeg's comparison with the whole decode);
+// - a first component sampled below another one (the same file's layout).
+bool croppable(const jpeg_decompress_struct& cinfo) {
+  if (cinfo.progressive_mode || jpeg_has_multiple_scans(const_cast<j_decompress_ptr>(&cinfo)))
+    return false;
+  const jpeg_component_info& first = cinfo.comp_info[0];
+  return first.h_samp_factor == cinfo.max_h_samp_factor &&
+         first.v_samp_factor == cinfo.max_v_samp_factor;
+}
+
 // Returns false with ctx.msg set on error.
 bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
   jpeg_decompress_struct cinfo;
@@ -190,13 +208,10 @@ bool jpeg_decode_impl(JpegDecodeCtx& ctx) {
   // image edges (at 4:2:x the two pixels of one chroma sample differ from a whole decode's), so
   // the window reaches kCropMargin pixels beyond the region on each side.
   constexpr int kCropMargin = 4;
-  // Progressive files are not cropped: block smoothing of incompletely loaded progressive data
-  // takes the window's first block for its left neighbours' (libjpeg-turbo 2.1 jdcoefct.c), and
-  // their entropy decoding is done in jpeg_start_decompress anyway.
   const int lo = std::max(0, r.left - kCropMargin);
   const int hi = std::min(w, r.left + r.width + kCropMargin);
   JDIMENSION x0 = 0, cw = JDIMENSION(w);
-  const bool cropped = hi - lo < w && !cinfo.progressive_mode;
+  const bool cropped = hi - lo < w && croppable(cinfo);
   if (cropped) {
     x0 = JDIMENSION(lo);
     cw = JDIMENSION(hi - lo);
