@@ -350,6 +350,32 @@ TEST_F(DistJob, HungRankEndsTheJobAfterTheTimeout) {
   EXPECT_NO_THROW(vit::load_train_state((job.run / "state.safetensors").string()));
 }
 
+// Ctrl-C (or a scheduler's SIGTERM) that reaches rank 0 alone stops every rank at the same
+// update: the state is saved (ZeRO-1 gathers it from both ranks, a collective a rank that went
+// on training would not join) and resumes on both ranks.
+TEST_F(DistJob, StopRequestOnRankZeroStopsEveryRankWithTheState) {
+  const BackgroundJob job = start("sigint", "--shard-optimizer --dist-timeout 30");
+  ASSERT_GT(job.mpirun, 0);
+  const pid_t rank0 = find_rank(0, "--experiment sigint");
+  if (rank0 <= 0 || kill(rank0, SIGINT) != 0) {
+    end_job(job);
+    FAIL() << "rank 0 not found";
+  }
+  const int status = wait_for_exit(job.mpirun, 60);
+  end_job(job);
+  ASSERT_NE(status, -1) << "the job still ran 60 s after the stop request";
+  const std::string msg = vit::testing::slurp(job.err);
+  EXPECT_EQ(msg.find("did not finish within"), std::string::npos) << msg;
+  const vit::TrainState st = vit::load_train_state((job.run / "state.safetensors").string());
+  ASSERT_GT(st.step, 0);
+  const RunResult r = run_ranks(
+      2,
+      "train --resume " + job.run.string() + " --stop-after-updates " + std::to_string(st.step + 3),
+      dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(vit::load_train_state((job.run / "state.safetensors").string()).step, st.step + 3);
+}
+
 TEST_F(DistCli, BatchTheRanksCannotShareIsOneClearError) {
   const RunResult r = run_ranks(3, flags("bad", "-b 32"), dir_.string());
   EXPECT_NE(r.exit_code, 0);

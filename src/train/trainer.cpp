@@ -139,7 +139,9 @@ class TrainRun {
   void start_weights();
   void print_header() const;
   EpochEnd run_epoch(int64_t epoch);
-  bool budget_spent(bool epoch_end = false);
+  void agree(bool epoch_end = false);
+  bool budget_spent() const;
+  bool stop_requested() const;
   bool time_is_up(double now, int64_t updates) const;
   double budget_clock() const;
   Index train_update(int64_t epoch, int64_t u, EpochTally& t);
@@ -195,8 +197,9 @@ class TrainRun {
   // time, the update count then, the step time to extrapolate with, the next check's update.
   double budget_clock_ = 0, budget_step_s_ = 0;
   int64_t budget_checked_at_ = 0, budget_next_check_ = 0;
-  double clock_skew_ = 0;    // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
-  std::pair<int, int64_t> fail_at_{-1, 0};  // VIT_TEST_FAIL_AT
+  bool time_up_ = false, stop_agreed_ = false;  // the last agreement's verdict and stop request
+  double clock_skew_ = 0;                       // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
+  std::pair<int, int64_t> fail_at_{-1, 0};      // VIT_TEST_FAIL_AT
   int64_t updates_since_eval_ = 0;
   bool evaluated_once_ = false;
   int exit_code_ = 0;  // of an interrupted run
@@ -558,29 +561,43 @@ void TrainRun::take_stats(int64_t ep, int64_t update, EpochTally& t) {
                    {"elapsed_s", elapsed()}});
 }
 
-// The stop rules of the open-ended runs: compute spent, or no time left for a step and the
-// final evaluation. One process checks its clock before every update. Data parallel, every
-// rank takes rank 0's clock and verdict, so that all stop at the same update and the time-based
-// schedules (learning rate, image size) agree (a rank's own clock would differ by its start-up
-// time and drift); that broadcast makes the host wait for the GPU, so it happens about once a
-// second (kCheckSeconds), at each epoch's end, and the verdict covers the updates until the
-// next check.
-bool TrainRun::budget_spent(bool epoch_end) {
-  if (et_ && !plan_.budget && compute_.done()) return true;
-  if (!plan_.budget) return false;
+// Before each update (and at an epoch's end), what the stop rules act on: the budget's clock and
+// verdict (no time left for the updates until the next check and the final evaluation) and,
+// data parallel, a stop request (Ctrl-C, a scheduler's SIGTERM). One process reads its own
+// clock and signal flag. Data parallel, every rank takes rank 0's, so that all stop at the same
+// update (a rank that stopped alone would leave the others in a collective, and ZeRO-1's state
+// gathers from every rank) and the time-based schedules (learning rate, image size) agree (a
+// rank's own clock differs by its start-up time and drift). That broadcast makes the host wait
+// for the GPU, so it happens about once a second (kCheckSeconds) and at each epoch's end.
+void TrainRun::agree(bool epoch_end) {
+  if (world_ == 1 && !plan_.budget) return;
   const int64_t step = engine_->num_steps();
-  if (world_ > 1 && !epoch_end && step < budget_next_check_) return false;
+  if (world_ > 1 && !epoch_end && step < budget_next_check_) return;
   constexpr double kCheckSeconds = 1.0;
-  double agreed[4] = {elapsed(), 0.0, 1.0, step_est_};  // clock, verdict, updates, step time
+  // clock, verdict, updates until the next check, step time, stop request
+  double agreed[5] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0};
   if (rank_ == 0 && world_ > 1 && step_est_ > 0)
     agreed[2] = std::clamp(std::floor(kCheckSeconds / step_est_), 1.0, 1e4);
-  if (rank_ == 0) agreed[1] = time_is_up(agreed[0], int64_t(agreed[2])) ? 1.0 : 0.0;
+  if (rank_ == 0 && plan_.budget) agreed[1] = time_is_up(agreed[0], int64_t(agreed[2])) ? 1.0 : 0.0;
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
   budget_clock_ = agreed[0];
+  time_up_ = agreed[1] != 0.0;
   budget_checked_at_ = step;
   budget_next_check_ = step + int64_t(agreed[2]);
   budget_step_s_ = agreed[3];
-  return agreed[1] != 0.0;
+  stop_agreed_ = agreed[4] != 0.0;
+}
+
+// The stop rules of the open-ended runs, on what agree() last settled: compute spent, or no
+// time left.
+bool TrainRun::budget_spent() const {
+  if (et_ && !plan_.budget && compute_.done()) return true;
+  return plan_.budget && time_up_;
+}
+
+// Ctrl-C or SIGTERM: data parallel, as rank 0 received it at the last agreement.
+bool TrainRun::stop_requested() const {
+  return world_ > 1 ? stop_agreed_ : g_stop_requested.load();
 }
 
 // The agreed clock now: the last check's, plus the agreed step time for each update since.
@@ -724,6 +741,7 @@ TrainRun::EpochEnd TrainRun::run_epoch(int64_t epoch) {
   bool spent = false;
   int64_t u = first_update;
   for (; u < upe_; ++u) {
+    agree();
     if (budget_spent()) {
       spent = true;
       break;
@@ -731,7 +749,7 @@ TrainRun::EpochEnd TrainRun::run_epoch(int64_t epoch) {
     train_update(epoch, u, t);
     const bool stop_test =
         args_.stop_after_updates > 0 && engine_->num_steps() >= args_.stop_after_updates;
-    if (g_stop_requested || stop_test) {
+    if (stop_requested() || stop_test) {
       if (tty_) fmt::print("\n");
       save_state(epoch, u + 1);
       fmt::print(
@@ -764,7 +782,10 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
   // An epoch that ends without time for one more update and the final evaluation makes its
   // evaluation the final one: the rule before each update budgets one evaluation, not this
   // epoch's and then the final one (a 20-s budget under load ended 0.02 s past it that way).
-  if (!spent && budget_spent(/*epoch_end=*/true)) spent = true;
+  if (!spent) {  // every rank alike: `spent` was agreed
+    agree(/*epoch_end=*/true);
+    spent = budget_spent();
+  }
   if (spent) {  // the compute or time budget is spent: final evaluation at the final size
     if (updates_since_eval_ > 0 || !evaluated_once_)
       eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
