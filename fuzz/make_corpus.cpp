@@ -237,7 +237,8 @@ void config_seeds() {
   save("config", "flow.yaml", std::string("{lr: 0.001, epochs: 2, device: cpu, seed: 7}\n"));
   save("config", "empty.yaml", std::string(""));
   // Text beyond ASCII: valid UTF-8 is kept; an overlong '.' (0xc0 0xae) in a string is refused
-  // (the YAML emitter decoded it, so args.yaml read back a different --aa: fuzz_config, 2026-11-25).
+  // (the YAML emitter decoded it, so args.yaml read back a different --aa: fuzz_config,
+  // 2026-11-25).
   save("config", "utf8.yaml", std::string("experiment: \"caf\xc3\xa9 \xe2\x98\x95\"\n"));
   save("config", "overlong.yaml", std::string("aa: rand-m9-`\xc0\xae-mstd0.5\n"));
 }

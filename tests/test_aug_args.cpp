@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "train/batch_config.h"
 #include "cli/train_args.h"
 #include "core/common.h"
+#include "train/batch_config.h"
 
 namespace fs = std::filesystem;
 

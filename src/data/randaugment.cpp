@@ -98,9 +98,10 @@ RandAugmentConfig parse_rand_augment(const std::string& spec, double magnitude_o
   if (!(num_ops >= 0 && num_ops <= kMaxRandAugmentOps && num_ops == std::floor(num_ops)) ||
       !(cfg.prob >= 0 && cfg.prob <= 1) || !(cfg.magnitude >= 0 && cfg.magnitude <= 1000) ||
       !(cfg.magnitude_max >= 0 && cfg.magnitude_max <= 1000))
-    throw Error(fmt::format("--aa '{}': n must be an integer in [0, {}], p in [0, 1], m and mmax "
-                            "in [0, 1000]",
-                            spec, kMaxRandAugmentOps));
+    throw Error(
+        fmt::format("--aa '{}': n must be an integer in [0, {}], p in [0, 1], m and mmax "
+                    "in [0, 1000]",
+                    spec, kMaxRandAugmentOps));
   cfg.num_ops = int(num_ops);
   if (magnitude_override >= 0) cfg.magnitude = magnitude_override;
   return cfg;

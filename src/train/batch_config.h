@@ -4,9 +4,9 @@
 #pragma once
 #include <vector>
 
-#include "train/train_args.h"
 #include "data/augment.h"
 #include "data/batch.h"
+#include "train/train_args.h"
 
 namespace vit {
 

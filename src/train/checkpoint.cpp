@@ -189,8 +189,7 @@ TrainState load_train_state(const std::string& path) {
   s.elapsed_s = meta_double(m, "elapsed_s", path);
   if (m.count("compute_consumed")) s.compute_consumed = meta_double(m, "compute_consumed", path);
   if (m.count("skipped_steps")) s.skipped_steps = meta_int(m, "skipped_steps", path);
-  if (m.count("updates_since_eval"))
-    s.updates_since_eval = meta_int(m, "updates_since_eval", path);
+  if (m.count("updates_since_eval")) s.updates_since_eval = meta_int(m, "updates_since_eval", path);
   auto it = m.find("args_yaml");
   s.args_yaml = it == m.end() ? "" : it->second;
   VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0 && s.skipped_steps >= 0 &&

@@ -48,7 +48,7 @@ struct TrainState {
   // Updates since the last evaluation: 0 when these weights were evaluated (a spent budget's
   // final evaluation, which --resume must not repeat); -1 unknown (states before 2026-11-26).
   int64_t updates_since_eval = -1;
-  std::string args_yaml;        // the run's effective arguments
+  std::string args_yaml;  // the run's effective arguments
 };
 
 void save_train_state(const std::string& path, const ModelConfig& cfg, const ParamTable& table,
