@@ -114,6 +114,19 @@ TEST_F(RunLog, SummaryCsvResumeDropsLaterEpochs) {
   EXPECT_EQ(files, 1);
 }
 
+// An epoch evaluated again (a run resumed with more budget) replaces its row.
+TEST_F(RunLog, SummaryCsvRowReplacesItsEpochs) {
+  const fs::path p = dir_ / "summary.csv";
+  vit::SummaryCsv csv(p.string(), 0);
+  for (int e = 0; e < 3; ++e) csv.append(row(e));
+  vit::SummaryRow again = row(2);
+  again.eval_top1 = 99.0;
+  csv.append(again);
+  ASSERT_EQ(csv.rows().size(), 3u);
+  EXPECT_DOUBLE_EQ(csv.rows()[2].eval_top1, 99.0);
+  EXPECT_EQ(lines_of(p).size(), 4u);
+}
+
 TEST_F(RunLog, JsonlLinesParse) {
   const fs::path p = dir_ / "log.jsonl";
   {

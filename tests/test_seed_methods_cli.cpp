@@ -84,16 +84,26 @@ TEST_F(SeedMethodsCli, BudgetRunEndsInsideItsBudgetWithAnEvaluation) {
   const auto evals = log("budget", "eval");
   ASSERT_FALSE(evals.empty());
   EXPECT_DOUBLE_EQ(evals.back().at("budget_s").get<double>(), 20.0);
-  // Resumed with its budget spent (here a shorter one), the run trains and evaluates nothing
-  // more: the state knows its weights had their final evaluation.
+  // Resumed with its budget spent (the same one, or a shorter one), the run trains and
+  // evaluates nothing more: the state knows its weights had their final evaluation.
   const int64_t steps = last_step("budget");
-  const RunResult again = run_vitrain(
-      "train --resume " + (dir_ / "out" / "budget").string() + " --budget 10s", dir_.string());
-  ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_NE(again.out.find("Budget: stopped"), std::string::npos) << again.out;
-  EXPECT_EQ(summary("budget").size(), rows.size());
-  EXPECT_EQ(log("budget", "eval").size(), evals.size());
-  EXPECT_EQ(last_step("budget"), steps);
+  const std::string resume = "train --resume " + (dir_ / "out" / "budget").string();
+  for (const std::string extra : {"", " --budget 10s"}) {
+    const RunResult again = run_vitrain(resume + extra, dir_.string());
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    EXPECT_NE(again.out.find("Budget: stopped"), std::string::npos) << again.out;
+    EXPECT_EQ(summary("budget").size(), rows.size()) << extra;
+    EXPECT_EQ(log("budget", "eval").size(), evals.size()) << extra;
+    EXPECT_EQ(last_step("budget"), steps) << extra;
+  }
+  // With more budget it trains on, and summary.csv still has one row per epoch.
+  const RunResult more = run_vitrain(resume + " --budget 26s", dir_.string());
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_GT(last_step("budget"), steps);
+  const auto after = summary("budget");
+  for (size_t i = 1; i < after.size(); ++i)
+    EXPECT_LT(std::stoll(after[i - 1].at("epoch")), std::stoll(after[i].at("epoch")));
+  EXPECT_LE(std::stod(after.back().at("seconds")), 26.0);
 }
 
 TEST_F(SeedMethodsCli, SizeCurriculumChangesSizeAndResumesBitwise) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -149,6 +150,7 @@ void save_train_state(const std::string& path, const ModelConfig& cfg, const Par
                    {"compute_consumed", fmt::format("{:.17g}", s.compute_consumed)},
                    {"skipped_steps", std::to_string(s.skipped_steps)},
                    {"updates_since_eval", std::to_string(s.updates_since_eval)},
+                   {"spent_budget_s", fmt::format("{:.17g}", s.spent_budget_s)},
                    {"args_yaml", s.args_yaml}};
   io::SafeTensors st = weights_tensors(cfg, table, params, meta);
   VIT_CHECK(Index(s.exp_avg.size()) == table.total && Index(s.exp_avg_sq.size()) == table.total,
@@ -190,10 +192,12 @@ TrainState load_train_state(const std::string& path) {
   if (m.count("compute_consumed")) s.compute_consumed = meta_double(m, "compute_consumed", path);
   if (m.count("skipped_steps")) s.skipped_steps = meta_int(m, "skipped_steps", path);
   if (m.count("updates_since_eval")) s.updates_since_eval = meta_int(m, "updates_since_eval", path);
+  if (m.count("spent_budget_s")) s.spent_budget_s = meta_double(m, "spent_budget_s", path);
   auto it = m.find("args_yaml");
   s.args_yaml = it == m.end() ? "" : it->second;
   VIT_CHECK(s.step >= 0 && s.epoch >= 0 && s.update_in_epoch >= 0 && s.skipped_steps >= 0 &&
-                s.updates_since_eval >= -1,
+                s.updates_since_eval >= -1 && std::isfinite(s.spent_budget_s) &&
+                s.spent_budget_s >= 0,
             fmt::format("'{}': negative loop position in the training state", path));
   return s;
 }

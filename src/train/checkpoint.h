@@ -48,6 +48,9 @@ struct TrainState {
   // Updates since the last evaluation: 0 when these weights were evaluated (a spent budget's
   // final evaluation, which --resume must not repeat); -1 unknown (states before 2026-11-26).
   int64_t updates_since_eval = -1;
+  // The --budget (seconds) the run ended on; 0: not ended by a budget. --resume with the same
+  // budget or a smaller one has nothing left to train (its time estimates start afresh).
+  double spent_budget_s = 0;
   std::string args_yaml;  // the run's effective arguments
 };
 

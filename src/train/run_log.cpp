@@ -71,6 +71,8 @@ SummaryCsv::SummaryCsv(std::string path, int64_t first_epoch) : path_(std::move(
 }
 
 void SummaryCsv::append(const SummaryRow& row) {
+  // A row per epoch: an epoch evaluated again (a resumed run with more budget) replaces its row.
+  while (!rows_.empty() && rows_.back().epoch >= row.epoch) rows_.pop_back();
   rows_.push_back(row);
   rewrite();
 }

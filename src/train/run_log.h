@@ -28,8 +28,8 @@ struct SummaryRow {
 
 // summary.csv: header `epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,
 // img_per_s,budget_s,fraction`, one row per evaluated epoch. Opening an existing file (a resumed
-// run) keeps the rows of epochs before `first_epoch` and drops later ones, so rows are never
-// duplicated.
+// run) keeps the rows of epochs before `first_epoch` and drops later ones, and a row replaces
+// those of its epoch and later ones, so rows are never duplicated.
 class SummaryCsv {
  public:
   SummaryCsv(std::string path, int64_t first_epoch);  // empty path: kept in memory only

@@ -576,14 +576,23 @@ void TrainRun::agree(bool epoch_end) {
   constexpr double kCheckSeconds = 1.0;
   // clock, verdict, updates until the next check, step time, stop request
   double agreed[5] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0};
-  if (rank_ == 0 && world_ > 1 && step_est_ > 0)
+  if (rank_ == 0 && world_ > 1 && step_est_ > 0) {
     agreed[2] = std::clamp(std::floor(kCheckSeconds / step_est_), 1.0, 1e4);
+    // Between checks the schedules extrapolate with 0.9 of the last interval's mean step time
+    // (step_est_ leans high): the clock then lags a little and catches up at the check, and
+    // never runs back, which could take the size curriculum down a size and up again.
+    const double mean_step = step > budget_checked_at_
+                                 ? (agreed[0] - budget_clock_) / double(step - budget_checked_at_)
+                                 : step_est_;
+    agreed[3] = 0.9 * mean_step;
+  }
   if (rank_ == 0 && plan_.budget) agreed[1] = time_is_up(agreed[0], int64_t(agreed[2])) ? 1.0 : 0.0;
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
-  budget_clock_ = agreed[0];
+  budget_clock_ = world_ > 1 ? std::max(agreed[0], budget_clock()) : agreed[0];
   time_up_ = agreed[1] != 0.0;
   budget_checked_at_ = step;
-  budget_next_check_ = step + int64_t(agreed[2]);
+  // After an epoch's end (its evaluation and state come next) the next update checks again.
+  budget_next_check_ = epoch_end ? step : step + int64_t(agreed[2]);
   budget_step_s_ = agreed[3];
   stop_agreed_ = agreed[4] != 0.0;
 }
@@ -607,6 +616,8 @@ double TrainRun::budget_clock() const {
 
 // Rank 0's verdict: no time left for `updates` more updates and the final evaluation after.
 bool TrainRun::time_is_up(double now, int64_t updates) const {
+  // Resumed after its budget was spent, with no more budget than then.
+  if (st_.spent_budget_s > 0 && plan_.budget->total_s <= st_.spent_budget_s) return true;
   const double ev_guess = finish_est_ >= 0
                               ? finish_est_
                               // forward only is about a third of a training step per image
@@ -789,6 +800,7 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
   if (spent) {  // the compute or time budget is spent: final evaluation at the final size
     if (updates_since_eval_ > 0 || !evaluated_once_)
       eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
+    if (plan_.budget) st_.spent_budget_s = plan_.budget->total_s;
     if (u == upe_)
       save_state(epoch + 1, 0);  // as the next epoch's start would have
     else
