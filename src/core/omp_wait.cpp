@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,6 +14,8 @@
 namespace vit {
 
 namespace {
+
+constexpr const char* kOpenMpSpinCount = "1000";  // iterations an idle thread spins
 
 // Run by the dynamic loader as a program (`ld.so vitrain ...`; AT_BASE is then 0): an exec of
 // /proc/self/exe would start the loader without its arguments. Under valgrind /proc/self/exe

@@ -23,6 +23,4 @@ void limit_openmp_spinning(char** argv);
 // /proc/self/environ, which a setenv after the start does not change.
 std::string openmp_spin_setting();
 
-inline constexpr const char* kOpenMpSpinCount = "1000";
-
 }  // namespace vit

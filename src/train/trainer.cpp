@@ -86,7 +86,7 @@ std::string state_path_of(const std::string& resume) {
 }
 
 // Data parallelism (mpirun) needs the global batch to split evenly over the ranks. A
-// wall-clock budget runs on rank 0's clock (TrainRun::budget_spent); the replay buffer is each
+// wall-clock budget runs on rank 0's clock (TrainRun::agree); the replay buffer is each
 // rank's own, over its share of each batch (TrainBatches::make_replay).
 void check_data_parallel(const RunPlan& plan, int world) {
   if (world == 1) return;
@@ -193,13 +193,17 @@ class TrainRun {
   std::vector<std::pair<int64_t, int64_t>> nonfinite_ranges_;
   // Running estimates for the budget's stop rule.
   double step_est_ = 0, finish_est_ = -1;
-  // The budget's clock as the ranks agreed on it at the last stop check (budget_spent): its
-  // time, the update count then, the step time to extrapolate with, the next check's update.
-  double budget_clock_ = 0, budget_step_s_ = 0;
-  int64_t budget_checked_at_ = 0, budget_next_check_ = 0;
-  bool time_up_ = false, stop_agreed_ = false;  // the last agreement's verdict and stop request
-  double clock_skew_ = 0;                       // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
-  std::pair<int, int64_t> fail_at_{-1, 0};      // VIT_TEST_FAIL_AT
+  // What the last agree() settled, on every rank alike.
+  struct Agreement {
+    double clock = 0;      // the budget's elapsed seconds then
+    double step_s = 0;     // the step time the clock extrapolates with until the next one
+    int64_t at = 0;        // the update count then
+    int64_t next = 0;      // the update count of the next one (data parallel)
+    bool time_up = false;  // the budget's verdict
+    bool stop = false;     // rank 0's stop request (data parallel)
+  } agreed_;
+  double clock_skew_ = 0;                   // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
+  std::pair<int, int64_t> fail_at_{-1, 0};  // VIT_TEST_FAIL_AT
   int64_t updates_since_eval_ = 0;
   bool evaluated_once_ = false;
   int exit_code_ = 0;  // of an interrupted run
@@ -572,7 +576,7 @@ void TrainRun::take_stats(int64_t ep, int64_t update, EpochTally& t) {
 void TrainRun::agree(bool epoch_end) {
   if (world_ == 1 && !plan_.budget) return;
   const int64_t step = engine_->num_steps();
-  if (world_ > 1 && !epoch_end && step < budget_next_check_) return;
+  if (world_ > 1 && !epoch_end && step < agreed_.next) return;
   constexpr double kCheckSeconds = 1.0;
   // clock, verdict, updates until the next check, step time, stop request
   double agreed[5] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0};
@@ -581,37 +585,36 @@ void TrainRun::agree(bool epoch_end) {
     // Between checks the schedules extrapolate with 0.9 of the last interval's mean step time
     // (step_est_ leans high): the clock then lags a little and catches up at the check, and
     // never runs back, which could take the size curriculum down a size and up again.
-    const double mean_step = step > budget_checked_at_
-                                 ? (agreed[0] - budget_clock_) / double(step - budget_checked_at_)
-                                 : step_est_;
+    const double mean_step =
+        step > agreed_.at ? (agreed[0] - agreed_.clock) / double(step - agreed_.at) : step_est_;
     agreed[3] = 0.9 * mean_step;
   }
   if (rank_ == 0 && plan_.budget) agreed[1] = time_is_up(agreed[0], int64_t(agreed[2])) ? 1.0 : 0.0;
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
-  budget_clock_ = world_ > 1 ? std::max(agreed[0], budget_clock()) : agreed[0];
-  time_up_ = agreed[1] != 0.0;
-  budget_checked_at_ = step;
+  agreed_.clock = world_ > 1 ? std::max(agreed[0], budget_clock()) : agreed[0];
+  agreed_.time_up = agreed[1] != 0.0;
+  agreed_.at = step;
   // After an epoch's end (its evaluation and state come next) the next update checks again.
-  budget_next_check_ = epoch_end ? step : step + int64_t(agreed[2]);
-  budget_step_s_ = agreed[3];
-  stop_agreed_ = agreed[4] != 0.0;
+  agreed_.next = epoch_end ? step : step + int64_t(agreed[2]);
+  agreed_.step_s = agreed[3];
+  agreed_.stop = agreed[4] != 0.0;
 }
 
 // The stop rules of the open-ended runs, on what agree() last settled: compute spent, or no
 // time left.
 bool TrainRun::budget_spent() const {
   if (et_ && !plan_.budget && compute_.done()) return true;
-  return plan_.budget && time_up_;
+  return plan_.budget && agreed_.time_up;
 }
 
 // Ctrl-C or SIGTERM: data parallel, as rank 0 received it at the last agreement.
 bool TrainRun::stop_requested() const {
-  return world_ > 1 ? stop_agreed_ : g_stop_requested.load();
+  return world_ > 1 ? agreed_.stop : g_stop_requested.load();
 }
 
 // The agreed clock now: the last check's, plus the agreed step time for each update since.
 double TrainRun::budget_clock() const {
-  return budget_clock_ + double(engine_->num_steps() - budget_checked_at_) * budget_step_s_;
+  return agreed_.clock + double(engine_->num_steps() - agreed_.at) * agreed_.step_s;
 }
 
 // Rank 0's verdict: no time left for `updates` more updates and the final evaluation after.
@@ -631,7 +634,7 @@ bool TrainRun::time_is_up(double now, int64_t updates) const {
 // now; returns the global samples it took.
 Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const auto t_step = std::chrono::steady_clock::now();
-  // The schedules run on the clock all ranks agreed on (budget_spent, just before).
+  // The schedules run on the clock all ranks agreed on (agree(), just before).
   const double frac = plan_.budget ? plan_.budget->fraction(budget_clock()) : fraction(epoch, u);
   set_train_size(plan_.target_size(args_, epoch, frac), epoch, u, frac);
   const int S = cfg_.img_size;
