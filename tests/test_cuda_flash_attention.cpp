@@ -222,7 +222,23 @@ TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
                                          e_lse.data(), s.B, s.N, s.H, s.D);
       expect_close("lse", d_lse.download(), e_lse, {1e-5, 1e-6});
       expect_within_ulps("out", d_out.download(), widen(e_out));
-      expect_within_ulps("dqkv", d_dqkv.download(), widen(e_dqkv));
+      const Vec dqkv = d_dqkv.download(), e_dqkv32 = widen(e_dqkv);
+      if (s.N > 1) {
+        expect_within_ulps("dqkv", dqkv, e_dqkv32);
+        continue;
+      }
+      // One token: the softmax over one key is constant, so dq and dk are 0 in exact arithmetic
+      // and both sides hold the rounding noise of dP - rowsum(dO o O), which no summation order
+      // shares. Their size is judged against the whole (within the ulp bound, any bits), the
+      // bits of dv alone (per token: q, k, v, each C wide).
+      expect_within_bf16_ulps("dqkv (N = 1)", dqkv, e_dqkv32, 2, 1.0);
+      Vec dv, e_dv;
+      for (Index t = 0; t < s.B; ++t) {
+        dv.insert(dv.end(), dqkv.begin() + (3 * t + 2) * C, dqkv.begin() + (3 * t + 3) * C);
+        e_dv.insert(e_dv.end(), e_dqkv32.begin() + (3 * t + 2) * C,
+                    e_dqkv32.begin() + (3 * t + 3) * C);
+      }
+      expect_within_ulps("dv (N = 1)", dv, e_dv);
     }
   }
 }
