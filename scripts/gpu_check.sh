@@ -412,9 +412,10 @@ s_vprofile_before() {
   need_bin vitrain_before
   VT_BIN="$BUNDLE/bin/vitrain_before" s_vprofile "$@"
 }
-# Args: model, batch. vitrain bench with the mma.sync fused attention (VIT_FLASH_MMA=1).
-s_vbench_mma() {
-  VIT_FLASH_MMA=1 s_vbench "$@"
+# Args: model, batch. vitrain bench with the WMMA fused attention (VIT_FLASH_MMA=0; the
+# mma.sync kernels are the default since 2026-11-26).
+s_vbench_wmma() {
+  VIT_FLASH_MMA=0 s_vbench "$@"
 }
 # Args: model, batch. vitrain bench with the residual stream in fp32 (what --fp32-residual costs).
 s_vbench_fp32res() {
@@ -464,7 +465,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_graph s_vbench s_vbench_unfused s_vbench_mma s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_train_graph s_vbench s_vbench_unfused s_vbench_wmma s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -520,7 +521,7 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
-    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_mma_*,
+    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*,
     f_fp32res_* and f_before_* (attention variants, the fp32 residual stream, the BEFORE build)
     get their own column."""
     impl = s["result"].get("impl", "")
@@ -708,8 +709,8 @@ steps_ops_tests() {
     s_gtest test_cuda_ops 'CudaOps/bf16.*:CudaOpsFp32Residual.*'
   step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \
     s_gtest test_cuda_flash_attention ""
-  step b_flash_mma ops 120 "fused flash attention, mma.sync kernels (VIT_FLASH_MMA=1)" \
-    s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=1
+  step b_flash_wmma ops 120 "fused flash attention, WMMA kernels (VIT_FLASH_MMA=0)" \
+    s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=0
   step b_resize ops 60 "input ops: planned crops -> resize, flip, RandAugment, normalise vs CPU (bitwise)" \
     s_gtest test_cuda_resize_batch ""
   step b_planned_input ops 60 "engine's planned input: pinned slots, growth, ET++ operator vs host" \
@@ -760,8 +761,8 @@ steps_model() {
   step d_graphs model 90 "test_cuda_model: CUDA graphs replay the eager pass bitwise" \
     s_gtest test_cuda_model '*Graphs*'
 
-  step d_model_mma model 120 "test_cuda_model bf16 vs emulation, mma.sync attention" \
-    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_MMA=1
+  step d_model_wmma model 120 "test_cuda_model bf16 vs emulation, WMMA attention" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_MMA=0
   step d_nccl model 90 "test_cuda_nccl (NCCL world of one)" s_gtest test_cuda_nccl ""
 }
 
@@ -835,7 +836,7 @@ variant_label() {
 }
 # One interleaved round (arg: 1 or 2) over the models: vitrain then timm eager per model; round
 # two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
-# pair also show the run-to-run spread. The attention variants (unfused; mma.sync kernels) and
+# pair also show the run-to-run spread. The attention variants (unfused; the WMMA kernels) and
 # the fp32 residual stream on the first model only (ViT-S); CUDA graphs and the BEFORE build
 # (when bundled) on every model.
 steps_bench_round() {
@@ -844,7 +845,7 @@ steps_bench_round() {
     read -r m b <<<"$mb"
     s=$(short "$m")
     variants=()
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused mma fp32res)
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused wmma fp32res)
     variants+=(graph)
     [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
     if [ "$r" = 1 ]; then

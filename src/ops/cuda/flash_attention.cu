@@ -16,9 +16,9 @@
 // Measured (H100, ViT-S/16 b256, one layer, bf16, ncu): forward 0.38 ms, Drow 0.08, dK/dV 0.73,
 // dQ 0.50; cuDNN does the whole in ~0.4. Next, in likely order of gain: mma.sync m16n8k16 with S
 // and P kept in registers (WMMA's opaque accumulator layout forces the shared-memory round trip
-// of every score tile) -- written in flash_attention_mma.cu, chosen for bf16 by VIT_FLASH_MMA=1
-// until a GPU run has checked and timed it --, cp.async double-buffered tile loads, and 16-byte
-// loads in the Drow kernel.
+// of every score tile) -- flash_attention_mma.cu, the bf16 default since 2026-11-26 (these WMMA
+// kernels with VIT_FLASH_MMA=0) --, cp.async double-buffered tile loads, and 16-byte loads in
+// the Drow kernel.
 #include <mma.h>
 
 #include <cmath>

@@ -5,8 +5,9 @@
 // Same blocks (64 rows, 4 warps), same 64-row streamed tiles and the same rounding points as
 // those kernels and the CPU emulation (src/ops/emu/flash_attention.cpp): the unnormalised tile
 // probabilities rounded to bf16 for P @ V, the running sum over the unrounded ones; dS rounded
-// for dQ and dK, P rounded for dV. bf16 storage only; chosen with VIT_FLASH_MMA=1 until a GPU
-// session has measured and checked it (flash_attention.cu dispatches).
+// for dQ and dK, P rounded for dV. bf16 storage only; the bf16 default since a GPU session
+// checked it against the emulation and timed it (H200, 2026-11-26: ViT-S/16 b256 1.19x the
+// WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu dispatches).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //  * A (16 x 16, row): a0a1 (g, 2t..2t+1), a2a3 (g + 8, 2t..), a4a5 (g, 8 + 2t..), a6a7 (g + 8,
@@ -396,9 +397,9 @@ constexpr size_t tile_bytes() {
 
 }  // namespace
 
-bool flash_mma_enabled() {
+bool flash_mma_enabled() {  // the default since 2026-11-26; VIT_FLASH_MMA=0 picks WMMA
   const char* env = std::getenv("VIT_FLASH_MMA");
-  return env && env[0] == '1';
+  return !(env && env[0] == '0');
 }
 
 void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H, Index D,

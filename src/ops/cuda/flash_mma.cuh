@@ -1,5 +1,5 @@
 // The mma.sync fused attention (flash_attention_mma.cu), which flash_attention.cu's entry
-// points dispatch to for bf16 when flash_mma_enabled() (VIT_FLASH_MMA=1). Shapes are checked
+// points dispatch to for bf16 unless VIT_FLASH_MMA=0 (flash_mma_enabled()). Shapes are checked
 // and `tiles` = ceil(N / 64) computed by the caller; drow (B, H, N) = rowsum(dO * out) too.
 #pragma once
 #include <cuda_bf16.h>

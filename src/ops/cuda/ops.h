@@ -124,8 +124,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, Inde
 
 // Fused attention (flash-style, flash_attention.cu): never materialises the (B, H, N, N)
 // matrices. Head dims D in {32, 48, 64, 96} (others throw), any N >= 1. T = bf16 runs the tile
-// products on tensor cores (WMMA, fp32 accumulation; the mma.sync set of flash_attention_mma.cu
-// with VIT_FLASH_MMA=1); T = float in plain fp32. The model's attention for these head dims.
+// products on tensor cores (fp32 accumulation: the mma.sync set of flash_attention_mma.cu, or
+// WMMA with VIT_FLASH_MMA=0); T = float in plain fp32. The model's attention for these head dims.
 // qkv (B, N, 3C) as in attention_forward (q | k | v, head h at columns h*D of each third);
 // out (B, N, C) overwritten; lse (B, H, N) fp32 row log-sum-exp of the scaled scores (saved for
 // backward).
