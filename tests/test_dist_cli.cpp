@@ -179,13 +179,26 @@ TEST_F(DistCli, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
 
 // ZeRO-1: the same run as one rank, unsharded; and its checkpoint (full moments, gathered from
 // the ranks' blocks) resumes unsharded on one rank and sharded on three.
+// The MiB of AdamW moments in the header's "Training state per rank" line (-1 if none).
+double moments_mib(const std::string& out) {
+  const std::string key = "AdamW moments ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1.0 : std::atof(out.c_str() + at + key.size());
+}
+
 TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
-  ASSERT_EQ(run_ranks(1, flags("r1"), dir_.string()).exit_code, 0);
+  const RunResult one = run_ranks(1, flags("r1"), dir_.string());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const double whole_mib = moments_mib(one.out);
+  ASSERT_GT(whole_mib, 0) << one.out;
   for (int ranks : {2, 3}) {
     const std::string e = "zero" + std::to_string(ranks);
     const RunResult r = run_ranks(ranks, flags(e, "--shard-optimizer"), dir_.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("sharded optimizer (ZeRO-1)"), std::string::npos) << r.out;
+    // Each rank holds its block of the moments (the largest block, rounded to 0.1 MiB).
+    EXPECT_NE(r.out.find("(ZeRO-1: 1/" + std::to_string(ranks) + ")"), std::string::npos) << r.out;
+    EXPECT_NEAR(moments_mib(r.out), whole_mib / ranks, 0.1) << r.out;
     expect_same_losses(e, "r1", 30);
     expect_same_weights(e, "r1");
   }

@@ -171,6 +171,33 @@ TEST(Engine, EmulationKeepsFp32MasterAndRoundedCopy) {
   EXPECT_GT(not_bf16, emu.table().num_params / 2) << "master weights should be full fp32";
 }
 
+// The training state's memory by part, as the trainer's header reports it: fp32 master
+// weights, gradients and both AdamW moments of every parameter slot; bf16 modes add the
+// weights' bf16 copy; the EMA is counted only where it is kept.
+TEST(Engine, StateMemoryCountsEachPart) {
+  const auto c = small_config(vit::Ffn::Local, vit::Classifier::Avg);
+  for (const char* device : {"cpu", "emu"}) {
+    for (bool ema : {false, true}) {
+      SCOPED_TRACE(std::string(device) + (ema ? " with EMA" : ""));
+      vit::EngineOptions o = options(device, c, 2);
+      o.ema = ema;
+      auto e = vit::make_engine(o);
+      const vit::StateMemory mem = e->state_memory();
+      const double n = double(e->read_params().size());  // the table's parameters
+      const bool bf16 = std::string(device) == "emu";
+      EXPECT_GE(mem.grads, 4 * n);  // the buffers hold at least the table (capacity >= total)
+      EXPECT_EQ(mem.weights, mem.grads * (bf16 ? 1.5 : 1.0));
+      EXPECT_EQ(mem.optimizer, 2 * mem.grads);
+      EXPECT_EQ(mem.ema, ema ? mem.grads : 0.0);
+      EXPECT_EQ(mem.total(), mem.weights + mem.grads + mem.optimizer + mem.ema);
+    }
+  }
+  const vit::StateMemory mem{4 << 20, 2 << 20, 2 << 20, 0};
+  EXPECT_EQ(vit::format_state_memory(mem, true, 4),
+            "Training state per rank: 8.0 MiB in device memory (weights 4.0, gradients 2.0, AdamW "
+            "moments 2.0 (ZeRO-1: 1/4))");
+}
+
 // Switching the image size keeps every buffer (the arena and the parameter buffers are sized
 // for the largest size), and the switched engine computes what a fresh engine at that size does.
 TEST(Engine, ImageSizeSwitchKeepsBuffersAndMatchesAFreshEngine) {

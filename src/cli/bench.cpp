@@ -113,15 +113,17 @@ int run_bench(int argc, char** argv) {
       cuda_graph
           ? fmt::format(",\"graph_replays\":{}", engine->graph_stats().replays - warmup_replays)
           : std::string();
-  const std::string spin = openmp_spin_setting();  // what libgomp runs with
+  const std::string spin = openmp_spin_setting();    // what libgomp runs with
+  const StateMemory state = engine->state_memory();  // weights, gradients, AdamW moments
+  constexpr double kMiB = 1024.0 * 1024.0;
   if (json) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
-        "\"gflops\":{:.2f},\"omp_spin\":{}{}{}{}}}\n",
+        "\"gflops\":{:.2f},\"state_mib\":{:.2f},\"optimizer_mib\":{:.2f},\"omp_spin\":{}{}{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
-        fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops,
-        nlohmann::json(spin.empty() ? "unset" : spin).dump(),
+        fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops, state.total() / kMiB,
+        state.optimizer / kMiB, nlohmann::json(spin.empty() ? "unset" : spin).dump(),
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {
@@ -132,6 +134,7 @@ int run_bench(int argc, char** argv) {
                gpu ? fmt::format(", MFU {:.1f}% of 989 TFLOP/s, {:.2f} GiB device memory",
                                  100 * mfu, mem_gib)
                    : "");
+    fmt::print("{}\n", format_state_memory(state, gpu, 1));
   }
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "train/engine.h"
 
+#include <fmt/format.h>
+
 #include "train/engine_impl.h"
 
 namespace vit {
@@ -42,6 +44,16 @@ std::shared_ptr<Comm> make_run_comm(const std::string& device, double timeout_s)
   static std::shared_ptr<Comm> mpi;
   if (env.launcher == Launcher::Mpi && !mpi) mpi = make_comm();
   return g_cuda.make_nccl_comm(env, mpi.get(), timeout_s);
+}
+
+std::string format_state_memory(const StateMemory& mem, bool on_gpu, int shards) {
+  const double mib = 1024.0 * 1024.0;
+  return fmt::format(
+      "Training state per rank: {:.1f} MiB in {} memory (weights {:.1f}, gradients {:.1f}, AdamW "
+      "moments {:.1f}{}{})",
+      mem.total() / mib, on_gpu ? "device" : "host", mem.weights / mib, mem.grads / mib,
+      mem.optimizer / mib, shards > 1 ? fmt::format(" (ZeRO-1: 1/{})", shards) : std::string(),
+      mem.ema > 0 ? fmt::format(", EMA {:.1f}", mem.ema / mib) : std::string());
 }
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opt) {

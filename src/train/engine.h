@@ -55,6 +55,19 @@ struct GraphStats {
   std::string off_reason;  // why graphs turned off during the run, if they did
 };
 
+// Bytes one rank holds for the training state (device memory on the GPU, host memory on the
+// CPU), by part: what ZeRO-1 divides (the moments) and what it keeps whole.
+struct StateMemory {
+  double weights = 0;    // fp32 master weights, plus their bf16 copy in bf16 modes
+  double grads = 0;      // gradients (fp32)
+  double optimizer = 0;  // AdamW m and v (fp32): all of them, or this rank's ZeRO-1 block
+  double ema = 0;        // model EMA (fp32), if kept
+  double total() const { return weights + grads + optimizer + ema; }
+};
+// "Training state per rank: 10.7 MiB in device memory (weights 2.7, gradients 1.8, AdamW
+// moments 3.6 (ZeRO-1: 1/2), EMA 1.8)"; shards: the ranks the moments are divided over.
+std::string format_state_memory(const StateMemory& mem, bool on_gpu, int shards);
+
 // Losses and grad norm of the updates since the previous read_stats(). An update whose loss or
 // grad norm is not finite is skipped (weights and moments untouched) and counted instead.
 struct TrainStats {
@@ -133,6 +146,7 @@ class Engine {
   virtual void set_img_size(int size) = 0;
   // Device memory held by this engine's buffers (0 on the host).
   virtual double device_memory_bytes() const { return 0; }
+  virtual StateMemory state_memory() const = 0;
   virtual GraphStats graph_stats() const { return {}; }
 };
 

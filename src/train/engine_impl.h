@@ -268,6 +268,16 @@ class ModelEngine : public Engine {
       return Backend::peak_bytes();
   }
 
+  StateMemory state_memory() const override {
+    const double n = double(capacity());
+    StateMemory mem;
+    mem.weights = n * sizeof(Acc) + (std::is_same_v<Store, Acc> ? 0.0 : n * sizeof(Store));
+    mem.grads = n * sizeof(Acc);
+    mem.optimizer = 2.0 * double(m_.size()) * sizeof(Acc);
+    mem.ema = double(ema_.size()) * sizeof(Acc);
+    return mem;
+  }
+
  private:
   Index capacity() const { return Index(model_.params.size()); }
   bool sharding(const EngineOptions& opt) const {

@@ -350,6 +350,8 @@ void TrainRun::print_header() const {
       data_.train->size(), data_.val->size(), cfg_.num_classes, upe_, B_, accum_, args_.lr,
       run_dir_);
   fmt::print("Device: {}\n", engine_->description());
+  fmt::print("{}\n", format_state_memory(engine_->state_memory(), engine_->on_gpu(),
+                                         args_.shard_optimizer ? world_ : 1));
   if (world_ > 1)
     fmt::print("Data parallel: {} ranks ({}), {} samples per rank per micro-batch{}\n", world_,
                comm_->name(), B_, args_.shard_optimizer ? ", sharded optimizer (ZeRO-1)" : "");
