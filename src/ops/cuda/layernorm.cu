@@ -135,7 +135,9 @@ void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const X* in
 // (at most kPerLane of them), so x and dy are read once, all loads of a row are in flight
 // together, and each lane sums its columns' weight/bias gradients in registers across its rows.
 // (The first version re-read the row three times from a few warps per SM and spent 31% of a
-// ViT-S/16 step here: latency-bound, 0.83 ms a call on an H100.)
+// ViT-S/16 step here: latency-bound, 0.83 ms a call on an H100.) Rows of up to 512 channels also
+// load the gradient they add to with x and dy, so a row waits for memory once, not twice (the
+// H200 profile of 2026-11-26 still had this kernel at 0.17 ms a ViT-S/16 call, ~0.9 TB/s).
 template <typename T, typename X, int kPerLane>
 __global__ void layernorm_backward_kernel(X* dinp, float* partial, const T* dout, const X* inp,
                                           const T* weight, const float* rstd, Index R, Index C) {
@@ -151,15 +153,17 @@ __global__ void layernorm_backward_kernel(X* dinp, float* partial, const T* dout
     dw[j] = 0.0f;
     db[j] = 0.0f;
   }
+  constexpr bool kEarlyDx = kPerLane <= 16;  // registers: 6 row arrays of kPerLane floats
   for (Index r = blockIdx.x * Index(kBwdWarps) + warp; r < R; r += Index(gridDim.x) * kBwdWarps) {
     const X* x = inp + r * C;
     const T* dy = dout + r * C;
-    float xv[kPerLane], g[kPerLane];
+    float xv[kPerLane], g[kPerLane], old[kEarlyDx ? kPerLane : 1];
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const Index c = lane + 32 * j;
       xv[j] = c < C ? to_f32(x[c]) : 0.0f;
       g[j] = c < C ? to_f32(dy[c]) : 0.0f;
+      if constexpr (kEarlyDx) old[j] = dinp && c < C ? to_f32(dinp[r * C + c]) : 0.0f;
     }
     // The shifted mean again, summed in the forward's order (the saved fp32 mean is rounded;
     // see the file comment).
@@ -191,7 +195,13 @@ __global__ void layernorm_backward_kernel(X* dinp, float* partial, const T* dout
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const Index c = lane + 32 * j;
-        if (c < C) dx[c] = from_f32<X>(to_f32(dx[c]) + rs * (g[j] * w[j] - m_dn - xv[j] * m_dn_xh));
+        if (c >= C) continue;
+        float prev;
+        if constexpr (kEarlyDx)
+          prev = old[j];
+        else
+          prev = to_f32(dx[c]);
+        dx[c] = from_f32<X>(prev + rs * (g[j] * w[j] - m_dn - xv[j] * m_dn_xh));
       }
     }
   }
@@ -218,17 +228,30 @@ __global__ void layernorm_backward_kernel(X* dinp, float* partial, const T* dout
 __global__ void layernorm_param_grad_kernel(float* dweight, float* dbias, const float* partial,
                                             Index blocks, Index C) {
   // partial (blocks, 2, C) -> dweight, dbias (C) accumulate. A block: 32 columns x 32 slices of
-  // the partial rows; each thread sums its slice in row order, then one thread per column sums
-  // the slices in order (deterministic for a given block count).
+  // the partial rows; each thread sums its slice in a fixed order (four interleaved sums, so
+  // four loads are in flight, not one), then one thread per column sums the slices in order
+  // (deterministic for a given block count).
   __shared__ float sw[32][33], sb[32][33];
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const Index c = blockIdx.x * Index(32) + tx;
   float a = 0.0f, b = 0.0f;
-  if (c < C)
-    for (Index k = ty; k < blocks; k += 32) {
-      a += partial[k * 2 * C + c];
-      b += partial[k * 2 * C + C + c];
+  if (c < C) {
+    float a4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, b4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    Index k = ty;
+    for (; k + 96 < blocks; k += 128) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        a4[u] += partial[(k + 32 * u) * 2 * C + c];
+        b4[u] += partial[(k + 32 * u) * 2 * C + C + c];
+      }
     }
+    for (; k < blocks; k += 32) {
+      a4[0] += partial[k * 2 * C + c];
+      b4[0] += partial[k * 2 * C + C + c];
+    }
+    a = (a4[0] + a4[1]) + (a4[2] + a4[3]);
+    b = (b4[0] + b4[1]) + (b4[2] + b4[3]);
+  }
   sw[ty][tx] = a;
   sb[ty][tx] = b;
   __syncthreads();
@@ -242,17 +265,37 @@ __global__ void layernorm_param_grad_kernel(float* dweight, float* dbias, const 
   if (dbias) dbias[c] += sbias;
 }
 
-// The smallest register row that holds C columns: 32 x kPerLane.
+// Blocks of the backward kernel for C columns: as many as the device holds at once (the
+// kernel strides over the rows; more blocks would only add partial rows to sum), found once per
+// shared-memory size. Also raises the kernel's shared-memory limit where C needs it.
 template <typename T, typename X, int kPerLane>
-void launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X* inp,
-                               const T* weight, const float* rstd, Index R, Index C, Index blocks) {
+Index layernorm_backward_blocks(size_t smem) {
+  static size_t known_smem = 0;
+  static int per_sm = 0;
+  if (smem != known_smem) {
+    const auto kernel = layernorm_backward_kernel<T, X, kPerLane>;
+    if (smem > 48 * 1024)
+      VIT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    VIT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdWarps * 32, smem));
+    known_smem = smem;
+  }
+  return Index(std::max(per_sm, 1)) * num_sms();
+}
+
+// The smallest register row that holds C columns: 32 x kPerLane. Returns the blocks launched
+// (the rows of `partial`, sized for the most blocks, max_blocks).
+template <typename T, typename X, int kPerLane>
+Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X* inp,
+                                const T* weight, const float* rstd, Index R, Index C,
+                                Index max_blocks) {
   const size_t smem = size_t(kBwdWarps) * 2 * size_t(C) * sizeof(float);
-  if (smem > 48 * 1024)
-    VIT_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, X, kPerLane>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const Index blocks = std::min(max_blocks, layernorm_backward_blocks<T, X, kPerLane>(smem));
   layernorm_backward_kernel<T, X, kPerLane><<<unsigned(blocks), kBwdWarps * 32, smem, stream()>>>(
       dinp, partial, dout, inp, weight, rstd, R, C);
   VIT_CUDA_LAUNCHED();
+  return blocks;
 }
 
 }  // namespace
@@ -282,12 +325,14 @@ void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, co
                         const T* weight, const float* mean, const float* rstd, Index R, Index C) {
   if (R <= 0) return;
   VIT_CHECK(C <= 1024, "layernorm_backward: more than 1024 channels");
-  const Index blocks = std::min<Index>((R + kBwdWarps - 1) / kBwdWarps, Index(num_sms()) * 8);
+  // At most 8 blocks per SM (the scratch's size, fixed for CUDA graphs), fewer by occupancy.
+  const Index max_blocks = std::min<Index>((R + kBwdWarps - 1) / kBwdWarps, Index(num_sms()) * 8);
   auto* partial = static_cast<float*>(
-      scratch(size_t(blocks) * 2 * size_t(C) * sizeof(float), kScratchLayernorm));
+      scratch(size_t(max_blocks) * 2 * size_t(C) * sizeof(float), kScratchLayernorm));
+  Index blocks = 0;
   with_row_registers(C, [&](auto k) {  // C <= 1024: always a register row
-    launch_layernorm_backward<T, X, decltype(k)::value>(dinp, partial, dout, inp, weight, rstd, R,
-                                                        C, blocks);
+    blocks = launch_layernorm_backward<T, X, decltype(k)::value>(dinp, partial, dout, inp, weight,
+                                                                 rstd, R, C, max_blocks);
   });
   if (dweight || dbias) {
     layernorm_param_grad_kernel<<<unsigned((C + 31) / 32), 1024, 0, stream()>>>(dweight, dbias,
