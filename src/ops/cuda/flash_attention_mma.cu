@@ -78,10 +78,13 @@ __device__ __forceinline__ void load_rows(uint32_t (&a)[D / 16][4], const bf16* 
     ldmatrix_x4(a[kk], tile + (warp * 16 + lane % 16) * ld + kk * 16 + (lane / 16) * 8);
 }
 
-// s (16 x kCols, C tiles) = a (16 x D) @ y^T, y the (kCols, D) shared tile (row-major).
+// s (16 x kCols, C tiles) = a (16 x D) @ y^T, y the (kCols, D) shared tile (row-major), whose
+// rows from `ncols` on are padding (zeros): the C tiles of only padding columns are left 0
+// without their products (the callers mask those columns). ncols is the same in every lane.
 template <int D>
 __device__ __forceinline__ void rows_times_tile_t(float (&s)[kNT][4],
-                                                  const uint32_t (&a)[D / 16][4], const bf16* y) {
+                                                  const uint32_t (&a)[D / 16][4], const bf16* y,
+                                                  int ncols) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -90,6 +93,7 @@ __device__ __forceinline__ void rows_times_tile_t(float (&s)[kNT][4],
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
     for (int jp = 0; jp < kNT / 2; ++jp) {  // two C tiles (16 rows of y) per ldmatrix.x4
+      if (jp * 16 >= ncols) break;
       uint32_t b[4];
       ldmatrix_x4(b,
                   y + (jp * 16 + lane % 8 + (lane / 16) * 8) * ld + kk * 16 + ((lane / 8) % 2) * 8);
@@ -100,15 +104,18 @@ __device__ __forceinline__ void rows_times_tile_t(float (&s)[kNT][4],
 }
 
 // acc (16 x D, C tiles) += p (16 x kCols, given as A fragments) @ z, z the (kCols, D) shared
-// tile (row-major).
+// tile (row-major). Columns of p from `ncols` on are 0 (masked) and z's rows there are zeros,
+// so their 16-column steps, which would add exact zeros, are skipped (ncols: same in every
+// lane).
 template <int D>
 __device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
                                                       const uint32_t (&p)[kCols / 16][4],
-                                                      const bf16* z) {
+                                                      const bf16* z, int ncols) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kCols / 16; ++kk) {
+    if (kk * 16 >= ncols) break;
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {  // two C tiles (16 columns of z) per ldmatrix.x4
       uint32_t b[4];
@@ -214,13 +221,18 @@ __global__ void __launch_bounds__(kThreads)
   zero_acc<D>(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units)
 
+  // A warp whose 16 rows are all past N (the last tile's, e.g. 3 of 4 warps at N = 197) loads
+  // tiles with the others but computes nothing.
+  const bool idle = pos.row0 + warp * 16 >= N;
   for (int j0 = 0; j0 < N; j0 += kCols) {
     __syncthreads();  // every warp is done with the previous K, V tiles
     load_tile<bf16, D>(sk, k + Index(j0) * ld3, ld3, N - j0, vec);
     load_tile<bf16, D>(sv, v + Index(j0) * ld3, ld3, N - j0, vec);
     __syncthreads();
+    if (idle) continue;
+    const int nk = min(kCols, N - j0);  // valid keys in the tile
     float s[kNT][4];
-    rows_times_tile_t<D>(s, qa, sk);
+    rows_times_tile_t<D>(s, qa, sk, nk);
     float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
@@ -254,7 +266,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     uint32_t pa[kCols / 16][4];
     to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
-    accumulate_times_tile<D>(o, pa, sv);
+    accumulate_times_tile<D>(o, pa, sv, nk);
   }
 
   const int first = pos.row0 + warp * 16, g = lane / 4;
@@ -299,15 +311,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   float dq[D / 8][4];
   zero_acc<D>(dq);
+  const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
 
   for (int j0 = 0; j0 < N; j0 += kCols) {
     __syncthreads();
     load_tile<bf16, D>(sk, k + Index(j0) * ld3, ld3, N - j0, vec);
     load_tile<bf16, D>(sv, v + Index(j0) * ld3, ld3, N - j0, vec);
     __syncthreads();
+    if (idle) continue;
+    const int nk = min(kCols, N - j0);  // valid keys in the tile
     float s[kNT][4], dp[kNT][4];
-    rows_times_tile_t<D>(s, qa, sk);   // S = Q K^T
-    rows_times_tile_t<D>(dp, da, sv);  // dP = dO V^T
+    rows_times_tile_t<D>(s, qa, sk, nk);   // S = Q K^T
+    rows_times_tile_t<D>(dp, da, sv, nk);  // dP = dO V^T
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
@@ -317,7 +332,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     uint32_t dsa[kCols / 16][4];
     to_operand(dsa, s);
-    accumulate_times_tile<D>(dq, dsa, sk);  // dQ += dS K
+    accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
   }
   store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
                vec);
@@ -355,6 +370,7 @@ __global__ void __launch_bounds__(kThreads)
   float dk[D / 8][4], dv[D / 8][4];
   zero_acc<D>(dk);
   zero_acc<D>(dv);
+  const bool idle = pos.row0 + warp * 16 >= N;  // all 16 keys past N: load, compute nothing
 
   for (int i0 = 0; i0 < N; i0 += kCols) {
     const int nv = min(kCols, N - i0);  // valid queries in the tile
@@ -366,9 +382,10 @@ __global__ void __launch_bounds__(kThreads)
       sdr[t] = t < nv ? dr_bh[i0 + t] : 0.0f;
     }
     __syncthreads();
+    if (idle) continue;
     float st[kNT][4], dpt[kNT][4];
-    rows_times_tile_t<D>(st, ka, sq);    // S^T = K Q^T
-    rows_times_tile_t<D>(dpt, va, sdo);  // dP^T = V dO^T
+    rows_times_tile_t<D>(st, ka, sq, nv);    // S^T = K Q^T
+    rows_times_tile_t<D>(dpt, va, sdo, nv);  // dP^T = V dO^T
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
@@ -381,8 +398,8 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
     to_operand(pa, st);
     to_operand(dsa, dpt);
-    accumulate_times_tile<D>(dv, pa, sdo);  // dV += P^T dO
-    accumulate_times_tile<D>(dk, dsa, sq);  // dK += dS^T Q
+    accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
+    accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
   }
   const int first = pos.row0 + warp * 16;
   bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
