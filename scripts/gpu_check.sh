@@ -422,6 +422,11 @@ s_vprofile_before() {
 s_vbench_wmma() {
   VIT_FLASH_MMA=0 s_vbench "$@"
 }
+# Args: model, batch. vitrain bench with cuBLASLt's candidate algorithms timed per GEMM shape
+# (VIT_GEMM_AUTOTUNE=1; its stderr names each shape's choice).
+s_vbench_tune() {
+  VIT_GEMM_AUTOTUNE=1 s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with the residual stream in fp32 (what --fp32-residual costs).
 s_vbench_fp32res() {
   VBENCH_FLAGS=--fp32-residual s_vbench "$@"
@@ -470,7 +475,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_graph s_vbench s_vbench_unfused s_vbench_wmma s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_train_graph s_vbench s_vbench_unfused s_vbench_wmma s_vbench_tune s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -526,7 +531,7 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
-    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*,
+    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_tune_*,
     f_fp32res_* and f_before_* (attention variants, the fp32 residual stream, the BEFORE build)
     get their own column."""
     impl = s["result"].get("impl", "")
@@ -863,6 +868,7 @@ variant_label() {
   case "$1" in
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
+    tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     graph) echo "--cuda-graph" ;;
     *) echo "$1 attention" ;;
   esac
@@ -878,7 +884,7 @@ steps_bench_round() {
     read -r m b <<<"$mb"
     s=$(short "$m")
     variants=()
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused wmma fp32res)
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused wmma tune fp32res)
     variants+=(graph)
     [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
     if [ "$r" = 1 ]; then

@@ -78,6 +78,12 @@ uint64_t scratch_epoch();
 // VIT_GEMM_FALLBACK=1 are not counted). A model shape should never need it.
 Index gemm_fallback_count();
 void reset_gemm_fallback_count();
+// GEMM autotuning (VIT_GEMM_AUTOTUNE=1, or set_gemm_autotune): each GEMM shape planned while
+// it is on times up to 8 of cuBLASLt's candidate algorithms on its first call and keeps the
+// fastest (one line on stderr per shape); shapes planned before keep theirs. Off by default:
+// timing chooses, so two runs may pick different algorithms and differ in the last bits.
+void set_gemm_autotune(bool on);
+Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>
