@@ -157,18 +157,22 @@ TEST_F(TrainCli, Fp32ResidualTrainsAndEvaluatesOnTheEmulation) {
   EXPECT_NE(e.out.find("fp32 residual"), std::string::npos) << e.out;
 }
 
-// --cuda-graph asks the GPU engine to replay its passes; on the CPU it is kept (a recipe that
-// sets it still trains on a machine without a GPU) and changes nothing: the same bits.
+// --cuda-graph (on by default) asks the GPU engine to replay its passes; on the CPU it is kept
+// (a recipe that sets it still trains on a machine without a GPU) and changes nothing: the
+// same bits as --cuda-graph=false.
 TEST_F(TrainCli, CudaGraphIsKeptAndChangesNothingOnTheCpu) {
-  const RunResult plain = run_vitrain(train_flags("ng", "--epochs 1 --device cpu"), dir_.string());
-  const RunResult t =
-      run_vitrain(train_flags("cg", "--epochs 1 --device cpu --cuda-graph"), dir_.string());
+  const RunResult plain =
+      run_vitrain(train_flags("ng", "--epochs 1 --device cpu --cuda-graph=false"), dir_.string());
+  const RunResult t = run_vitrain(train_flags("cg", "--epochs 1 --device cpu"), dir_.string());
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_EQ(t.out.find("CUDA graphs"), std::string::npos) << t.out;  // none on the CPU
-  std::ifstream args(dir_ / "out" / "cg" / "args.yaml");
-  const std::string yaml((std::istreambuf_iterator<char>(args)), {});
-  EXPECT_NE(yaml.find("cuda_graph: true"), std::string::npos) << yaml;
+  auto yaml_of = [&](const char* run) {
+    std::ifstream args(dir_ / "out" / run / "args.yaml");
+    return std::string((std::istreambuf_iterator<char>(args)), {});
+  };
+  EXPECT_NE(yaml_of("cg").find("cuda_graph: true"), std::string::npos) << yaml_of("cg");
+  EXPECT_NE(yaml_of("ng").find("cuda_graph: false"), std::string::npos) << yaml_of("ng");
   auto bytes = [&](const char* run) {
     std::ifstream in(dir_ / "out" / run / "last.safetensors", std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), {});

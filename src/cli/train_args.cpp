@@ -126,7 +126,8 @@ std::vector<Option> options(TrainArgs& a) {
        &a.fp32_residual},
       {"--cuda-graph", "cuda_graph",
        "cuda: replay each micro-batch's forward and backward as a CUDA graph (one launch "
-       "instead of hundreds: small models); no effect on the CPU or in data-parallel runs",
+       "instead of hundreds: small models; the same bits); on by default, --cuda-graph=false "
+       "runs every kernel eagerly; no effect on the CPU or in data-parallel runs",
        &a.cuda_graph},
       {"--augment-on-device", "augment_on_device",
        "resize, flip, RandAugment / colour jitter, normalise, erase and mix training images "
