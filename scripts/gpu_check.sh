@@ -295,9 +295,13 @@ s_train() {
   # TRAIN_STOP_S: SIGTERM the run that long into the step (it checkpoints and writes its files),
   # so a run longer than the step still returns its curves.
   [ -n "${TRAIN_STOP_S:-}" ] && stop=(timeout -s TERM -k 20 "$TRAIN_STOP_S")
+  # RESUME: continue the run folder of `exp` instead (its args.yaml holds the flags).
+  local flags=(-c "$RECIPE" --device "$DEVICE" --data-dir "$DATA" --output "$WORK/runs"
+    --experiment "$exp" "$@")
+  [ -n "${RESUME:-}" ] && flags=(--resume "$WORK/runs/$exp")
   # shellcheck disable=SC2086  # TRAIN_ARGS: extra flags, split on purpose
   "${stop[@]}" env LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" "$BUNDLE/bin/vitrain" train \
-    -c "$RECIPE" --device "$DEVICE" --data-dir "$DATA" --output "$WORK/runs" --experiment "$exp" "$@" $TRAIN_ARGS 2>&1 | tee "$out"
+    "${flags[@]}" ${RESUME:+--device "$DEVICE"} $TRAIN_ARGS 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   local top1 run
   top1=$(grep -oE 'Final test top-1: [0-9.]+' "$out" | grep -oE '[0-9.]+$' | tail -n 1)
@@ -345,6 +349,17 @@ s_train() {
 # graphs (the default since 2026-11-26), which it must.
 s_train_default() {
   if [ "$DEVICE" = cuda ]; then GRAPHS=1 s_train "$@"; else s_train "$@"; fi
+}
+# Args: experiment, the default run's experiment: the run stopped after RESUME_AT updates
+# (default 2000, mid-epoch) and resumed in a second process, which must end with the default
+# run's weights, bit for bit (exact resume on the device).
+s_train_resume() {
+  local at="${RESUME_AT:-2000}"
+  # shellcheck disable=SC2086  # TRAIN_ARGS: extra flags, split on purpose
+  vt train -c "$RECIPE" --device "$DEVICE" --data-dir "$DATA" --output "$WORK/runs" \
+    --experiment "$1" --stop-after-updates "$at" $TRAIN_ARGS >"$LOGS/${STEP_ID}_first.log" 2>&1 ||
+    { note "the first part (to update $at) failed: logs/${STEP_ID}_first.log"; return 1; }
+  RESUME=1 REF_EXP="$2" s_train "$1"
 }
 # Args: experiment, the default run's experiment, then train flags: s_train with
 # --cuda-graph=false, which must end with the default run's weights, bit for bit.
@@ -480,7 +495,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_vbench s_vbench_unfused s_vbench_wmma s_vbench_tune s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_tune s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -803,6 +818,8 @@ steps_train_recipe() {
   # recipe's model is small: launch-bound), and the same bits.
   step e_train_eager train 120 "train $(basename "$RECIPE") --cuda-graph=false (= the default run's bits)" \
     s_train_eager fmnist_eager fmnist_cuda
+  step e_train_resume train 120 "train $(basename "$RECIPE"), stopped, --resume (= the default run's bits)" \
+    s_train_resume fmnist_resume fmnist_cuda
 }
 # The same export in fp32 on both devices, and a plain ViT through timm.
 steps_train_checks() {
