@@ -246,6 +246,10 @@ TEST_F(TrainCli, BadInputsGiveOneClearError) {
     const size_t lines = std::count(r.err.begin(), r.err.end(), '\n');
     EXPECT_LE(lines, what == std::string("unknown command") ? 10u : 1u) << what << ": " << r.err;
   }
+  // A path that does not exist is named as given (it once read "'/nonexistent' is not a run
+  // folder": the parent of what was typed).
+  const RunResult r = run_vitrain("train --resume /nonexistent/run", dir_.string());
+  EXPECT_NE(r.err.find("'/nonexistent/run' does not exist"), std::string::npos) << r.err;
 }
 
 // --device cuda: on a machine without a usable GPU, one clear error line and exit code 1; where

@@ -61,6 +61,9 @@ int run_train_command(int argc, char** argv) {
     if (!args.resume.empty()) {
       VIT_CHECK(args.config.empty(), "use either --resume or -c/--config, not both");
       namespace fs = std::filesystem;
+      VIT_CHECK(fs::exists(args.resume),
+                fmt::format("--resume: '{}' does not exist (give a run folder or its state file)",
+                            args.resume));
       const fs::path dir = fs::is_directory(args.resume) ? fs::path(args.resume)
                                                          : fs::path(args.resume).parent_path();
       const std::string cfg = (dir / "args.yaml").string();
