@@ -178,9 +178,10 @@ TYPED_TEST(CudaOps, Matmul) {
 // the CPU, the accumulated weight gradients (beta = 1) included, and timing chose for the new
 // shapes (ones no other test plans, so they are planned with autotuning on).
 TYPED_TEST(CudaOps, GemmAutotuneKeepsResultsAndAccumulation) {
-  struct AutotuneOn {
+  struct AutotuneOn {  // on for this test, then as it was (VIT_GEMM_AUTOTUNE may have set it)
+    const bool was = gpu::gemm_autotune();
     AutotuneOn() { gpu::set_gemm_autotune(true); }
-    ~AutotuneOn() { gpu::set_gemm_autotune(false); }
+    ~AutotuneOn() { gpu::set_gemm_autotune(was); }
   } on;
   const Index before = gpu::gemm_autotuned_count();
   check_matmul<TypeParam>({4 * 197 + 3, 384, 1152, true, true, 0}, 150);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -256,21 +257,33 @@ void tune_plan(Lt& ctx, const GemmKey& k, GemmPlan& plan, const void* A, const v
   VIT_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
   if (cands.empty() || capture != cudaStreamCaptureStatusNone) return;
   cands.insert(cands.begin(), plan.heur);
-  void* d = nullptr;  // cudaMalloc, not device_alloc: a moment's scratch is no peak to report
-  if (cudaMalloc(&d, c_bytes) != cudaSuccess) {
+  // The scratch D (cudaMalloc, not device_alloc: a moment's scratch is no peak to report) and
+  // the two events, released on every way out.
+  struct Scratch {
+    void* d = nullptr;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    ~Scratch() {
+      if (t0) cudaEventDestroy(t0);
+      if (t1) cudaEventDestroy(t1);
+      if (d) cudaFree(d);
+    }
+  } sc;
+  if (cudaMalloc(&sc.d, c_bytes) != cudaSuccess) {
+    sc.d = nullptr;
     cudaGetLastError();  // no room to time: the heuristic's choice stands
     return;
   }
+  void* d = sc.d;
   VIT_CUDA_CHECK(cudaMemsetAsync(d, 0, c_bytes, stream()));
-  cudaEvent_t t0, t1;
-  VIT_CUDA_CHECK(cudaEventCreate(&t0));
-  VIT_CUDA_CHECK(cudaEventCreate(&t1));
+  VIT_CUDA_CHECK(cudaEventCreate(&sc.t0));
+  VIT_CUDA_CHECK(cudaEventCreate(&sc.t1));
+  const cudaEvent_t t0 = sc.t0, t1 = sc.t1;
   auto run = [&](const cublasLtMatmulAlgo_t& algo) {
     return cublasLtMatmul(ctx.handle, plan.desc.get(), alpha, B, plan.la.get(), A, plan.lb.get(),
                           beta, d, plan.lc.get(), d, plan.lc.get(), &algo, ctx.workspace,
                           kWorkspaceBytes, stream());
   };
-  float best_ms = 0.0f, first_ms = 0.0f;
+  float best_ms = 0.0f, first_ms = -1.0f;  // first_ms < 0: the heuristic's first could not run
   size_t best = 0;
   bool timed = false;
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -285,17 +298,17 @@ void tune_plan(Lt& ctx, const GemmKey& k, GemmPlan& plan, const void* A, const v
     if (!timed || ms < best_ms) best_ms = ms, best = i;
     timed = true;
   }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  VIT_CUDA_CHECK(cudaFree(d));
   if (!timed) return;
   plan.heur = cands[best];
   ++g_autotuned;
+  const std::string first = first_ms < 0 ? std::string("the heuristic's first could not run")
+                                         : "against " + std::to_string(1e3 * first_ms / kTuneRuns) +
+                                               " us for the heuristic's first";
   std::fprintf(stderr,
                "vitrain: GEMM M=%lld N=%lld K=%lld batch=%lld: autotuned, candidate %zu of %zu, "
-               "%.1f us against %.1f us for the heuristic's first\n",
+               "%.1f us %s\n",
                (long long)k.M, (long long)k.N, (long long)k.K, (long long)k.batch, best + 1,
-               cands.size(), 1e3 * best_ms / kTuneRuns, 1e3 * first_ms / kTuneRuns);
+               cands.size(), 1e3 * best_ms / kTuneRuns, first.c_str());
 }
 
 // Row-major operands must fit their leading dimensions; cuBLASLt would only say "invalid value".
@@ -373,6 +386,9 @@ Index gemm_fallback_count() {
 }
 void set_gemm_autotune(bool on) {
   autotune_flag().store(on);
+}
+bool gemm_autotune() {
+  return autotune_flag().load();
 }
 Index gemm_autotuned_count() {
   return g_autotuned.load();

@@ -138,9 +138,17 @@ void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const X* in
 // ViT-S/16 step here: latency-bound, 0.83 ms a call on an H100.) Rows of up to 512 channels also
 // load the gradient they add to with x and dy, so a row waits for memory once, not twice (the
 // H200 profile of 2026-11-26 still had this kernel at 0.17 ms a ViT-S/16 call, ~0.9 TB/s).
+// Blocks per SM the kernel kept before the early dx load (registers then: 48, 80, 108, 128 for
+// 4, 8, 12, 16 columns a lane), held as a launch bound so the extra registers do not cost
+// occupancy; wider rows (no early load) are left to the compiler.
+constexpr int bwd_min_blocks(int per_lane) {
+  return per_lane <= 4 ? 5 : per_lane <= 8 ? 3 : per_lane <= 16 ? 2 : 1;
+}
+
 template <typename T, typename X, int kPerLane>
-__global__ void layernorm_backward_kernel(X* dinp, float* partial, const T* dout, const X* inp,
-                                          const T* weight, const float* rstd, Index R, Index C) {
+__global__ void __launch_bounds__(kBwdWarps * 32, bwd_min_blocks(kPerLane))
+    layernorm_backward_kernel(X* dinp, float* partial, const T* dout, const X* inp, const T* weight,
+                              const float* rstd, Index R, Index C) {
   // dinp, inp (R, C) in X; dout (R, C); weight (C); rstd (R); partial (gridDim.x, 2, C)
   // dweight/dbias sums
   extern __shared__ float sm[];  // (kBwdWarps, 2, C) per-warp column partials

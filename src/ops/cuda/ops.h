@@ -83,6 +83,7 @@ void reset_gemm_fallback_count();
 // fastest (one line on stderr per shape); shapes planned before keep theirs. Off by default:
 // timing chooses, so two runs may pick different algorithms and differ in the last bits.
 void set_gemm_autotune(bool on);
+bool gemm_autotune();
 Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
