@@ -536,17 +536,24 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   using CS = const Store*;
   using CA = const Acc*;
   using CR = const Res*;
+  // The gradient of a branch's output (B, N, C): sample_scale * gamma * d(block output). Without
+  // layer scale and stochastic depth that is d(block output) itself, which residual_backward
+  // would only copy (exactly), so the branch reads dres in place, before the LayerNorm backward
+  // adds to it: one pass over the stream less per branch, the same bits.
+  auto branch_grad = [&](const Store* ls, const Acc* s, Acc* dls, const Store* out) -> CS {
+    if constexpr (std::is_same_v<Res, Store>)
+      if (!ls && !s) return CS(a.dres);
+    ProfileScope prof("residual_backward", W::stream(BN * C, 1, 2));
+    Backend::residual_backward(a.dbranch, dls, CR(a.dres), out, ls, s, B, N, C);
+    return CS(a.dbranch);
+  };
 
   // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
-  {
-    ProfileScope prof("residual_backward", W::stream(BN * C, 1, 2));
-    Backend::residual_backward(a.dbranch, bg.ls2, CR(a.dres), CS(b.fc2), CS(bw.ls2), s2, B, N, C);
-  }
+  const Store* dffn = branch_grad(CS(bw.ls2), s2, bg.ls2, CS(b.fc2));
   const Store* hidden = local ? b.act2 : b.act1;
   {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, M, C));
-    Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, CS(a.dbranch), hidden, CS(bw.fc2_w), BN,
-                             M, C);
+    Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, dffn, hidden, CS(bw.fc2_w), BN, M, C);
   }
   if (local) {
     {
@@ -589,14 +596,11 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   }
 
   // Attention branch; dres now holds d(r1) and, through the identity path, d(block input).
-  {
-    ProfileScope prof("residual_backward", W::stream(BN * C, 1, 2));
-    Backend::residual_backward(a.dbranch, bg.ls1, CR(a.dres), CS(b.proj), CS(bw.ls1), s1, B, N, C);
-  }
+  const Store* dattn = branch_grad(CS(bw.ls1), s1, bg.ls1, CS(b.proj));
   {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, C));
-    Backend::matmul_backward(a.datty, bg.proj_w, bg.proj_b, CS(a.dbranch), CS(b.atty),
-                             CS(bw.proj_w), BN, C, C);
+    Backend::matmul_backward(a.datty, bg.proj_w, bg.proj_b, dattn, CS(b.atty), CS(bw.proj_w), BN, C,
+                             C);
   }
   attention_backward(l, B);
   {
