@@ -745,7 +745,7 @@ step() {
 
 steps_ops_tests() {
   step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
-    s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*'
+    s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*:CublasLtEpilogue.*'
   step b_ops_bf16 ops 150 "op harness bf16 (+ fp32 residual stream)" \
     s_gtest test_cuda_ops 'CudaOps/bf16.*:CudaOpsFp32Residual.*'
   step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \

@@ -13,6 +13,7 @@
 // logits near +-80. ViT-S/16 batch-256 shapes (sampled against the CPU) must not need the
 // fallback GEMM. Without a CUDA device every test skips ("no CUDA device: ..."), or fails with
 // VIT_REQUIRE_GPU=1 (gpu_test_util.h).
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -1178,6 +1179,88 @@ TEST_F(CudaAdamW, EmaUpdateIsBitwiseTheCpusAndSwapIsExact) {
   gpu::synchronize();
   EXPECT_EQ(d_ema.download(), w);
   EXPECT_EQ(d_w.download(), e0);
+}
+
+// Which GELU cuBLASLt's GELU epilogue computes, for issue 13: fusing the FFN's GELU into fc1's
+// GEMM keeps timm's numerics only if it is the exact (erf) GELU, not the tanh approximation
+// (they differ by up to ~5e-4). A K = 1 product whose output is x itself (bf16 x times 1, fp32
+// output, so nothing rounds after the epilogue) goes through CUBLASLT_EPILOGUE_GELU and is
+// compared with both formulas; the test fails if it matches neither, skips if cuBLASLt offers
+// no algorithm, and prints which one it is.
+class CublasLtEpilogue : public CudaTest {};
+
+TEST_F(CublasLtEpilogue, GeluIsTheErfOrTheTanhFormula) {
+  const int n = 2048;  // x (n): bf16 values spread over [-6, 6]
+  std::vector<bf16> x(n);
+  Vec xf(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = __float2bfloat16_rn(-6.0f + 12.0f * float(i) / float(n - 1));
+    xf[i] = __bfloat162float(x[i]);
+  }
+  const bf16 one = __float2bfloat16_rn(1.0f);
+  bf16 *d_x = nullptr, *d_one = nullptr;
+  float* d_y = nullptr;
+  cuda_ok(cudaMalloc(&d_x, n * sizeof(bf16)), "x");
+  cuda_ok(cudaMalloc(&d_one, sizeof(bf16)), "one");
+  cuda_ok(cudaMalloc(&d_y, n * sizeof(float)), "y");
+  cuda_ok(cudaMemcpy(d_x, x.data(), n * sizeof(bf16), cudaMemcpyHostToDevice), "x");
+  cuda_ok(cudaMemcpy(d_one, &one, sizeof(bf16), cudaMemcpyHostToDevice), "one");
+  // Column-major: y (n x 1) = gelu(x (n x 1) @ one (1 x 1)).
+  cublasLtHandle_t h = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ASSERT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU;
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, 1, n), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, 1, 1, 1), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, 1, n), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &heur, &found);
+  std::string skip;
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    skip = std::string("cuBLASLt offers no GELU-epilogue algorithm here: ") +
+           cublasLtGetStatusString(st);
+  const float alpha = 1.0f, beta = 0.0f;
+  if (skip.empty()) {
+    EXPECT_EQ(cublasLtMatmul(h, desc, &alpha, d_x, la, d_one, lb, &beta, d_y, lc, d_y, lc,
+                             &heur.algo, nullptr, 0, nullptr),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  Vec y(n);
+  cuda_ok(cudaMemcpy(y.data(), d_y, n * sizeof(float), cudaMemcpyDeviceToHost), "y");
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(h);
+  cudaFree(d_x);
+  cudaFree(d_one);
+  cudaFree(d_y);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  double err_erf = 0, err_tanh = 0;
+  for (int i = 0; i < n; ++i) {
+    const double v = xf[i];
+    const double erf_gelu = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    const double tanh_gelu =
+        0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    err_erf = std::max(err_erf, std::fabs(y[i] - erf_gelu));
+    err_tanh = std::max(err_tanh, std::fabs(y[i] - tanh_gelu));
+  }
+  const bool is_erf = err_erf < err_tanh;
+  std::printf("cuBLASLt's GELU epilogue is the %s formula (max |error| %.3g; the other %.3g)\n",
+              is_erf ? "erf (timm's exact GELU)" : "tanh approximation",
+              std::min(err_erf, err_tanh), std::max(err_erf, err_tanh));
+  RecordProperty("gelu_epilogue", is_erf ? "erf" : "tanh");
+  EXPECT_LT(std::min(err_erf, err_tanh), 1e-4) << "matches neither GELU formula";
+  EXPECT_GT(std::max(err_erf, err_tanh), 2e-4) << "the two formulas should be told apart";
 }
 
 }  // namespace
