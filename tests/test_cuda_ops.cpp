@@ -196,11 +196,13 @@ struct LayerNormCase {
   Index R, C;
   double scale, shift;
 };
-// The last two: more rows than the backward's resident blocks hold at once (each warp strides
-// over several rows; over 96 blocks' partial rows to sum), at ViT-S/16 and ViT-B/16 widths.
+// The fifth and sixth: more rows than the backward's resident blocks hold at once (each warp
+// strides over several rows; over 96 blocks' partial rows to sum), at ViT-S/16 and ViT-B/16
+// widths; the last: 1000 channels, 32 a lane (sums in shared memory, no early dx load).
 const LayerNormCase kLayerNormCases[] = {{3 * 197, 192, 1.0, 0.0},  {5 * 50, 100, 2.0, 0.5},
                                          {7, 768, 1.0, 0.0},        {64, 100, 1e-2, 1e3},
-                                         {64 * 197, 384, 1.0, 0.0}, {16 * 197, 768, 1.0, 0.0}};
+                                         {64 * 197, 384, 1.0, 0.0}, {16 * 197, 768, 1.0, 0.0},
+                                         {150, 1000, 1.0, 0.0}};
 
 TYPED_TEST(CudaOps, LayerNorm) {
   using T = TypeParam;

@@ -135,14 +135,26 @@ void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const X* in
 // (at most kPerLane of them), so x and dy are read once, all loads of a row are in flight
 // together, and each lane sums its columns' weight/bias gradients in registers across its rows.
 // (The first version re-read the row three times from a few warps per SM and spent 31% of a
-// ViT-S/16 step here: latency-bound, 0.83 ms a call on an H100.) Rows of up to 512 channels also
+// ViT-S/16 step here: latency-bound, 0.83 ms a call on an H100.) Rows of up to 768 channels also
 // load the gradient they add to with x and dy, so a row waits for memory once, not twice (the
 // H200 profile of 2026-11-26 still had this kernel at 0.17 ms a ViT-S/16 call, ~0.9 TB/s).
 // Blocks per SM the kernel kept before the early dx load (registers then: 48, 80, 108, 128 for
 // 4, 8, 12, 16 columns a lane), held as a launch bound so the extra registers do not cost
-// occupancy; wider rows (no early load) are left to the compiler.
+// occupancy. Wider rows (ViT-B's 768: 24 a lane) held x, dy, the weight and both gradient sums
+// in 182 registers, one block of 8 warps per SM; they keep the weight and the sums in shared
+// memory instead (each lane its own columns: the same additions in the same order) and run two
+// blocks per SM.
 constexpr int bwd_min_blocks(int per_lane) {
-  return per_lane <= 4 ? 5 : per_lane <= 8 ? 3 : per_lane <= 16 ? 2 : 1;
+  return per_lane <= 4 ? 5 : per_lane <= 8 ? 3 : 2;
+}
+__host__ __device__ constexpr bool bwd_sums_in_smem(int per_lane) {
+  return per_lane > 16;
+}
+// Dynamic shared memory of the backward kernel: the per-warp sums (kBwdWarps, 2, C), and the
+// weight (C) where the sums live there.
+template <int kPerLane>
+size_t bwd_smem_bytes(Index C) {
+  return (size_t(kBwdWarps) * 2 + (bwd_sums_in_smem(kPerLane) ? 1 : 0)) * size_t(C) * sizeof(float);
 }
 
 template <typename T, typename X, int kPerLane>
@@ -151,17 +163,38 @@ __global__ void __launch_bounds__(kBwdWarps * 32, bwd_min_blocks(kPerLane))
                               const float* rstd, Index R, Index C) {
   // dinp, inp (R, C) in X; dout (R, C); weight (C); rstd (R); partial (gridDim.x, 2, C)
   // dweight/dbias sums
-  extern __shared__ float sm[];  // (kBwdWarps, 2, C) per-warp column partials
+  // (kBwdWarps, 2, C) per-warp column partials, then (C) the weight when kSmemSums
+  extern __shared__ float sm[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float w[kPerLane], dw[kPerLane], db[kPerLane];
+  constexpr bool kSmemSums = bwd_sums_in_smem(kPerLane);
+  constexpr int kRegs = kSmemSums ? 1 : kPerLane;    // the register copies, where kept
+  float* dw_w = sm + Index(warp) * 2 * C;            // (C) this warp's weight-gradient sums
+  float* db_w = dw_w + C;                            // (C) this warp's bias-gradient sums
+  const float* w_s = sm + Index(kBwdWarps) * 2 * C;  // (C) the weight, when kSmemSums
+  float w[kRegs], dw[kRegs], db[kRegs];
+  if constexpr (kSmemSums) {
+    for (Index c = threadIdx.x; c < C; c += blockDim.x)
+      sm[Index(kBwdWarps) * 2 * C + c] = to_f32(weight[c]);
+    for (Index c = lane; c < C; c += 32) dw_w[c] = db_w[c] = 0.0f;
+    __syncthreads();
+  } else {
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const Index c = lane + 32 * j;
-    w[j] = c < C ? to_f32(weight[c]) : 0.0f;
-    dw[j] = 0.0f;
-    db[j] = 0.0f;
+    for (int j = 0; j < kPerLane; ++j) {
+      const Index c = lane + 32 * j;
+      w[j] = c < C ? to_f32(weight[c]) : 0.0f;
+      dw[j] = 0.0f;
+      db[j] = 0.0f;
+    }
   }
-  constexpr bool kEarlyDx = kPerLane <= 16;  // registers: 6 row arrays of kPerLane floats
+  // The weight of column j of this lane.
+  auto weight_of = [&](int j) {
+    if constexpr (kSmemSums)
+      return w_s[lane + 32 * j];
+    else
+      return w[j];
+  };
+  // x, dy and the gradient added to, in flight together (not at 1024 channels: registers)
+  constexpr bool kEarlyDx = kPerLane <= 24;
   for (Index r = blockIdx.x * Index(kBwdWarps) + warp; r < R; r += Index(gridDim.x) * kBwdWarps) {
     const X* x = inp + r * C;
     const T* dy = dout + r * C;
@@ -189,11 +222,16 @@ __global__ void __launch_bounds__(kBwdWarps * 32, bwd_min_blocks(kPerLane))
       if (lane + 32 * j >= C) continue;
       const float xh = (xv[j] - x0 - md) * rs;
       xv[j] = xh;
-      const float dn = g[j] * w[j];
+      const float dn = g[j] * weight_of(j);
       sum_dn += dn;
       sum_dn_xh += dn * xh;
-      dw[j] += g[j] * xh;
-      db[j] += g[j];
+      if constexpr (kSmemSums) {
+        dw_w[lane + 32 * j] += g[j] * xh;
+        db_w[lane + 32 * j] += g[j];
+      } else {
+        dw[j] += g[j] * xh;
+        db[j] += g[j];
+      }
     }
     const float m_dn = warp_sum(sum_dn) / float(C);
     const float m_dn_xh = warp_sum(sum_dn_xh) / float(C);
@@ -209,18 +247,18 @@ __global__ void __launch_bounds__(kBwdWarps * 32, bwd_min_blocks(kPerLane))
           prev = old[j];
         else
           prev = to_f32(dx[c]);
-        dx[c] = from_f32<X>(prev + rs * (g[j] * w[j] - m_dn - xv[j] * m_dn_xh));
+        dx[c] = from_f32<X>(prev + rs * (g[j] * weight_of(j) - m_dn - xv[j] * m_dn_xh));
       }
     }
   }
-  float* dw_w = sm + Index(warp) * 2 * C;  // (C)
-  float* db_w = dw_w + C;                  // (C)
+  if constexpr (!kSmemSums) {
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const Index c = lane + 32 * j;
-    if (c < C) {
-      dw_w[c] = dw[j];
-      db_w[c] = db[j];
+    for (int j = 0; j < kPerLane; ++j) {
+      const Index c = lane + 32 * j;
+      if (c < C) {
+        dw_w[c] = dw[j];
+        db_w[c] = db[j];
+      }
     }
   }
   __syncthreads();
@@ -298,7 +336,7 @@ template <typename T, typename X, int kPerLane>
 Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X* inp,
                                 const T* weight, const float* rstd, Index R, Index C,
                                 Index max_blocks) {
-  const size_t smem = size_t(kBwdWarps) * 2 * size_t(C) * sizeof(float);
+  const size_t smem = bwd_smem_bytes<kPerLane>(C);
   const Index blocks = std::min(max_blocks, layernorm_backward_blocks<T, X, kPerLane>(smem));
   layernorm_backward_kernel<T, X, kPerLane><<<unsigned(blocks), kBwdWarps * 32, smem, stream()>>>(
       dinp, partial, dout, inp, weight, rstd, R, C);
