@@ -177,14 +177,15 @@ TEST_F(DistCli, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
   }
 }
 
-// ZeRO-1: the same run as one rank, unsharded; and its checkpoint (full moments, gathered from
-// the ranks' blocks) resumes unsharded on one rank and sharded on three.
 // The MiB of AdamW moments in the header's "Training state per rank" line (-1 if none).
 double moments_mib(const std::string& out) {
   const std::string key = "AdamW moments ";
   const size_t at = out.find(key);
   return at == std::string::npos ? -1.0 : std::atof(out.c_str() + at + key.size());
 }
+
+// ZeRO-1: the same run as one rank, unsharded; and its checkpoint (full moments, gathered from
+// the ranks' blocks) resumes unsharded on one rank and sharded on three.
 
 TEST_F(DistCli, ShardedOptimizerTrainsTheOneRankRunAndResumesAnywhere) {
   const RunResult one = run_ranks(1, flags("r1"), dir_.string());

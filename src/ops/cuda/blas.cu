@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -301,14 +300,15 @@ void tune_plan(Lt& ctx, const GemmKey& k, GemmPlan& plan, const void* A, const v
   if (!timed) return;
   plan.heur = cands[best];
   ++g_autotuned;
-  const std::string first = first_ms < 0 ? std::string("the heuristic's first could not run")
-                                         : "against " + std::to_string(1e3 * first_ms / kTuneRuns) +
-                                               " us for the heuristic's first";
+  char first[64] = "(the heuristic's first could not run)";
+  if (first_ms >= 0)
+    std::snprintf(first, sizeof first, "against %.1f us for the heuristic's first",
+                  1e3 * first_ms / kTuneRuns);
   std::fprintf(stderr,
                "vitrain: GEMM M=%lld N=%lld K=%lld batch=%lld: autotuned, candidate %zu of %zu, "
                "%.1f us %s\n",
                (long long)k.M, (long long)k.N, (long long)k.K, (long long)k.batch, best + 1,
-               cands.size(), 1e3 * best_ms / kTuneRuns, first.c_str());
+               cands.size(), 1e3 * best_ms / kTuneRuns, first);
 }
 
 // Row-major operands must fit their leading dimensions; cuBLASLt would only say "invalid value".

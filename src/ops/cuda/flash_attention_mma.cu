@@ -223,7 +223,8 @@ __global__ void __launch_bounds__(kThreads)
 
   // A warp whose 16 rows are all past N (the last tile's, e.g. 3 of 4 warps at N = 197) loads
   // tiles with the others but computes nothing.
-  const bool idle = pos.row0 + warp * 16 >= N;
+  const int first = pos.row0 + warp * 16;  // the warp's first row
+  const bool idle = first >= N;
   for (int j0 = 0; j0 < N; j0 += kCols) {
     __syncthreads();  // every warp is done with the previous K, V tiles
     load_tile<bf16, D>(sk, k + Index(j0) * ld3, ld3, N - j0, vec);
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(kThreads)
     accumulate_times_tile<D>(o, pa, sv, nk);
   }
 
-  const int first = pos.row0 + warp * 16, g = lane / 4;
+  const int g = lane / 4;
   if (lane % 4 == 0) {
     if (first + g < N) lse[Index(pos.bh) * N + first + g] = (m[0] + log2f(l[0])) * kLn2;
     if (first + g + 8 < N) lse[Index(pos.bh) * N + first + g + 8] = (m[1] + log2f(l[1])) * kLn2;
@@ -370,7 +371,8 @@ __global__ void __launch_bounds__(kThreads)
   float dk[D / 8][4], dv[D / 8][4];
   zero_acc<D>(dk);
   zero_acc<D>(dv);
-  const bool idle = pos.row0 + warp * 16 >= N;  // all 16 keys past N: load, compute nothing
+  const int first = pos.row0 + warp * 16;  // the warp's first key
+  const bool idle = first >= N;            // all 16 keys past N: load, compute nothing
 
   for (int i0 = 0; i0 < N; i0 += kCols) {
     const int nv = min(kCols, N - i0);  // valid queries in the tile
@@ -401,7 +403,6 @@ __global__ void __launch_bounds__(kThreads)
     accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
     accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
   }
-  const int first = pos.row0 + warp * 16;
   bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
   store_acc<D>(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
   store_acc<D>(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);

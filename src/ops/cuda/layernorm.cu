@@ -167,14 +167,13 @@ __global__ void __launch_bounds__(kBwdWarps * 32, bwd_min_blocks(kPerLane))
   extern __shared__ float sm[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr bool kSmemSums = bwd_sums_in_smem(kPerLane);
-  constexpr int kRegs = kSmemSums ? 1 : kPerLane;    // the register copies, where kept
-  float* dw_w = sm + Index(warp) * 2 * C;            // (C) this warp's weight-gradient sums
-  float* db_w = dw_w + C;                            // (C) this warp's bias-gradient sums
-  const float* w_s = sm + Index(kBwdWarps) * 2 * C;  // (C) the weight, when kSmemSums
+  constexpr int kRegs = kSmemSums ? 1 : kPerLane;  // the register copies, where kept
+  float* dw_w = sm + Index(warp) * 2 * C;          // (C) this warp's weight-gradient sums
+  float* db_w = dw_w + C;                          // (C) this warp's bias-gradient sums
+  float* w_s = sm + Index(kBwdWarps) * 2 * C;      // (C) the weight, when kSmemSums
   float w[kRegs], dw[kRegs], db[kRegs];
   if constexpr (kSmemSums) {
-    for (Index c = threadIdx.x; c < C; c += blockDim.x)
-      sm[Index(kBwdWarps) * 2 * C + c] = to_f32(weight[c]);
+    for (Index c = threadIdx.x; c < C; c += blockDim.x) w_s[c] = to_f32(weight[c]);
     for (Index c = lane; c < C; c += 32) dw_w[c] = db_w[c] = 0.0f;
     __syncthreads();
   } else {
