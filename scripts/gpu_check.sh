@@ -442,6 +442,11 @@ s_vprofile_before() {
 s_vbench_wmma() {
   VIT_FLASH_MMA=0 s_vbench "$@"
 }
+# Args: model, batch. vitrain bench with the mma.sync attention loading its tiles synchronously
+# (VIT_FLASH_ASYNC=0): what the cp.async double buffering (the default) pays.
+s_vbench_sync() {
+  VIT_FLASH_ASYNC=0 s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with cuBLASLt's candidate algorithms timed per GEMM shape
 # (VIT_GEMM_AUTOTUNE=1; its stderr names each shape's choice).
 s_vbench_tune() {
@@ -495,7 +500,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_tune s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +556,7 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
-    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_tune_*,
+    """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_sync_*, f_tune_*,
     f_fp32res_* and f_before_* (attention variants, the fp32 residual stream, the BEFORE build)
     get their own column."""
     impl = s["result"].get("impl", "")
@@ -892,13 +897,15 @@ variant_label() {
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
+    sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
     *) echo "$1 attention" ;;
   esac
 }
 # One interleaved round (arg: 1 or 2) over the models: vitrain then timm eager per model; round
 # two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
-# pair also show the run-to-run spread. The attention variants (unfused; the WMMA kernels) and
+# pair also show the run-to-run spread. The attention variants (the WMMA kernels; synchronous
+# tile loads; the unfused attention, s_vbench_unfused, measured on both GPUs, no longer runs) and
 # the fp32 residual stream on the first model only (ViT-S); CUDA graphs and the BEFORE build
 # (when bundled) on every model.
 steps_bench_round() {
@@ -907,7 +914,7 @@ steps_bench_round() {
     read -r m b <<<"$mb"
     s=$(short "$m")
     variants=()
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(unfused wmma tune fp32res)
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(wmma sync tune fp32res)
     variants+=(graph)
     [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
     if [ "$r" = 1 ]; then

@@ -243,6 +243,41 @@ TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
   }
 }
 
+// The mma.sync kernels' two ways of loading tiles, cp.async double buffering (the default) and
+// synchronous loads into the same buffers (VIT_FLASH_ASYNC=0), do the same arithmetic in the
+// same order, so every output must have the same bits; the misaligned shapes (synchronous tile
+// loads either way, cp.async statistics in the dK/dV kernel) included.
+TEST_F(FlashAttentionBf16, AsyncTileLoadsGiveTheSynchronousBits) {
+  using T = bf16;
+  ScopedEnv mma("VIT_FLASH_MMA", "1");
+  uint64_t seed = 2000;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(str(s));
+    const Index C = s.H * s.D;
+    const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
+    DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
+    auto run = [&](const char* async) {
+      ScopedEnv env("VIT_FLASH_ASYNC", async);
+      DevBuf<T> d_out(s.B * s.N * C, "out", s.offset), d_dqkv(qkv.size(), "dqkv", s.offset);
+      DevBuf<float> d_lse(s.B * s.H * s.N, "lse");
+      gpu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.N, s.H, s.D);
+      gpu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                                    d_lse.get(), s.B, s.N, s.H, s.D);
+      gpu::synchronize();
+      return std::vector<Vec>{d_out.download(), d_lse.download(), d_dqkv.download()};
+    };
+    const std::vector<Vec> with = run("1"), without = run("0");
+    const char* names[] = {"out", "lse", "dqkv"};
+    for (size_t i = 0; i < with.size(); ++i) {
+      ASSERT_EQ(with[i].size(), without[i].size());
+      size_t differ = 0;
+      for (size_t e = 0; e < with[i].size(); ++e)
+        differ += std::memcmp(&with[i][e], &without[i][e], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << names[i] << ": elements whose bits differ";
+    }
+  }
+}
+
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
 // their tolerances of each other), and the time of each, printed for the record.
 TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {

@@ -17,8 +17,9 @@
 // dQ 0.50; cuDNN does the whole in ~0.4. Next, in likely order of gain: mma.sync m16n8k16 with S
 // and P kept in registers (WMMA's opaque accumulator layout forces the shared-memory round trip
 // of every score tile) -- flash_attention_mma.cu, the bf16 default since 2026-11-26 (these WMMA
-// kernels with VIT_FLASH_MMA=0) --, cp.async double-buffered tile loads, and 16-byte loads in
-// the Drow kernel.
+// kernels with VIT_FLASH_MMA=0) --, cp.async double-buffered tile loads (in the mma.sync
+// kernels, not yet run on a GPU; VIT_FLASH_ASYNC=0 turns them off), and 16-byte loads in the
+// Drow kernel.
 #include <mma.h>
 
 #include <cmath>

@@ -7,7 +7,9 @@
 // probabilities rounded to bf16 for P @ V, the running sum over the unrounded ones; dS rounded
 // for dQ and dK, P rounded for dV. bf16 storage only; the bf16 default since a GPU session
 // checked it against the emulation and timed it (H200, 2026-11-26: ViT-S/16 b256 1.19x the
-// WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu dispatches).
+// WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu dispatches). The streamed
+// tiles are double-buffered through cp.async (below; written 2026-11-26 without a GPU, so not
+// yet measured: VIT_FLASH_ASYNC=0 loads them synchronously).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //  * A (16 x 16, row): a0a1 (g, 2t..2t+1), a2a3 (g + 8, 2t..), a4a5 (g, 8 + 2t..), a6a7 (g + 8,
@@ -138,6 +140,61 @@ __device__ __forceinline__ void to_operand(uint32_t (&a)[kCols / 16][4], const f
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Asynchronous tile loads (cp.async, sm_80+). The kernels hold only 2-4 blocks (8-16 warps) per
+// SM, too few to hide a synchronous tile load's global latency behind other warps' work, so the
+// streamed tiles are double-buffered: the next tile is copied into the second buffer while the
+// warps compute on the first. The copies zero-fill rows past `valid` themselves (source size 0,
+// nothing read). VIT_FLASH_ASYNC=0 loads synchronously into the same buffers (for comparison);
+// both give the same bits.
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(fill ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(fill ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits for this thread's copies but the newest kPending groups; __syncthreads() after it makes
+// every thread's copies visible to the block.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// load_tile (flash_common.cuh) as cp.async copies when `async` and `vec` allow 16-byte ones,
+// else the synchronous load. valid >= 1 (row 0 stands in as the unread source of zero fills).
+template <int D>
+__device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, int ldg, int valid,
+                                                bool vec, bool async) {
+  if (!(vec && async)) return load_tile<bf16, D>(s, g, ldg, valid, vec);
+  constexpr int kChunks = D / 8, ld = kTileLd<bf16, D>;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    const bool inside = r < valid;
+    cp_async16(s + r * ld + c, inside ? g + r * ldg + c : g, inside);
+  }
+}
+
+// s (kCols) = v [0, valid), the rest 0: a streamed tile's per-query statistics.
+__device__ __forceinline__ void load_stats_async(float* s, const float* v, int valid, bool async) {
+  for (int t = threadIdx.x; t < kCols; t += kThreads) {
+    if (async)
+      cp_async4(s + t, t < valid ? v + t : v, t < valid);
+    else
+      s[t] = t < valid ? v[t] : 0.0f;
+  }
+}
+
 // Max / sum over the 4 lanes that share a row (lanes 4g .. 4g + 3).
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -201,22 +258,26 @@ struct Head {
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_forward_kernel(bf16* out, float* lse, const bf16* qkv, int N, int H, int tiles,
-                             float scale_log2, bool vec) {
+                             float scale_log2, bool vec, bool async) {
   // qkv (B, N, 3C) -> out (B, N, C), lse (B, H, N); block: (b, h), queries [row0, row0 + 64)
-  constexpr int ld = kTileLd<bf16, D>;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sq = reinterpret_cast<bf16*>(smem);  // (kRows, ld) queries
-  bf16* sk = sq + kRows * ld;                // (kCols, ld) keys of the tile
-  bf16* sv = sk + kRows * ld;                // (kCols, ld) values of the tile
+  bf16* skv = sq + kTile;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
   const BlockPos pos(H, tiles);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Head hd(qkv, nullptr, pos, N, C, D);
   const bf16 *q = hd.q, *k = hd.k, *v = hd.v;
+  auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
+  auto load_kv = [&](int j0) {
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async);
+  };
 
-  load_tile<bf16, D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec);
-  __syncthreads();
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_kv(0);
+  cp_async_commit();
   uint32_t qa[D / 16][4];
-  load_rows<D>(qa, sq, warp);
   float o[D / 8][4];
   zero_acc<D>(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units)
@@ -226,48 +287,52 @@ __global__ void __launch_bounds__(kThreads)
   const int first = pos.row0 + warp * 16;  // the warp's first row
   const bool idle = first >= N;
   for (int j0 = 0; j0 < N; j0 += kCols) {
-    __syncthreads();  // every warp is done with the previous K, V tiles
-    load_tile<bf16, D>(sk, k + Index(j0) * ld3, ld3, N - j0, vec);
-    load_tile<bf16, D>(sv, v + Index(j0) * ld3, ld3, N - j0, vec);
+    if (j0 + kCols < N) load_kv(j0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and the queries) have landed
     __syncthreads();
-    if (idle) continue;
-    const int nk = min(kCols, N - j0);  // valid keys in the tile
-    float s[kNT][4];
-    rows_times_tile_t<D>(s, qa, sk, nk);
-    float mt[2] = {-INFINITY, -INFINITY};
+    if (j0 == 0) load_rows<D>(qa, sq, warp);
+    if (!idle) {
+      const bf16 *sk = stage(j0), *sv = sk + kTile;
+      const int nk = min(kCols, N - j0);  // valid keys in the tile
+      float s[kNT][4];
+      rows_times_tile_t<D>(s, qa, sk, nk);
+      float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = j0 + col_of(j, e) < N ? s[j][e] * scale_log2 : -INFINITY;
-        mt[e / 2] = fmaxf(mt[e / 2], s[j][e]);
-      }
-    float alpha[2], sum[2] = {0.0f, 0.0f};
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = j0 + col_of(j, e) < N ? s[j][e] * scale_log2 : -INFINITY;
+          mt[e / 2] = fmaxf(mt[e / 2], s[j][e]);
+        }
+      float alpha[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float mn = fmaxf(m[r], quad_max(mt[r]));  // finite: the tile has a valid key
-      alpha[r] = exp2f(m[r] - mn);                    // 0 on the first tile
-      m[r] = mn;
-    }
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - m[e / 2]);  // masked keys: exp2(-inf) = 0
-        sum[e / 2] += s[j][e];
+      for (int r = 0; r < 2; ++r) {
+        const float mn = fmaxf(m[r], quad_max(mt[r]));  // finite: the tile has a valid key
+        alpha[r] = exp2f(m[r] - mn);                    // 0 on the first tile
+        m[r] = mn;
       }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(s[j][e] - m[e / 2]);  // masked keys: exp2(-inf) = 0
+          sum[e / 2] += s[j][e];
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      uint32_t pa[kCols / 16][4];
+      to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
+      accumulate_times_tile<D>(o, pa, sv, nk);
     }
-    uint32_t pa[kCols / 16][4];
-    to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
-    accumulate_times_tile<D>(o, pa, sv, nk);
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
   const int g = lane / 4;
@@ -282,26 +347,29 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                        const float* drow, int N, int H, int tiles, float scale, bool vec) {
+                        const float* drow, int N, int H, int tiles, float scale, bool vec,
+                        bool async) {
   // dq (B, N, D) at column h*D of dqkv (B, N, 3C); block: (b, h), queries [row0, row0 + 64)
-  constexpr int ld = kTileLd<bf16, D>;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sq = reinterpret_cast<bf16*>(smem);  // (kRows, ld) queries
-  bf16* sdo = sq + kRows * ld;               // (kRows, ld) dO
-  bf16* sk = sdo + kRows * ld;               // (kCols, ld) keys of the tile
-  bf16* sv = sk + kRows * ld;                // (kCols, ld) values of the tile
+  bf16* sdo = sq + kTile;                    // (kRows, ld) dO
+  bf16* skv = sdo + kTile;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
   const BlockPos pos(H, tiles);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Head hd(qkv, dout, pos, N, C, D);
   const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
   const float scale_log2 = scale * kLog2e;
+  auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
+  auto load_kv = [&](int j0) {
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async);
+  };
 
-  load_tile<bf16, D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec);
-  load_tile<bf16, D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec);
-  __syncthreads();
-  uint32_t qa[D / 16][4], da[D / 16][4];
-  load_rows<D>(qa, sq, warp);
-  load_rows<D>(da, sdo, warp);
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_tile_async<D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec, async);
+  load_kv(0);
+  cp_async_commit();
   const int first = pos.row0 + warp * 16, g = lane / 4;
   float lse2[2], dr[2];  // rows g, g + 8; rows past N: any finite value (never written)
 #pragma unroll
@@ -310,30 +378,38 @@ __global__ void __launch_bounds__(kThreads)
     lse2[r] = row < N ? lse[Index(pos.bh) * N + row] * kLog2e : 0.0f;
     dr[r] = row < N ? drow[Index(pos.bh) * N + row] : 0.0f;
   }
+  uint32_t qa[D / 16][4], da[D / 16][4];
   float dq[D / 8][4];
   zero_acc<D>(dq);
   const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
 
   for (int j0 = 0; j0 < N; j0 += kCols) {
+    if (j0 + kCols < N) load_kv(j0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and the queries and dO) have landed
     __syncthreads();
-    load_tile<bf16, D>(sk, k + Index(j0) * ld3, ld3, N - j0, vec);
-    load_tile<bf16, D>(sv, v + Index(j0) * ld3, ld3, N - j0, vec);
-    __syncthreads();
-    if (idle) continue;
-    const int nk = min(kCols, N - j0);  // valid keys in the tile
-    float s[kNT][4], dp[kNT][4];
-    rows_times_tile_t<D>(s, qa, sk, nk);   // S = Q K^T
-    rows_times_tile_t<D>(dp, da, sv, nk);  // dP = dO V^T
+    if (j0 == 0) {
+      load_rows<D>(qa, sq, warp);
+      load_rows<D>(da, sdo, warp);
+    }
+    if (!idle) {
+      const bf16 *sk = stage(j0), *sv = sk + kTile;
+      const int nk = min(kCols, N - j0);  // valid keys in the tile
+      float s[kNT][4], dp[kNT][4];
+      rows_times_tile_t<D>(s, qa, sk, nk);   // S = Q K^T
+      rows_times_tile_t<D>(dp, da, sv, nk);  // dP = dO V^T
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = j0 + col_of(j, e) < N ? exp2f(s[j][e] * scale_log2 - lse2[e / 2]) : 0.0f;
-        s[j][e] = p * (dp[j][e] - dr[e / 2]) * scale;  // dS, rounded by to_operand
-      }
-    uint32_t dsa[kCols / 16][4];
-    to_operand(dsa, s);
-    accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
+        for (int e = 0; e < 4; ++e) {
+          const float p = j0 + col_of(j, e) < N ? exp2f(s[j][e] * scale_log2 - lse2[e / 2]) : 0.0f;
+          s[j][e] = p * (dp[j][e] - dr[e / 2]) * scale;  // dS, rounded by to_operand
+        }
+      uint32_t dsa[kCols / 16][4];
+      to_operand(dsa, s);
+      accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
   store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
                vec);
@@ -342,18 +418,17 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                         const float* drow, int N, int H, int tiles, float scale, bool vec) {
+                         const float* drow, int N, int H, int tiles, float scale, bool vec,
+                         bool async) {
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
   // [row0, row0 + 64); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
   // kCols queries) in registers.
-  constexpr int ld = kTileLd<bf16, D>;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* sk = reinterpret_cast<bf16*>(smem);                  // (kRows, ld) keys
-  bf16* sv = sk + kRows * ld;                                // (kRows, ld) values
-  bf16* sq = sv + kRows * ld;                                // (kCols, ld) queries of the tile
-  bf16* sdo = sq + kRows * ld;                               // (kCols, ld) dO of the tile
-  float* slse = reinterpret_cast<float*>(sdo + kRows * ld);  // (kCols) lse, log2 units
-  float* sdr = slse + kCols;                                 // (kCols) Drow
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // (kRows, ld) keys
+  bf16* sv = sk + kTile;                     // (kRows, ld) values
+  bf16* sqd = sv + kTile;  // 2 stages of [(kCols, ld) queries, (kCols, ld) dO] of a tile
+  float* sstat = reinterpret_cast<float*>(sqd + 4 * kTile);  // 2 stages of [(kCols) lse, Drow]
   const BlockPos pos(H, tiles);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
   const Head hd(qkv, dout, pos, N, C, D);
@@ -361,13 +436,21 @@ __global__ void __launch_bounds__(kThreads)
   const float* lse_bh = lse + Index(pos.bh) * N;  // (N)
   const float* dr_bh = drow + Index(pos.bh) * N;  // (N)
   const float scale_log2 = scale * kLog2e;
+  auto stage = [&](int i0) { return (i0 / kCols) % 2; };
+  auto load_q_do = [&](int i0) {
+    bf16* s = sqd + stage(i0) * 2 * kTile;
+    float* st = sstat + stage(i0) * 2 * kCols;
+    load_tile_async<D>(s, q + Index(i0) * ld3, ld3, N - i0, vec, async);
+    load_tile_async<D>(s + kTile, dO + Index(i0) * C, C, N - i0, vec, async);
+    load_stats_async(st, lse_bh + i0, N - i0, async);
+    load_stats_async(st + kCols, dr_bh + i0, N - i0, async);
+  };
 
-  load_tile<bf16, D>(sk, k + Index(pos.row0) * ld3, ld3, N - pos.row0, vec);
-  load_tile<bf16, D>(sv, v + Index(pos.row0) * ld3, ld3, N - pos.row0, vec);
-  __syncthreads();
+  load_tile_async<D>(sk, k + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_tile_async<D>(sv, v + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_q_do(0);
+  cp_async_commit();
   uint32_t ka[D / 16][4], va[D / 16][4];
-  load_rows<D>(ka, sk, warp);
-  load_rows<D>(va, sv, warp);
   float dk[D / 8][4], dv[D / 8][4];
   zero_acc<D>(dk);
   zero_acc<D>(dv);
@@ -375,33 +458,38 @@ __global__ void __launch_bounds__(kThreads)
   const bool idle = first >= N;            // all 16 keys past N: load, compute nothing
 
   for (int i0 = 0; i0 < N; i0 += kCols) {
-    const int nv = min(kCols, N - i0);  // valid queries in the tile
+    if (i0 + kCols < N) load_q_do(i0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and the keys and values) have landed
     __syncthreads();
-    load_tile<bf16, D>(sq, q + Index(i0) * ld3, ld3, nv, vec);
-    load_tile<bf16, D>(sdo, dO + Index(i0) * C, C, nv, vec);
-    for (int t = threadIdx.x; t < kCols; t += kThreads) {
-      slse[t] = t < nv ? lse_bh[i0 + t] * kLog2e : 0.0f;
-      sdr[t] = t < nv ? dr_bh[i0 + t] : 0.0f;
+    if (i0 == 0) {
+      load_rows<D>(ka, sk, warp);
+      load_rows<D>(va, sv, warp);
     }
-    __syncthreads();
-    if (idle) continue;
-    float st[kNT][4], dpt[kNT][4];
-    rows_times_tile_t<D>(st, ka, sq, nv);    // S^T = K Q^T
-    rows_times_tile_t<D>(dpt, va, sdo, nv);  // dP^T = V dO^T
+    if (!idle) {
+      const bf16 *sq = sqd + stage(i0) * 2 * kTile, *sdo = sq + kTile;
+      const float *slse = sstat + stage(i0) * 2 * kCols, *sdr = slse + kCols;
+      const int nv = min(kCols, N - i0);  // valid queries in the tile
+      float st[kNT][4], dpt[kNT][4];
+      rows_times_tile_t<D>(st, ka, sq, nv);    // S^T = K Q^T
+      rows_times_tile_t<D>(dpt, va, sdo, nv);  // dP^T = V dO^T
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = col_of(j, e);  // the query
-        const float p = i < nv ? exp2f(st[j][e] * scale_log2 - slse[i]) : 0.0f;
-        st[j][e] = p;                                  // P^T, rounded by to_operand
-        dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
-      }
-    uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
-    to_operand(pa, st);
-    to_operand(dsa, dpt);
-    accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
-    accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
+        for (int e = 0; e < 4; ++e) {
+          const int i = col_of(j, e);  // the query
+          // lse in log2 units, the product rounded on its own (no fma with the score's)
+          const float p = i < nv ? exp2f(st[j][e] * scale_log2 - __fmul_rn(slse[i], kLog2e)) : 0.0f;
+          st[j][e] = p;                                  // P^T, rounded by to_operand
+          dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
+        }
+      uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
+      to_operand(pa, st);
+      to_operand(dsa, dpt);
+      accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
+      accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
   bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
   store_acc<D>(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
@@ -420,15 +508,22 @@ bool flash_mma_enabled() {  // the default since 2026-11-26; VIT_FLASH_MMA=0 pic
   return !(env && env[0] == '0');
 }
 
+// cp.async tile loads unless VIT_FLASH_ASYNC=0 (read at every call, like VIT_FLASH_MMA).
+bool flash_mma_async() {
+  const char* env = std::getenv("VIT_FLASH_ASYNC");
+  return !(env && env[0] == '0');
+}
+
 void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H, Index D,
                        int tiles, bool vec) {
   const float scale_log2 = kLog2e / std::sqrt(float(D));
+  const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    constexpr size_t bytes = 3 * tile_bytes<kD>();
+    constexpr size_t bytes = 5 * tile_bytes<kD>();  // queries, 2 x (keys, values)
     allow_smem<flash_mma_forward_kernel<kD>>(bytes);
     flash_mma_forward_kernel<kD><<<unsigned(B * H * tiles), kThreads, bytes, stream()>>>(
-        out, lse, qkv, int(N), int(H), tiles, scale_log2, vec);
+        out, lse, qkv, int(N), int(H), tiles, scale_log2, vec, async);
     VIT_CUDA_LAUNCHED();
   });
 }
@@ -437,18 +532,20 @@ void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const flo
                         const float* drow, Index B, Index N, Index H, Index D, int tiles,
                         bool vec) {
   const float scale = 1.0f / std::sqrt(float(D));
+  const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    constexpr size_t dq_bytes = 4 * tile_bytes<kD>();
-    constexpr size_t dkv_bytes = 4 * tile_bytes<kD>() + 2 * kCols * sizeof(float);
+    // dq: queries, dO, 2 x (keys, values); dkv: keys, values, 2 x (queries, dO, lse, Drow)
+    constexpr size_t dq_bytes = 6 * tile_bytes<kD>();
+    constexpr size_t dkv_bytes = 6 * tile_bytes<kD>() + 4 * kCols * sizeof(float);
     const unsigned grid = unsigned(B * H * tiles);
     allow_smem<flash_mma_dkv_kernel<kD>>(dkv_bytes);
     flash_mma_dkv_kernel<kD><<<grid, kThreads, dkv_bytes, stream()>>>(
-        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec);
+        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
     VIT_CUDA_LAUNCHED();
     allow_smem<flash_mma_dq_kernel<kD>>(dq_bytes);
     flash_mma_dq_kernel<kD><<<grid, kThreads, dq_bytes, stream()>>>(
-        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec);
+        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
     VIT_CUDA_LAUNCHED();
   });
 }
