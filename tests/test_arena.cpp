@@ -32,24 +32,40 @@ TEST(Arena, PaddedRowsKeepSixteenByteAlignment) {
   EXPECT_EQ(vit::padded_row(1), 8);
 }
 
-// The model's plan for ViT-S/16 at batch 4 holds every buffer the old per-vector layout had.
+// The model's plan for ViT-S/16 at batch 4 holds every buffer the old per-vector layout had,
+// except the branch-gradient slot (B, N, C), which only layer scale or drop path need (without
+// them a branch reads the residual gradient in place).
 TEST(Arena, ModelArenaCoversEveryActivation) {
-  vit::ModelConfig c = vit::model_preset("vit_small_patch16_224");
-  c.depth = 2;  // the per-block part repeats; two blocks keep the test fast
-  const vit::Index B = 4, N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim();
-  const vit::Index H = c.num_heads, K = c.num_classes, Np = c.num_patches(), F = 3 * 16 * 16;
-  vit::Vit<float> model(c, B);
-  // Elements per block (see BlockActs) and outside the blocks, fp32 everywhere on the CPU.
-  const vit::Index per_block =
-      6 * B * N * C + 4 * B * N + B * N * 3 * C + B * H * N * N + 2 * B * N * M + 2 * B;
-  const vit::Index outside = B * Np * F + B * Np * C + (c.depth + 1) * B * N * C + 2 * B * C +
-                             2 * B + 2 * B * K + B + 4 * B * N * C + B * N * 3 * C + 2 * B * N * M +
-                             B * Np * C + B * K + 2 * B * C;
-  const size_t bytes = size_t(c.depth * per_block + outside) * sizeof(float);
-  EXPECT_GE(model.arena_bytes(), bytes);
-  // Alignment padding is at most one line per slot.
-  const size_t slots = size_t(c.depth) * 17 + 21 + size_t(c.depth) + 1;
-  EXPECT_LE(model.arena_bytes(), bytes + slots * vit::kArenaAlign);
+  for (double drop_path : {0.0, 0.1}) {
+    SCOPED_TRACE("drop_path " + std::to_string(drop_path));
+    vit::ModelConfig c = vit::model_preset("vit_small_patch16_224");
+    c.depth = 2;  // the per-block part repeats; two blocks keep the test fast
+    c.drop_path = drop_path;
+    const bool dbranch = drop_path > 0;
+    const vit::Index B = 4, N = c.num_tokens(), C = c.embed_dim, M = c.hidden_dim();
+    const vit::Index H = c.num_heads, K = c.num_classes, Np = c.num_patches(), F = 3 * 16 * 16;
+    vit::Vit<float> model(c, B);
+    // Elements per block (see BlockActs) and outside the blocks, fp32 everywhere on the CPU;
+    // the (B, N, C) gradients: dres, datty, dln and, with drop path, dbranch.
+    const vit::Index per_block =
+        6 * B * N * C + 4 * B * N + B * N * 3 * C + B * H * N * N + 2 * B * N * M + 2 * B;
+    const vit::Index outside = B * Np * F + B * Np * C + (c.depth + 1) * B * N * C + 2 * B * C +
+                               2 * B + 2 * B * K + B + (dbranch ? 4 : 3) * B * N * C +
+                               B * N * 3 * C + 2 * B * N * M + B * Np * C + B * K + 2 * B * C;
+    const size_t bytes = size_t(c.depth * per_block + outside) * sizeof(float);
+    EXPECT_GE(model.arena_bytes(), bytes);
+    // Alignment padding is at most one line per slot.
+    const size_t slots = size_t(c.depth) * 17 + (dbranch ? 21 : 20) + size_t(c.depth) + 1;
+    EXPECT_LE(model.arena_bytes(), bytes + slots * vit::kArenaAlign);
+    // Without the slot the plan is smaller by about one (B, N, C) buffer, not more.
+    if (!dbranch) {
+      vit::ModelConfig with = c;
+      with.drop_path = 0.1;
+      const size_t grown = vit::Vit<float>(with, B).arena_bytes() - model.arena_bytes();
+      EXPECT_GE(grown, size_t(B * N * C) * sizeof(float));
+      EXPECT_LE(grown, size_t(B * N * C) * sizeof(float) + vit::kArenaAlign);
+    }
+  }
 }
 
 TEST(ParamTable, EveryTensorStartsAligned) {

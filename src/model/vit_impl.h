@@ -167,7 +167,10 @@ void VitModel<Backend>::plan_arena() {
   slot(a.probs, "probs", B * K);
   slot(a.losses, "losses", B);
   slot(a.dres, "dres", B * N * C);
-  slot(a.dbranch, "dbranch", B * N * C);
+  // A branch's own gradient buffer only where branch_grad (backward_block) cannot read dres in
+  // place: with layer scale, stochastic depth or the fp32 residual stream.
+  if (!std::is_same_v<Res, Store> || cfg_.layer_scale_init > 0 || cfg_.drop_path > 0)
+    slot(a.dbranch, "dbranch", B * N * C);
   slot(a.datty, "datty", B * N * C);
   slot(a.dln, "dln", B * N * C);
   slot(a.dqkv, "dqkv", B * N * 3 * C);
@@ -543,6 +546,7 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   auto branch_grad = [&](const Store* ls, const Acc* s, Acc* dls, const Store* out) -> CS {
     if constexpr (std::is_same_v<Res, Store>)
       if (!ls && !s) return CS(a.dres);
+    VIT_CHECK(a.dbranch, "backward: no dbranch slot planned for layer scale or drop path");
     ProfileScope prof("residual_backward", W::stream(BN * C, 1, 2));
     Backend::residual_backward(a.dbranch, dls, CR(a.dres), out, ls, s, B, N, C);
     return CS(a.dbranch);
