@@ -64,6 +64,25 @@ TEST_F(TrainCli, RunFolderHasEverything) {
   EXPECT_GT(std::stod(w.metadata.at("eval_top1")), 60.0);
 }
 
+// The default recipe's preset, vit_fmnist_hybrid, carries the conv stem; --stem overrides a
+// preset's stem, and no --stem keeps it (args.yaml records the flag as given).
+TEST_F(TrainCli, PresetStemAndTheFlagThatOverridesIt) {
+  const std::string base = "--model vit_fmnist_hybrid --epochs 1";
+  ASSERT_EQ(run_vitrain(train_flags("hybrid", base), dir_.string()).exit_code, 0);
+  ASSERT_EQ(run_vitrain(train_flags("hybrid_patch", base + " --stem patch"), dir_.string())
+                .exit_code,
+            0);
+  const vit::WeightsFile hybrid =
+      vit::load_weights((dir_ / "out" / "hybrid" / "last.safetensors").string());
+  const vit::WeightsFile patch =
+      vit::load_weights((dir_ / "out" / "hybrid_patch" / "last.safetensors").string());
+  EXPECT_EQ(hybrid.cfg.stem, vit::Stem::Conv);
+  EXPECT_EQ(hybrid.cfg.stem_widths().size(), 2u);  // P = 4: two 3x3 stride-2 convs
+  EXPECT_EQ(patch.cfg.stem, vit::Stem::Patch);
+  EXPECT_EQ(patch.cfg.ffn, vit::Ffn::Local);  // the rest of the preset stays
+  EXPECT_NE(hybrid.params.size(), patch.params.size());
+}
+
 TEST_F(TrainCli, ResumeIsBitwiseIdentical) {
   ASSERT_EQ(run_vitrain(train_flags("straight"), dir_.string()).exit_code, 0);
   // Interrupt mid-epoch (update 21 of 16 per epoch -> epoch 1), then resume to the end.

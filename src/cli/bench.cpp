@@ -21,13 +21,13 @@ namespace vit {
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
-  std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem = "patch";
+  std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem;
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
   bool json = false, profile = false, fp32_residual = false, cuda_graph = false;
   app.add_option("--model", model_name, "model preset");
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
-  app.add_option("--stem", stem, "patch embedding: patch or conv")
+  app.add_option("--stem", stem, "patch embedding: patch or conv (default: the preset's)")
       ->check(CLI::IsMember({"patch", "conv"}));
   app.add_option("--steps", steps, "timed training steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
@@ -64,7 +64,7 @@ int run_bench(int argc, char** argv) {
 
   ModelConfig cfg = model_preset(model_name);
   if (img_size > 0) cfg.img_size = img_size;
-  cfg.stem = stem_from_string(stem);
+  if (!stem.empty()) cfg.stem = stem_from_string(stem);
   cfg.validate();
   EngineOptions eo;
   eo.device = resolve_device(device);

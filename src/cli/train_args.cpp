@@ -47,7 +47,7 @@ std::vector<Option> options(TrainArgs& a) {
       {"--ffn", "ffn", "FFN: mlp or local (default: the preset's)", &a.ffn},
       {"--stem", "stem",
        "patch embedding: patch (one stride-P conv) or conv (3x3 stride-2 convs + LayerNorm + "
-       "ReLU, then 1x1; P a power of two)",
+       "ReLU, then 1x1; P a power of two) (default: the preset's)",
        &a.stem},
       {"--drop-path", "drop_path", "stochastic depth rate (linear over depth)", &a.drop_path},
       {"-b,--batch-size", "batch_size", "batch size per step", &a.batch_size},
@@ -268,7 +268,7 @@ void validate(const TrainArgs& a) {
             fmt::format("--gp {}: use token or avg", a.gp));
   VIT_CHECK(a.ffn.empty() || a.ffn == "mlp" || a.ffn == "local",
             fmt::format("--ffn {}: use mlp or local", a.ffn));
-  VIT_CHECK(a.stem == "patch" || a.stem == "conv",
+  VIT_CHECK(a.stem.empty() || a.stem == "patch" || a.stem == "conv",
             fmt::format("--stem {}: use patch or conv", a.stem));
   VIT_CHECK(a.stop_after_updates >= 0, "--stop-after-updates must be >= 0");
   // Every number finite: no option means anything by inf or nan, and args.yaml would not read

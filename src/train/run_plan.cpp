@@ -22,7 +22,7 @@ ModelConfig model_for_run(const TrainArgs& a, const data::DataSplits& d) {
                         cfg.num_classes, d.train->num_classes()));
   if (!a.gp.empty()) cfg.classifier = classifier_from_string(a.gp);
   if (!a.ffn.empty()) cfg.ffn = ffn_from_string(a.ffn);
-  cfg.stem = stem_from_string(a.stem);
+  if (!a.stem.empty()) cfg.stem = stem_from_string(a.stem);
   cfg.drop_path = a.drop_path;
   cfg.validate();
   return cfg;

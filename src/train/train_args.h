@@ -16,7 +16,7 @@ struct TrainArgs {
   std::string ffn;        // "" (preset) | mlp | local
   std::string class_map;  // ImageFolder class order: one name per line ("" = sorted folders)
   double drop_path = 0.0;
-  std::string stem = "patch";  // patch embedding: patch | conv (the hybrid conv stem)
+  std::string stem;  // patch embedding: patch | conv (the hybrid conv stem) | "" (the preset's)
   // Optimisation.
   int batch_size = 64;
   int grad_accum_steps = 1;
