@@ -69,9 +69,8 @@ TEST_F(TrainCli, RunFolderHasEverything) {
 TEST_F(TrainCli, PresetStemAndTheFlagThatOverridesIt) {
   const std::string base = "--model vit_fmnist_hybrid --epochs 1";
   ASSERT_EQ(run_vitrain(train_flags("hybrid", base), dir_.string()).exit_code, 0);
-  ASSERT_EQ(run_vitrain(train_flags("hybrid_patch", base + " --stem patch"), dir_.string())
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_vitrain(train_flags("hybrid_patch", base + " --stem patch"), dir_.string()).exit_code, 0);
   const vit::WeightsFile hybrid =
       vit::load_weights((dir_ / "out" / "hybrid" / "last.safetensors").string());
   const vit::WeightsFile patch =
