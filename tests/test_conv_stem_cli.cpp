@@ -2,7 +2,9 @@
 // stride-2 layers): it trains, args.yaml and the checkpoint record the stem, an interrupted run
 // resumes bitwise, and eval / export rebuild the conv-stem model from the checkpoint alone.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -66,6 +68,39 @@ TEST_F(ConvStemCli, TrainsResumesBitwiseAndEvaluates) {
   ASSERT_EQ(x.exit_code, 0) << x.err;
   std::ifstream cj(dir_ / "exp" / "config.json");
   EXPECT_EQ(nlohmann::json::parse(cj).at("architecture"), "vitrain_vit_conv_stem");
+}
+
+// The default recipe's preset (conv stem and locality FFN) exported and checked outside vitrain
+// by tests/reference/timm_logits_check.py, as gpu_check.sh does on the device: config.json names
+// both parts, and the PyTorch reference module built from it gives vitrain's fp32 logits.
+TEST_F(ConvStemCli, HybridExportGivesTheLogitsInThePyTorchReference) {
+  const std::string flags =
+      "train --data-dir " + data_ + " --model vit_fmnist_hybrid --img-size 8 --output " +
+      (dir_ / "out").string() + " --experiment hybrid -b 64 --epochs 1 -j 2 --seed 5 --hflip 0";
+  ASSERT_EQ(run_vitrain(flags, dir_.string()).exit_code, 0);
+  const std::string ckpt = (dir_ / "out" / "hybrid" / "last.safetensors").string();
+  const std::string exp = (dir_ / "hexp").string(), npy = (dir_ / "logits.npy").string();
+  ASSERT_EQ(run_vitrain("export --checkpoint " + ckpt + " --out " + exp, dir_.string()).exit_code,
+            0);
+  const auto cfg = nlohmann::json::parse(vit::testing::slurp(fs::path(exp) / "config.json"));
+  EXPECT_EQ(cfg.at("architecture"), "vitrain_vit_conv_stem");
+  EXPECT_EQ(cfg.at("model_args").at("ffn"), "local");
+  EXPECT_EQ(cfg.at("model_args").at("stem"), "conv");
+  const RunResult e =
+      run_vitrain("eval --checkpoint " + ckpt + " --data-dir " + data_ + " --save-logits " + npy,
+                  dir_.string());
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const std::string out = (dir_ / "check.txt").string();
+  const std::string cmd = std::string(VIT_PYTHON) +
+                          " " VIT_SOURCE_DIR "/tests/reference/timm_logits_check.py --export " +
+                          exp + " --logits " + npy + " --data-dir " + data_ +
+                          " --precision fp32 --device cpu > " + out + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string text = vit::testing::slurp(out);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  EXPECT_NE(text.find("torch_vit.py (timm has no locality FFN or conv stem)"), std::string::npos)
+      << text;
 }
 
 TEST_F(ConvStemCli, UnknownStemIsOneClearError) {

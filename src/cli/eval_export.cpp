@@ -181,6 +181,12 @@ int run_export(int argc, char** argv) {
   const char* arch = timm_loads             ? "vit_tiny_patch16_224"
                      : c.stem == Stem::Conv ? "vitrain_vit_conv_stem"
                                             : "vitrain_vit_local_ffn";
+  // A vitrain architecture names one of its two departures; both are spelled out (timm never
+  // builds these, so the extra model_args cannot reach a timm constructor).
+  if (!timm_loads) {
+    model_args["ffn"] = to_string(c.ffn);
+    model_args["stem"] = to_string(c.stem);
+  }
   nlohmann::json cfg = {
       {"architecture", arch},
       {"num_classes", c.num_classes},

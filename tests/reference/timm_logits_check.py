@@ -12,10 +12,11 @@ no resize: the export's input size must be the images' size), in float32 (TF32 o
 compares with the .npy: max abs difference (absolute and as a fraction of max |logit|), relative
 L2 error, top-1 agreement, and both top-1 accuracies against the labels.
 
-timm has no locality FFN: for config.json's architecture "vitrain_vit_local_ffn" (the default
-recipe's vit_fmnist_local) the reference is tests/reference/torch_vit.py, the PyTorch module the
-C++ engine is checked against, loaded from the same model.safetensors; the JSON says which
-("loader"). --allow-reference uses it for timm architectures too where timm is missing (smoke
+timm has no locality FFN and no conv stem: for config.json's architectures
+"vitrain_vit_local_ffn" and "vitrain_vit_conv_stem" (the default recipe's vit_fmnist_hybrid has
+both; model_args "ffn" and "stem" say which parts, older exports only the architecture) the
+reference is tests/reference/torch_vit.py, the PyTorch module the C++ engine is checked against,
+loaded from the same model.safetensors; the JSON says which ("loader"). --allow-reference uses it for timm architectures too where timm is missing (smoke
 tests here; not a timm check).
 
 Tolerances by --precision of the vitrain logits (set without a GPU run yet): fp32 (CPU or CUDA
@@ -97,13 +98,15 @@ def reference_model(export, cfg, torch):
     sys.path.insert(0, HERE)
     import torch_vit
     ma = cfg["model_args"]
+    arch = cfg["architecture"]
+    ffn = ma.get("ffn") or ("local" if arch == "vitrain_vit_local_ffn" else "mlp")
+    stem = ma.get("stem") or ("conv" if arch == "vitrain_vit_conv_stem" else "patch")
     model = torch_vit.ViT(img_size=ma["img_size"], patch_size=ma["patch_size"],
                           in_chans=ma["in_chans"], embed_dim=ma["embed_dim"], depth=ma["depth"],
                           num_heads=ma["num_heads"], mlp_ratio=ma["mlp_ratio"],
                           num_classes=cfg["num_classes"],
                           classifier="token" if ma.get("class_token", True) else "avg",
-                          ffn="local" if cfg["architecture"] == "vitrain_vit_local_ffn" else "mlp",
-                          qkv_bias=ma.get("qkv_bias", True),
+                          ffn=ffn, stem=stem, qkv_bias=ma.get("qkv_bias", True),
                           layer_scale_init=ma.get("init_values") or 0.0)
     sd = {k: torch.from_numpy(v.copy()) for k, v in
           read_safetensors(os.path.join(export, "model.safetensors")).items()}
@@ -144,8 +147,8 @@ def main():
     mean = np.asarray(pc["mean"], dtype=np.float32).reshape(1, -1, 1, 1)
     std = np.asarray(pc["std"], dtype=np.float32).reshape(1, -1, 1, 1)
 
-    if cfg["architecture"] == "vitrain_vit_local_ffn":
-        loader = "tests/reference/torch_vit.py (timm has no locality FFN)"
+    if cfg["architecture"] in ("vitrain_vit_local_ffn", "vitrain_vit_conv_stem"):
+        loader = "tests/reference/torch_vit.py (timm has no locality FFN or conv stem)"
         model = reference_model(a.export, cfg, torch)
     else:
         try:
