@@ -41,7 +41,7 @@ std::string temp_yaml(const std::string& name, const std::string& text) {
 
 TEST(TrainArgs, Defaults) {
   const vit::TrainArgs a = parse({});
-  EXPECT_EQ(a.model, "vit_fmnist_local");
+  EXPECT_EQ(a.model, "vit_fmnist_hybrid");
   EXPECT_EQ(a.data_dir, "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(a.batch_size, 64);
   EXPECT_EQ(a.opt, "adamw");

@@ -9,7 +9,7 @@ namespace vit {
 struct TrainArgs {
   // Data and model.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  std::string model = "vit_fmnist_local";
+  std::string model = "vit_fmnist_hybrid";
   int img_size = 0;       // 0 = the preset's
   int num_classes = 0;    // 0 = from the data
   std::string gp;         // "" (preset) | token | avg
