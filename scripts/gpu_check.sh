@@ -793,7 +793,7 @@ steps_ops_sanitizers() {
             s_sanitize_flash memcheck '*MatchesCpuReference*:*MatchesTheEmulation*'
           ;;
         flash_race)
-          step c_racecheck_flash ops 150 "racecheck: flash attention bf16, both kernel sets" \
+          step c_racecheck_flash ops 240 "racecheck: flash attention bf16, both kernel sets and both tile loads" \
             s_sanitize_flash racecheck 'FlashAttentionBf16.*'
           ;;
     esac
