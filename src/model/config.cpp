@@ -29,7 +29,7 @@ const std::map<std::string, Preset>& presets() {
       // reach 90% on Fashion-MNIST in a few epochs (docs/benchmarks.md).
       {"vit_fmnist_local", {28, 4, 1, 96, 4, 3, 10, Classifier::Avg, Ffn::Local}},
       // The same with the hybrid conv stem in place of the patchify: about a point more in the
-      // same 6 epochs on the CPU (docs/benchmarks.md), for ~12% more compute.
+      // same 6 epochs on the CPU (docs/benchmarks.md), for 10% more FLOPs per image.
       {"vit_fmnist_hybrid", {28, 4, 1, 96, 4, 3, 10, Classifier::Avg, Ffn::Local, Stem::Conv}},
       // The engine benchmark model of docs/benchmarks.md (C=192, L=6, H=3, 8x8 tokens).
       {"vit_bench_cpu", {32, 4, 3, 192, 6, 3, 10, Classifier::Avg, Ffn::Mlp}},
