@@ -19,7 +19,7 @@
 // of every score tile) -- flash_attention_mma.cu, the bf16 default since 2026-11-26 (these WMMA
 // kernels with VIT_FLASH_MMA=0) --, cp.async double-buffered tile loads (in the mma.sync
 // kernels, not yet run on a GPU; VIT_FLASH_ASYNC=0 turns them off), and 16-byte loads in the
-// Drow kernel.
+// Drow kernel (written 2026-11-26, not yet run on a GPU: flash_drow_packed_kernel).
 #include <mma.h>
 
 #include <cmath>
@@ -329,6 +329,63 @@ __global__ void flash_drow_kernel(float* drow, const T* dout, const T* out, Inde
   if (lane == 0) drow[(bn / N * H + h) * N + bn % N] = s;
 }
 
+// The same sums with 16-byte loads: eight lanes per (b, n, h) row, lane j taking packs j,
+// j + 8, ..., so a warp's load covers four consecutive head rows, contiguous in memory (the
+// warp-per-head kernel moved two bf16 a lane at D = 64: 0.08 ms a ViT-S/16 layer on the H100,
+// ~3x its bytes' time). Fixed order (lane sums, then a butterfly over the eight), so the bits
+// are reproducible; they differ from the warp kernel's by rounding only (the emulation's tests
+// bound Drow's error, not its summation order).
+constexpr int kDrowLanes = 8;  // lanes per head row
+template <typename T, int D>
+__global__ void flash_drow_packed_kernel(float* drow, const T* dout, const T* out, Index rows,
+                                         int N, int H) {
+  // drow (B, H, N); dout, out (B, N, C) with C = H D: row t = (b, n, h) starts at t D
+  constexpr int G = 16 / int(sizeof(T));  // elements per 16-byte load
+  constexpr int kPacks = D / G;           // per head row
+  const Index t = (blockIdx.x * Index(blockDim.x) + threadIdx.x) / kDrowLanes;  // in (B * N * H)
+  const int j = threadIdx.x % kDrowLanes;
+  float s = 0.0f;
+  if (t < rows) {
+    const auto* a = reinterpret_cast<const uint4*>(dout + t * D);  // (kPacks)
+    const auto* o = reinterpret_cast<const uint4*>(out + t * D);   // (kPacks)
+#pragma unroll
+    for (int p = j; p < kPacks; p += kDrowLanes) {
+      const uint4 ap = a[p], op = o[p];
+      const T* av = reinterpret_cast<const T*>(&ap);
+      const T* ov = reinterpret_cast<const T*>(&op);
+#pragma unroll
+      for (int e = 0; e < G; ++e) s += to_f32(av[e]) * to_f32(ov[e]);
+    }
+  }
+#pragma unroll
+  for (int m = kDrowLanes / 2; m > 0; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+  if (t >= rows || j != 0) return;
+  const Index bn = t / H;
+  const int h = int(t % H);
+  drow[(bn / N * H + h) * N + bn % N] = s;
+}
+
+// drow (B, H, N) = rowsum(dout * out) per head, on stream(): packed where both tensors are
+// 16-byte aligned (D is a multiple of 16, so every head row is too).
+template <typename T>
+void flash_drow(float* drow, const T* dout, const T* out, Index B, Index N, Index H, Index D) {
+  const Index rows = B * N * H;
+  if (aligned16(dout) && aligned16(out)) {
+    constexpr int kThreadsPerBlock = 256, kRowsPerBlock = kThreadsPerBlock / kDrowLanes;
+    with_head_dim(D, [&](auto d) {
+      constexpr int kD = decltype(d)::value;
+      flash_drow_packed_kernel<T, kD>
+          <<<blocks_for(rows, kRowsPerBlock), kThreadsPerBlock, 0, stream()>>>(
+              drow, dout, out, rows, int(N), int(H));
+    });
+  } else {
+    constexpr int kWarpsPerBlock = 8;
+    flash_drow_kernel<T><<<blocks_for(rows, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream()>>>(
+        drow, dout, out, rows, int(N), int(H), int(D));
+  }
+  VIT_CUDA_LAUNCHED();
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* drow,
@@ -525,10 +582,7 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   const float scale = 1.0f / std::sqrt(float(D));
   const bool vec = aligned16(dqkv) && aligned16(dout) && aligned16(qkv);
   auto* drow = static_cast<float*>(scratch(size_t(B * H * N) * sizeof(float), kScratchFlash));
-  constexpr int kWarpsPerBlock = 8;
-  flash_drow_kernel<T><<<blocks_for(B * N * H, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream()>>>(
-      drow, dout, out, B * N * H, int(N), int(H), int(D));
-  VIT_CUDA_LAUNCHED();
+  flash_drow(drow, dout, out, B, N, H, D);
   if constexpr (std::is_same_v<T, bf16>) {
     if (flash_mma_enabled())
       return flash_mma_backward(dqkv, dout, qkv, lse, drow, B, N, H, D, tiles, vec);
