@@ -78,7 +78,11 @@ TEST(Profile, ForwardWorkMatchesTheAnalyticFlops) {
   const double flops = t.at("matmul_forward").flops + t.at("attention_forward").flops;
   EXPECT_NEAR(flops, c.forward_flops_per_image() * B, 1e-9 * flops);
   EXPECT_EQ(t.at("matmul_forward").calls, 2 + 4 * c.depth);  // patch, head; qkv, proj, fc1, fc2
-  EXPECT_EQ(t.at("layernorm_forward").calls, 1 + 2 * c.depth);
+  // Every residual add but the last is fused with the LayerNorm after it (norm2, the next
+  // block's norm1); block 0's norm1 and the final norm stand alone.
+  EXPECT_EQ(t.at("residual_layernorm_forward").calls, 2 * c.depth - 1);
+  EXPECT_EQ(t.at("residual_forward").calls, 1);
+  EXPECT_EQ(t.at("layernorm_forward").calls, 2);
   EXPECT_GT(t.at("layernorm_forward").bytes, 0.0);
   EXPECT_EQ(t.at("layernorm_forward").flops, 0.0);
   for (const auto& [name, op] : t) EXPECT_GE(op.seconds, 0.0) << name;

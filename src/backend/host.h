@@ -133,8 +133,23 @@ struct HostMemory {
   }
 };
 
+// The CUDA backend's residual_layernorm_forward (a residual add and the LayerNorm of its sum in
+// one pass, with the two calls' bits) as the two calls of the host policy P.
+template <class P>
+struct ComposedResidualNorm {
+  template <class X, class S, class A>
+  static void residual_layernorm_forward(X* stream, S* out, A* mean, A* rstd, const X* x,
+                                         const S* branch, const S* gamma, const A* sample_scale,
+                                         const S* weight, const S* bias, Index B, Index N, Index C,
+                                         A eps) {
+    P::residual_forward(stream, x, branch, gamma, sample_scale, B, N, C);
+    P::layernorm_forward(out, mean, rstd, static_cast<const X*>(stream), weight, bias, B * N, C,
+                         eps);
+  }
+};
+
 template <typename T>
-struct CpuBackend : HostMemory {
+struct CpuBackend : HostMemory, ComposedResidualNorm<CpuBackend<T>> {
   using Store = T;
   using Acc = T;
   using Res = T;
@@ -162,7 +177,7 @@ struct CpuBackend : HostMemory {
 // R: the residual stream's storage, bf16 (EmuBackend) or fp32 (EmuBackendFp32Residual, the
 // emulation of --fp32-residual).
 template <class R>
-struct EmuBackendOf : HostMemory {
+struct EmuBackendOf : HostMemory, ComposedResidualNorm<EmuBackendOf<R>> {
   using Store = bf16;
   using Acc = float;
   using Res = R;

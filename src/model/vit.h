@@ -80,6 +80,9 @@ class VitModel {
   void plan_arena();
   void rebind();
   void forward_block(int l, Index B, const Acc* s1, const Acc* s2);
+  void residual_norm_forward(Res* stream, const Res* x, const Store* branch, const Store* gamma,
+                             const Acc* sample_scale, Store* ln, Acc* mean, Acc* rstd,
+                             const Store* norm_w, const Store* norm_b, Index B, Index N);
   void backward_block(int l, Index B, const Acc* s1, const Acc* s2);
   void backward_embedding(Index B);
   void draw_drop_path(Index B, uint64_t seed);

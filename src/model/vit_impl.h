@@ -380,6 +380,22 @@ void VitModel<Backend>::attention_backward(int l, Index B) {
   Backend::attention_backward(a.dqkv, CS(a.datty), CS(b.qkv), CS(b.att), B, N, H, D);
 }
 
+// stream (B, N, C) = x + sample_scale gamma branch, then its LayerNorm into ln (B, N, C) with
+// mean, rstd (B * N): one pass on the GPU, the two ops on the host backends (the same bits).
+template <class Backend>
+void VitModel<Backend>::residual_norm_forward(Res* stream, const Res* x, const Store* branch,
+                                              const Store* gamma, const Acc* sample_scale,
+                                              Store* ln, Acc* mean, Acc* rstd, const Store* norm_w,
+                                              const Store* norm_b, Index B, Index N) {
+  using W = ModelOpWork<Store, Res>;  // op work for the profile
+  const Index C = cfg_.embed_dim, BN = B * N;
+  ProfileScope prof("residual_layernorm_forward", W::stream(BN * C, 2, 2));
+  Backend::residual_layernorm_forward(stream, ln, mean, rstd, x, branch, gamma, sample_scale,
+                                      norm_w, norm_b, B, N, C, Acc(1e-6));
+}
+
+// The residual adds are fused with the LayerNorm after them: r1's with norm2, and the block's
+// output add with block l + 1's norm1 (that block then starts at its qkv).
 template <class Backend>
 void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* s2) {
   using W = ModelOpWork<Store, Res>;  // op work for the profile
@@ -389,8 +405,8 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
   const BlockView<Store>& bw = w_.blocks[l];
   const Res* x = a.res[l];  // (B, N, C)
 
-  // Attention branch.
-  {
+  // Attention branch (for l > 0 the previous block's output add has normed x already).
+  if (l == 0) {
     ProfileScope prof("layernorm_forward", W::stream(BN * C, 1, 1));
     Backend::layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, bw.norm1_w, bw.norm1_b, BN, C,
                                Acc(1e-6));
@@ -406,17 +422,10 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     Backend::matmul_forward(b.proj, static_cast<const Store*>(b.atty), bw.proj_w, bw.proj_b, BN, C,
                             C);
   }
-  {
-    ProfileScope prof("residual_forward", W::stream(BN * C, 2, 1));
-    Backend::residual_forward(b.r1, x, static_cast<const Store*>(b.proj), bw.ls1, s1, B, N, C);
-  }
+  residual_norm_forward(b.r1, x, static_cast<const Store*>(b.proj), bw.ls1, s1, b.ln2, b.ln2_mean,
+                        b.ln2_rstd, bw.norm2_w, bw.norm2_b, B, N);
 
   // FFN branch.
-  {
-    ProfileScope prof("layernorm_forward", W::stream(BN * C, 1, 1));
-    Backend::layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, static_cast<const Res*>(b.r1),
-                               bw.norm2_w, bw.norm2_b, BN, C, Acc(1e-6));
-  }
   {
     ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, M));
     Backend::matmul_forward(b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w, bw.fc1_b, BN, C, M);
@@ -450,10 +459,16 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     ProfileScope prof("matmul_forward", W::matmul_forward(BN, M, C));
     Backend::matmul_forward(b.fc2, hidden, bw.fc2_w, bw.fc2_b, BN, M, C);
   }
-  {
+  const Res* r1 = b.r1;
+  const Store* fc2 = b.fc2;
+  if (l + 1 < cfg_.depth) {
+    const BlockActs<Store, Acc, Res>& next = a.blocks[l + 1];
+    const BlockView<Store>& nw = w_.blocks[l + 1];
+    residual_norm_forward(a.res[l + 1], r1, fc2, bw.ls2, s2, next.ln1, next.ln1_mean, next.ln1_rstd,
+                          nw.norm1_w, nw.norm1_b, B, N);
+  } else {
     ProfileScope prof("residual_forward", W::stream(BN * C, 2, 1));
-    Backend::residual_forward(a.res[l + 1], static_cast<const Res*>(b.r1),
-                              static_cast<const Store*>(b.fc2), bw.ls2, s2, B, N, C);
+    Backend::residual_forward(a.res[l + 1], r1, fc2, bw.ls2, s2, B, N, C);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/ops.h"
+#include "ops/cuda/residual_sum.cuh"
 
 namespace vit::cuda {
 
@@ -52,24 +54,52 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
+// The residual add a LayerNorm can take first (residual_layernorm_forward): row r of the stream
+// becomes x + sample_scale[r / S] gamma branch, stored in X, and the norm reads the stored value,
+// as residual_forward followed by layernorm_forward would (the same residual_sum, so the bits).
+template <typename T, typename X>
+struct ResidualAdd {
+  X* stream = nullptr;                  // (R, C) the sum; may alias the norm's input x
+  const T* branch = nullptr;            // (R, C)
+  const T* gamma = nullptr;             // (C) or nullptr
+  const float* sample_scale = nullptr;  // (R / S) or nullptr
+  Index S = 1;                          // rows per sample
+};
+
 // The same forward with the row in registers, as the backward holds it (lane l: columns l,
 // l + 32, ..., at most kPerLane of them): x is read once and a row's loads are all in flight
 // together. The sums run in layernorm_forward_kernel's order, so the bits are the same; that
-// kernel stays for rows wider than 32 x 32.
-template <typename T, typename X, int kPerLane>
+// kernel stays for rows wider than 32 x 32. With kAdd the row is first the residual sum (add).
+template <typename T, typename X, int kPerLane, bool kAdd>
 __global__ void layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const X* inp,
                                               const T* weight, const T* bias, Index R, Index C,
-                                              float eps) {
-  // inp (R, C) in X, out (R, C); weight, bias (C); mean, rstd (R)
+                                              float eps, ResidualAdd<T, X> add) {
+  // inp (R, C) in X, out (R, C); weight, bias (C); mean, rstd (R); add: see ResidualAdd
   const Index r = blockIdx.x * Index(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= R) return;  // whole warps leave together
   const X* x = inp + r * C;
   float xv[kPerLane];
+  if constexpr (kAdd) {
+    const float k = add.sample_scale ? add.sample_scale[r / add.S] : 1.0f;
+    const T* br = add.branch + r * C;
+    X* st = add.stream + r * C;
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const Index c = lane + 32 * j;
-    xv[j] = c < C ? to_f32(x[c]) : 0.0f;
+    for (int j = 0; j < kPerLane; ++j) {
+      const Index c = lane + 32 * j;
+      xv[j] = 0.0f;
+      if (c >= C) continue;
+      const float g = add.gamma ? to_f32(add.gamma[c]) : 1.0f;
+      const X v = from_f32<X>(residual_sum(to_f32(x[c]), k * g, to_f32(br[c])));
+      st[c] = v;
+      xv[j] = to_f32(v);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const Index c = lane + 32 * j;
+      xv[j] = c < C ? to_f32(x[c]) : 0.0f;
+    }
   }
   const float x0 = __shfl_sync(0xffffffffu, xv[0], 0);
   float s = 0.0f;
@@ -122,12 +152,13 @@ bool with_row_registers(Index C, F&& f) {
   return true;
 }
 
-template <typename T, typename X, int kPerLane>
+template <typename T, typename X, int kPerLane, bool kAdd = false>
 void launch_layernorm_forward_rows(T* out, float* mean, float* rstd, const X* inp, const T* weight,
-                                   const T* bias, Index R, Index C, float eps) {
-  layernorm_forward_rows_kernel<T, X, kPerLane>
-      <<<blocks_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(out, mean, rstd, inp,
-                                                                          weight, bias, R, C, eps);
+                                   const T* bias, Index R, Index C, float eps,
+                                   ResidualAdd<T, X> add = {}) {
+  layernorm_forward_rows_kernel<T, X, kPerLane, kAdd>
+      <<<blocks_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
+          out, mean, rstd, inp, weight, bias, R, C, eps, add);
   VIT_CUDA_LAUNCHED();
 }
 
@@ -366,6 +397,23 @@ void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const T* 
 }
 
 template <typename T, typename X>
+void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, const X* x,
+                                const T* branch, const T* gamma, const float* sample_scale,
+                                const T* weight, const T* bias, Index B, Index S, Index C,
+                                float eps) {
+  const Index R = B * S;
+  if (R <= 0) return;
+  const ResidualAdd<T, X> add{stream, branch, gamma, sample_scale, S};
+  const bool in_registers = with_row_registers(C, [&](auto k) {
+    launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(out, mean, rstd, x, weight, bias,
+                                                                  R, C, eps, add);
+  });
+  if (in_registers) return;
+  residual_forward(stream, x, branch, gamma, sample_scale, B, S, C);  // rows over 1024: two passes
+  layernorm_forward_loop(out, mean, rstd, static_cast<const X*>(stream), weight, bias, R, C, eps);
+}
+
+template <typename T, typename X>
 void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, const X* inp,
                         const T* weight, const float* mean, const float* rstd, Index R, Index C) {
   if (R <= 0) return;
@@ -391,6 +439,9 @@ void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, co
                                         Index, float);                                           \
   template void layernorm_forward_loop<T, X>(T*, float*, float*, const X*, const T*, const T*,   \
                                              Index, Index, float);                               \
+  template void residual_layernorm_forward<T, X>(X*, T*, float*, float*, const X*, const T*,     \
+                                                 const T*, const float*, const T*, const T*,     \
+                                                 Index, Index, Index, float);                    \
   template void layernorm_backward<T, X>(X*, float*, float*, const T*, const X*, const T*,       \
                                          const float*, const float*, Index, Index);
 VIT_CUDA_INSTANTIATE_STREAM(INSTANTIATE)

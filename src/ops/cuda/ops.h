@@ -114,6 +114,15 @@ void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const T* 
 template <typename T, typename X = T>
 void layernorm_forward_loop(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                             const T* bias, Index R, Index C, float eps);
+// residual_forward, then layernorm_forward of its result, in one pass where a row fits the
+// registers (C <= 1024), else the two calls; bitwise the two calls either way:
+// stream (B, S, C) = x + sample_scale[b] gamma[c] branch (may alias x; gamma, sample_scale may be
+// nullptr), out (B, S, C) = LayerNorm(stream) with mean, rstd (B * S).
+template <typename T, typename X = T>
+void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, const X* x,
+                                const T* branch, const T* gamma, const float* sample_scale,
+                                const T* weight, const T* bias, Index B, Index S, Index C,
+                                float eps);
 // dinp (R, C) ACCUMULATES; dweight, dbias (C) accumulate.
 template <typename T, typename X = T>
 void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, const X* inp,

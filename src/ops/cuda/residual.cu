@@ -7,17 +7,11 @@
 #include <type_traits>
 
 #include "ops/cuda/elementwise.cuh"
+#include "ops/cuda/residual_sum.cuh"
 
 namespace vit::cuda {
 
 namespace {
-
-// x + kg b, rounded after the product and after the sum: nvcc contracts the plain expression
-// into an fma in one kernel and not in another (the scalar and the packed kernel differed in
-// the last bit on an H200), and these intrinsics are never contracted.
-__device__ __forceinline__ float residual_sum(float x, float kg, float b) {
-  return __fadd_rn(x, __fmul_rn(kg, b));
-}
 
 template <typename T, typename X>
 __global__ void residual_forward_kernel(X* out, const X* x, const T* branch, const T* gamma,
