@@ -437,6 +437,9 @@ s_vprofile_before() {
   need_bin vitrain_before
   VT_BIN="$BUNDLE/bin/vitrain_before" s_vprofile "$@"
 }
+s_vprofile_local() {
+  VPROFILE_FLAGS="--ffn local" s_vprofile "$@"
+}
 # Args: model, batch. vitrain bench with the WMMA fused attention (VIT_FLASH_MMA=0; the
 # mma.sync kernels are the default since 2026-11-26).
 s_vbench_wmma() {
@@ -456,6 +459,11 @@ s_vbench_tune() {
 s_vbench_fp32res() {
   VBENCH_FLAGS=--fp32-residual s_vbench "$@"
 }
+# Args: model, batch. vitrain bench with the locality FFN (the ImageNet 24-hour recipe's
+# model: what its h-swish, depthwise conv, h-swish cost against the GELU MLP).
+s_vbench_local() {
+  VBENCH_FLAGS="--ffn local" s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with each pass replayed as a CUDA graph (what --cuda-graph
 # pays); the note says how many timed passes were replays (0: the graphs turned off, see log).
 s_vbench_graph() {
@@ -471,7 +479,9 @@ s_vbench_graph() {
 s_vprofile() {
   need_bin vitrain
   local out="$LOGS/$STEP_ID.profile.txt" rc
-  vt bench --device "$DEVICE" --model "$1" -b "$2" --steps 5 --warmup 3 --profile >"$out" 2>&1
+  # shellcheck disable=SC2086  # VPROFILE_FLAGS: split on purpose
+  vt bench --device "$DEVICE" --model "$1" -b "$2" --steps 5 --warmup 3 --profile \
+    ${VPROFILE_FLAGS:-} >"$out" 2>&1
   rc=$?
   cat "$out"
   note "$(grep -A3 '^op ' "$out" | tail -n 3 | awk '{printf "%s %s ms/step (%s); ", $1, $2, $3}')"
@@ -500,7 +510,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +567,8 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
     """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_sync_*, f_tune_*,
-    f_fp32res_* and f_before_* (attention variants, the fp32 residual stream, the BEFORE build)
+    f_fp32res_*, f_local_* and f_before_* (attention variants, the fp32 residual stream, the
+    locality FFN, the BEFORE build)
     get their own column."""
     impl = s["result"].get("impl", "")
     var = s["id"].split("_")[1] if s["id"].startswith("f_") else "vitrain"
@@ -902,6 +913,7 @@ variant_label() {
   case "$1" in
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
+    local) echo "--ffn local" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -920,7 +932,7 @@ steps_bench_round() {
     read -r m b <<<"$mb"
     s=$(short "$m")
     variants=()
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(wmma sync tune fp32res)
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(wmma sync tune fp32res local)
     variants+=(graph)
     [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
     if [ "$r" = 1 ]; then
@@ -948,6 +960,8 @@ steps_profile() {
   [ -x "$BUNDLE/bin/vitrain_before" ] &&
     step "h_profile_before_$(short "$m")" bench 120 "BEFORE build: vitrain bench --profile $m b$b" \
       s_vprofile_before "$m" "$b"
+  step "h_profile_local_$(short "$m")" bench 120 "vitrain bench --profile --ffn local $m b$b" \
+    s_vprofile_local "$m" "$b"
 }
 
 # timm under torch.compile (mode $1, default max-autotune) beside vitrain; the last (smallest)

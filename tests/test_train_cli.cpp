@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -216,6 +217,28 @@ TEST_F(TrainCli, OpenMpSpinningIsLimitedUnlessTheUserChose) {
   const char* loader = "/lib64/ld-linux-x86-64.so.2";  // x86-64 glibc's
   if (fs::exists(loader))
     EXPECT_EQ(spin(std::string("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY ") + loader), "unset");
+}
+
+// bench builds the architecture it is told (the locality FFN, the classifier) over the preset:
+// the JSON names them, and the parameter state follows (the local FFN has a depthwise kernel and
+// no fc biases). A value outside the choices is one clear error.
+TEST_F(TrainCli, BenchTakesTheFfnAndClassifierOfTheModel) {
+  const auto bench = [&](const std::string& flags) {
+    const RunResult r = run_vitrain(
+        "bench --model vit_fmnist_tiny -b 2 --steps 1 --warmup 0 --json " + flags, dir_.string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json preset = bench(""), local = bench("--ffn local --gp token");
+  EXPECT_EQ(preset.value("ffn", ""), "mlp");
+  EXPECT_EQ(preset.value("gp", ""), "avg");
+  EXPECT_EQ(local.value("ffn", ""), "local");
+  EXPECT_EQ(local.value("gp", ""), "token");
+  EXPECT_NE(local.value("state_mib", 0.0), preset.value("state_mib", 0.0));
+  const RunResult bad = run_vitrain("bench --model vit_fmnist_tiny --ffn conv", dir_.string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_EQ(bad.err.rfind("error:", 0), 0u) << bad.err;
 }
 
 TEST_F(TrainCli, BadInputsGiveOneClearError) {

@@ -21,7 +21,7 @@ namespace vit {
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
-  std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem;
+  std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem, ffn, gp;
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
   bool json = false, profile = false, fp32_residual = false, cuda_graph = false;
   app.add_option("--model", model_name, "model preset");
@@ -29,6 +29,10 @@ int run_bench(int argc, char** argv) {
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
   app.add_option("--stem", stem, "patch embedding: patch or conv (default: the preset's)")
       ->check(CLI::IsMember({"patch", "conv"}));
+  app.add_option("--ffn", ffn, "FFN: mlp or local (default: the preset's)")
+      ->check(CLI::IsMember({"mlp", "local"}));
+  app.add_option("--gp", gp, "classifier: token or avg (default: the preset's)")
+      ->check(CLI::IsMember({"token", "avg"}));
   app.add_option("--steps", steps, "timed training steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "OpenMP threads (0 = all cores)");
@@ -65,6 +69,8 @@ int run_bench(int argc, char** argv) {
   ModelConfig cfg = model_preset(model_name);
   if (img_size > 0) cfg.img_size = img_size;
   if (!stem.empty()) cfg.stem = stem_from_string(stem);
+  if (!ffn.empty()) cfg.ffn = ffn_from_string(ffn);
+  if (!gp.empty()) cfg.classifier = classifier_from_string(gp);
   cfg.validate();
   EngineOptions eo;
   eo.device = resolve_device(device);
@@ -105,6 +111,9 @@ int run_bench(int argc, char** argv) {
   const double mfu = gflops * 1e9 / 989e12;
   const double mem_gib = engine->device_memory_bytes() / double(1 << 30);
   const bool conv_stem = cfg.stem == Stem::Conv;
+  // The architecture's choices beyond the preset's name, for the text line.
+  std::string arch = conv_stem ? "conv stem" : "";
+  if (cfg.ffn == Ffn::Local) arch += arch.empty() ? "locality FFN" : ", locality FFN";
   // The CPU reference always runs unfused; the GPU and its emulation fuse where they can.
   const bool fused = eo.device != "cpu" && use_flash_attention(cfg.head_dim());
   // Graphs asked for: how many timed passes were replays (all of them, or 0 where they did not
@@ -120,15 +129,17 @@ int run_bench(int argc, char** argv) {
     fmt::print(
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
-        "\"gflops\":{:.2f},\"state_mib\":{:.2f},\"optimizer_mib\":{:.2f},\"omp_spin\":{}{}{}{}}}\n",
+        "\"gflops\":{:.2f},\"state_mib\":{:.2f},\"optimizer_mib\":{:.2f},\"ffn\":\"{}\","
+        "\"gp\":\"{}\",\"omp_spin\":{}{}{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops, state.total() / kMiB,
-        state.optimizer / kMiB, nlohmann::json(spin.empty() ? "unset" : spin).dump(),
+        state.optimizer / kMiB, to_string(cfg.ffn), to_string(cfg.classifier),
+        nlohmann::json(spin.empty() ? "unset" : spin).dump(),
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {
     fmt::print("{}{} batch {} on {}: {:.1f} img/s, {:.1f} ms/step, {:.1f} GFLOP/s{}\n", model_name,
-               conv_stem ? " (conv stem)" : "", batch,
+               arch.empty() ? "" : " (" + arch + ")", batch,
                gpu ? engine->description() : fmt::format("{} threads", omp_get_max_threads()),
                img_per_s, 1e3 * sec / steps, gflops,
                gpu ? fmt::format(", MFU {:.1f}% of 989 TFLOP/s, {:.2f} GiB device memory",
