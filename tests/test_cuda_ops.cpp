@@ -554,6 +554,49 @@ TYPED_TEST(CudaOps, DwConv) {
   }
 }
 
+// The locality FFN's fused middle (local_ffn_forward/backward): every output bit for bit as the
+// three separate ops (h-swish, depthwise 3x3, h-swish and their backward), with fc1 values on
+// both sides of h-swish's kinks at +-3, class-token rows and none, and a ViT-S/16 layer's
+// width; dact2 is left as it was.
+TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
+  using T = TypeParam;
+  uint64_t seed = 550;
+  std::vector<TokShape> shapes = kTokShapes;
+  shapes.push_back({2, 197, 384, 6, 1, 14});  // ViT-S/16: M = 1540 below
+  for (const TokShape& s : shapes) {
+    SCOPED_TRACE(str(s));
+    const Index M = 4 * s.C + 4, n = s.B * s.N * M;  // not a multiple of 8 for C = 100
+    const Vec fc1 = rnd<T>(n, ++seed, 2.5), w = rnd<T>(M * 9, ++seed, 0.3);
+    const Vec dact2 = rnd<T>(n, ++seed), dw0 = rnd<float>(M * 9, ++seed);
+    DevBuf<T> d_fc1(fc1, "fc1"), d_w(w, "weight"), d_dact2(dact2, "dact2");
+    // The three ops.
+    DevBuf<T> r_act1(n, "act1 (ops)"), r_dw(n, "dw (ops)"), r_act2(n, "act2 (ops)");
+    DevBuf<T> r_ddw(n, "ddw (ops)"), r_dact1(n, "dact1 (ops)"), r_dfc1(n, "dfc1 (ops)");
+    DevBuf<float> r_dweight(dw0, "dweight (ops)");
+    gpu::hswish_forward(r_act1.get(), d_fc1.get(), n);
+    gpu::dwconv3x3_forward(r_dw.get(), r_act1.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+    gpu::hswish_forward(r_act2.get(), r_dw.get(), n);
+    gpu::hswish_backward(r_ddw.get(), d_dact2.get(), r_dw.get(), n);
+    gpu::dwconv3x3_backward(r_dact1.get(), r_dweight.get(), r_ddw.get(), r_act1.get(), d_w.get(),
+                            s.B, s.N, s.prefix, s.g, s.g, M);
+    gpu::hswish_backward(r_dfc1.get(), r_dact1.get(), d_fc1.get(), n);
+    // The fused passes.
+    DevBuf<T> f_act1(n, "act1"), f_dw(n, "dw"), f_act2(n, "act2"), f_dfc1(n, "dfc1");
+    DevBuf<float> f_dweight(dw0, "dweight");
+    gpu::local_ffn_forward(f_act1.get(), f_dw.get(), f_act2.get(), d_fc1.get(), d_w.get(), s.B,
+                           s.N, s.prefix, s.g, s.g, M);
+    gpu::local_ffn_backward(f_dfc1.get(), f_dweight.get(), d_dact2.get(), f_dw.get(),
+                            f_act1.get(), d_fc1.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+    gpu::synchronize();
+    expect_same_bits("act1", f_act1.download(), r_act1.download());
+    expect_same_bits("dw", f_dw.download(), r_dw.download());
+    expect_same_bits("act2", f_act2.download(), r_act2.download());
+    expect_same_bits("dfc1", f_dfc1.download(), r_dfc1.download());
+    expect_same_bits("dweight", f_dweight.download(), r_dweight.download());
+    expect_same_bits("dact2 (unchanged)", d_dact2.download(), dact2);
+  }
+}
+
 TYPED_TEST(CudaOps, Im2Patches) {
   using T = TypeParam;
   struct Case {

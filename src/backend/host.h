@@ -148,8 +148,34 @@ struct ComposedResidualNorm {
   }
 };
 
+// The CUDA backend's fused locality-FFN middle (h-swish, depthwise 3x3, h-swish; ops/cuda/ops.h)
+// as the host policy P's separate ops, with the same results: the backward overwrites dact2
+// (scratch for d(act1)).
+template <class P>
+struct ComposedLocalFfn {
+  template <class S>
+  static void local_ffn_forward(S* act1, S* dw, S* act2, const S* fc1, const S* weight, Index B,
+                                Index N, Index prefix, Index gh, Index gw, Index M) {
+    P::hswish_forward(act1, fc1, B * N * M);
+    P::dwconv3x3_forward(dw, static_cast<const S*>(act1), weight, B, N, prefix, gh, gw, M);
+    P::hswish_forward(act2, static_cast<const S*>(dw), B * N * M);
+  }
+  template <class S, class A>
+  static void local_ffn_backward(S* dfc1, A* dweight, S* dact2, const S* dw, const S* act1,
+                                 const S* fc1, const S* weight, Index B, Index N, Index prefix,
+                                 Index gh, Index gw, Index M) {
+    S* ddw = dfc1;  // (B, N, M) scratch until the last op writes dfc1
+    P::hswish_backward(ddw, static_cast<const S*>(dact2), dw, B * N * M);
+    P::dwconv3x3_backward(dact2, dweight, static_cast<const S*>(ddw), act1, weight, B, N, prefix,
+                          gh, gw, M);
+    P::hswish_backward(dfc1, static_cast<const S*>(dact2), fc1, B * N * M);
+  }
+};
+
 template <typename T>
-struct CpuBackend : HostMemory, ComposedResidualNorm<CpuBackend<T>> {
+struct CpuBackend : HostMemory,
+                    ComposedResidualNorm<CpuBackend<T>>,
+                    ComposedLocalFfn<CpuBackend<T>> {
   using Store = T;
   using Acc = T;
   using Res = T;
@@ -177,7 +203,9 @@ struct CpuBackend : HostMemory, ComposedResidualNorm<CpuBackend<T>> {
 // R: the residual stream's storage, bf16 (EmuBackend) or fp32 (EmuBackendFp32Residual, the
 // emulation of --fp32-residual).
 template <class R>
-struct EmuBackendOf : HostMemory, ComposedResidualNorm<EmuBackendOf<R>> {
+struct EmuBackendOf : HostMemory,
+                      ComposedResidualNorm<EmuBackendOf<R>>,
+                      ComposedLocalFfn<EmuBackendOf<R>> {
   using Store = bf16;
   using Acc = float;
   using Res = R;

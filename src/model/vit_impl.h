@@ -432,20 +432,13 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
   }
   const Store* hidden;
   if (local) {
-    // Linear -> h-swish -> depthwise 3x3 on the grid -> h-swish -> Linear. The class-token
-    // row leaves the conv as 0 and fc2 has no bias, so the class token bypasses the FFN.
+    // Linear -> h-swish -> depthwise 3x3 on the grid -> h-swish -> Linear (the middle three in
+    // one pass on the GPU). The class-token row leaves the conv as 0 and fc2 has no bias, so
+    // the class token bypasses the FFN.
     {
-      ProfileScope prof("hswish_forward", W::elementwise(BN * M, 2));
-      Backend::hswish_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
-    }
-    {
-      ProfileScope prof("dwconv3x3_forward", W::dwconv(B, g * g, M, 1, 2));
-      Backend::dwconv3x3_forward(b.dw, static_cast<const Store*>(b.act1), bw.dw_w, B, N, pre, g, g,
-                                 M);
-    }
-    {
-      ProfileScope prof("hswish_forward", W::elementwise(BN * M, 2));
-      Backend::hswish_forward(b.act2, static_cast<const Store*>(b.dw), BN * M);
+      ProfileScope prof("local_ffn_forward", W::dwconv(B, g * g, M, 1, 4));
+      Backend::local_ffn_forward(b.act1, b.dw, b.act2, static_cast<const Store*>(b.fc1), bw.dw_w, B,
+                                 N, pre, g, g, M);
     }
     hidden = b.act2;
   } else {
@@ -574,31 +567,19 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, M, C));
     Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, dffn, hidden, CS(bw.fc2_w), BN, M, C);
   }
+  // Back to fc1's output: the locality FFN's middle (h-swish, depthwise 3x3, h-swish; one pass
+  // on the GPU, d(act2) in dhid_a is its scratch on the host), or the GELU. Where the backend
+  // fuses the GELU's backward with fc1's bias gradient (the column sums of its result), that
+  // comes out of the same pass (bitwise as computing it in matmul_backward).
+  Acc* fc1_db = bg.fc1_b;  // nullptr with the locality FFN: its fc1 has no bias
   if (local) {
-    {
-      ProfileScope prof("hswish_backward", W::elementwise(BN * M, 3));
-      Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.dw), BN * M);
-    }
-    {
-      ProfileScope prof("dwconv3x3_backward", W::dwconv(B, g * g, M, 2, 3));
-      Backend::dwconv3x3_backward(a.dhid_a, bg.dw_w, CS(a.dhid_b), CS(b.act1), CS(bw.dw_w), B, N,
-                                  pre, g, g, M);
-    }
-  }
-  // The activation right after fc1; where the backend fuses it, fc1's bias gradient (the column
-  // sums of its result) comes out of the same pass (bitwise as computing it in matmul_backward).
-  Acc* fc1_db = bg.fc1_b;
-  if constexpr (Backend::kFusedActivationBiasGrad) {
-    ProfileScope prof(local ? "hswish_backward_bias" : "gelu_backward_bias",
-                      W::elementwise(BN * M, 3));
-    if (local)
-      Backend::hswish_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
-    else
-      Backend::gelu_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
+    ProfileScope prof("local_ffn_backward", W::dwconv(B, g * g, M, 2, 7));
+    Backend::local_ffn_backward(a.dhid_b, bg.dw_w, a.dhid_a, CS(b.dw), CS(b.act1), CS(b.fc1),
+                                CS(bw.dw_w), B, N, pre, g, g, M);
+  } else if constexpr (Backend::kFusedActivationBiasGrad) {
+    ProfileScope prof("gelu_backward_bias", W::elementwise(BN * M, 3));
+    Backend::gelu_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
     fc1_db = nullptr;
-  } else if (local) {
-    ProfileScope prof("hswish_backward", W::elementwise(BN * M, 3));
-    Backend::hswish_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
   } else {
     ProfileScope prof("gelu_backward", W::elementwise(BN * M, 3));
     Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);

@@ -1,74 +1,120 @@
 // Depthwise 3x3 convolution (stride 1, zero padding 1) on the channels-last token grid. One
 // thread per (b, n, c) output: neighbouring threads read neighbouring channels, so every tap
 // is a coalesced row read, and the prefix (class-token) rows are written as 0 in the same pass.
+//
+// The locality FFN's middle (h-swish, this conv, h-swish) runs through the same kernels with
+// kLocal: the forward applies the first h-swish to each tap as it loads fc1 (rounded to T, as
+// the stored act1 would be) and the second to its own sum; the backward forms the h-swish
+// gradient of each tap it reads from dact2 and dw, and applies fc1's h-swish gradient to its
+// sum. Every value is rounded where the three separate ops store it, with the same functors
+// (activation_math.cuh) and explicit fmas, so the fused passes give the three ops' bits while
+// moving (B, N, M) tensors 4 times forward (not 6) and 7 times backward (not 10).
 #include <algorithm>
 
+#include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/common.cuh"
 
 namespace vit::cuda {
 
 namespace {
 
+// A stored T value as the next op reads it.
 template <typename T>
-__global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, Index B, Index N,
-                                         Index prefix, Index gh, Index gw, Index C) {
-  // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3)
-  VIT_GRID_STRIDE(i, B * N * C) {
-    const Index c = i % C, n = (i / C) % N, b = i / (C * N);
-    if (n < prefix) {
-      out[i] = from_f32<T>(0.0f);  // class token bypass
-      continue;
-    }
-    const Index p = n - prefix, y = p / gw, x = p % gw;
-    const T* img = inp + (b * N + prefix) * C + c;  // (gh, gw) of channel c, stride C
+__device__ __forceinline__ float stored(float x) {
+  return to_f32(from_f32<T>(x));
+}
+
+// Where (b, n, c) of a (B, N, C) tensor with `prefix` class-token rows sits on the (gh, gw)
+// grid; 32-bit math (the callers check B N C < 2^31).
+struct GridPos {
+  int c, b, y, x;
+  bool grid;  // false: a class-token row
+  __device__ GridPos(int i, int N, int prefix, int gw, int C) {
+    c = i % C;
+    const int bn = i / C, n = bn % N;
+    b = bn / N;
+    grid = n >= prefix;
+    const int p = n - prefix;
+    y = grid ? p / gw : 0;
+    x = grid ? p % gw : 0;
+  }
+};
+
+template <typename T, bool kLocal>
+__global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, T* act1, T* act2,
+                                         int total, int N, int prefix, int gh, int gw, int C) {
+  // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
+  // is dw = conv(hswish(fc1)); act1 = hswish(fc1), act2 = hswish(dw) (B, N, C) are written too.
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const GridPos q(i, N, prefix, gw, C);
+    if constexpr (kLocal) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
     float acc = 0.0f;
-    for (int dy = -1; dy <= 1; ++dy) {
-      const Index yy = y + dy;
-      if (yy < 0 || yy >= gh) continue;
-      for (int dx = -1; dx <= 1; ++dx) {
-        const Index xx = x + dx;
-        if (xx < 0 || xx >= gw) continue;
-        acc += to_f32(weight[c * 9 + (dy + 1) * 3 + (dx + 1)]) * to_f32(img[(yy * gw + xx) * C]);
+    if (q.grid) {
+      const T* img = inp + (Index(q.b) * N + prefix) * C + q.c;  // (gh, gw) of channel c, stride C
+      for (int dy = -1; dy <= 1; ++dy) {
+        const int yy = q.y + dy;
+        if (yy < 0 || yy >= gh) continue;
+        for (int dx = -1; dx <= 1; ++dx) {
+          const int xx = q.x + dx;
+          if (xx < 0 || xx >= gw) continue;
+          float v = to_f32(img[(yy * gw + xx) * C]);
+          if constexpr (kLocal) v = stored<T>(HswishForward{}(v));
+          acc = __fmaf_rn(to_f32(weight[q.c * 9 + (dy + 1) * 3 + (dx + 1)]), v, acc);
+        }
       }
     }
-    out[i] = from_f32<T>(acc);
+    out[i] = from_f32<T>(acc);  // class-token rows: 0 (the token bypasses the conv)
+    if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(stored<T>(acc)));
   }
 }
 
-template <typename T>
-__global__ void dwconv3x3_backward_input_kernel(T* dinp, const T* dout, const T* weight, Index B,
-                                                Index N, Index prefix, Index gh, Index gw,
-                                                Index C) {
-  // dinp, dout (B, N, C); gather form: input (y, x) fed output (y - dy, x - dx) via tap (dy, dx)
-  VIT_GRID_STRIDE(i, B * N * C) {
-    const Index c = i % C, n = (i / C) % N, b = i / (C * N);
-    if (n < prefix) {
-      dinp[i] = from_f32<T>(0.0f);
-      continue;
-    }
-    const Index p = n - prefix, y = p / gw, x = p % gw;
-    const T* g = dout + (b * N + prefix) * C + c;
+// The conv's output gradient at a tap: dout itself, or (kLocal) the second h-swish's gradient
+// formed from dact2 = dout and the conv's output dw, rounded as the stored ddw.
+template <typename T, bool kLocal>
+__device__ __forceinline__ float conv_grad(const T* dout, const T* dw, Index j) {
+  if constexpr (kLocal)
+    return stored<T>(HswishBackward{}(to_f32(dout[j]), to_f32(dw[j])));
+  else
+    return to_f32(dout[j]);
+}
+
+template <typename T, bool kLocal>
+__global__ void dwconv3x3_backward_input_kernel(T* dinp, const T* dout, const T* weight,
+                                                const T* dw, const T* fc1, int total, int N,
+                                                int prefix, int gh, int gw, int C) {
+  // dinp, dout (B, N, C); gather form: input (y, x) fed output (y - dy, x - dx) via tap (dy, dx).
+  // kLocal: dout is dact2, dw the conv's output, and dinp = dfc1 = hswish'(fc1) * d(act1).
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const GridPos q(i, N, prefix, gw, C);
     float acc = 0.0f;
-    for (int dy = -1; dy <= 1; ++dy) {
-      const Index yy = y - dy;
-      if (yy < 0 || yy >= gh) continue;
-      for (int dx = -1; dx <= 1; ++dx) {
-        const Index xx = x - dx;
-        if (xx < 0 || xx >= gw) continue;
-        acc += to_f32(weight[c * 9 + (dy + 1) * 3 + (dx + 1)]) * to_f32(g[(yy * gw + xx) * C]);
+    if (q.grid) {
+      const Index base = (Index(q.b) * N + prefix) * C + q.c;  // (gh, gw) of channel c, stride C
+      for (int dy = -1; dy <= 1; ++dy) {
+        const int yy = q.y - dy;
+        if (yy < 0 || yy >= gh) continue;
+        for (int dx = -1; dx <= 1; ++dx) {
+          const int xx = q.x - dx;
+          if (xx < 0 || xx >= gw) continue;
+          const float g = conv_grad<T, kLocal>(dout, dw, base + Index(yy * gw + xx) * C);
+          acc = __fmaf_rn(to_f32(weight[q.c * 9 + (dy + 1) * 3 + (dx + 1)]), g, acc);
+        }
       }
     }
-    dinp[i] = from_f32<T>(acc);
+    if constexpr (kLocal)
+      dinp[i] = from_f32<T>(HswishBackward{}(stored<T>(acc), to_f32(fc1[i])));
+    else
+      dinp[i] = from_f32<T>(acc);  // class-token rows: 0
   }
 }
 
 constexpr int kRows = 8;  // block (32 channels, kRows pixel lanes)
 
-template <typename T>
+template <typename T, bool kLocal>
 __global__ void dwconv3x3_weight_partial_kernel(float* partial, const T* dout, const T* inp,
-                                                Index B, Index N, Index prefix, Index gh, Index gw,
-                                                Index C, Index pix_per_chunk) {
+                                                const T* dw, Index B, Index N, Index prefix,
+                                                Index gh, Index gw, Index C, Index pix_per_chunk) {
   // partial (chunks, 9, C): sum over this chunk's pixels of dout[pixel] * inp[pixel + tap]
+  // (kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is act1)
   __shared__ float sm[kRows][9][33];
   const Index c = blockIdx.x * Index(32) + threadIdx.x;
   const Index G = gh * gw, total = B * G;
@@ -79,12 +125,12 @@ __global__ void dwconv3x3_weight_partial_kernel(float* partial, const T* dout, c
     for (Index q = q0 + threadIdx.y; q < q1; q += kRows) {
       const Index b = q / G, p = q % G, y = p / gw, x = p % gw;
       const Index base = (b * N + prefix) * C + c;
-      const float g = to_f32(dout[base + p * C]);
+      const float g = conv_grad<T, kLocal>(dout, dw, base + p * C);
 #pragma unroll
       for (int t = 0; t < 9; ++t) {
         const Index yy = y + t / 3 - 1, xx = x + t % 3 - 1;
         if (yy >= 0 && yy < gh && xx >= 0 && xx < gw)
-          acc[t] += g * to_f32(inp[base + (yy * gw + xx) * C]);
+          acc[t] = __fmaf_rn(g, to_f32(inp[base + (yy * gw + xx) * C]), acc[t]);
       }
     }
   }
@@ -111,52 +157,90 @@ __global__ void dwconv3x3_weight_finish_kernel(float* dweight, const float* part
   dweight[i] += s;
 }
 
+int checked_total(Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
+  VIT_CHECK(N - prefix == gh * gw, "dwconv3x3: N - prefix must equal gh * gw");
+  VIT_CHECK(B * N * C < (Index(1) << 31), "dwconv3x3: tensor too large for 32-bit indices");
+  return int(B * N * C);
+}
+
+template <typename T, bool kLocal>
+void conv_forward(T* out, const T* inp, const T* weight, T* act1, T* act2, Index B, Index N,
+                  Index prefix, Index gh, Index gw, Index C) {
+  const int total = checked_total(B, N, prefix, gh, gw, C);
+  if (total <= 0) return;
+  dwconv3x3_forward_kernel<T, kLocal><<<grid_stride_blocks(total), kBlock, 0, stream()>>>(
+      out, inp, weight, act1, act2, total, int(N), int(prefix), int(gh), int(gw), int(C));
+  VIT_CUDA_LAUNCHED();
+}
+
+template <typename T, bool kLocal>
+void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
+                   const T* dw, const T* fc1, Index B, Index N, Index prefix, Index gh, Index gw,
+                   Index C) {
+  const int total = checked_total(B, N, prefix, gh, gw, C);
+  if (total <= 0) return;
+  if (dinp) {
+    dwconv3x3_backward_input_kernel<T, kLocal><<<grid_stride_blocks(total), kBlock, 0, stream()>>>(
+        dinp, dout, weight, dw, fc1, total, int(N), int(prefix), int(gh), int(gw), int(C));
+    VIT_CUDA_LAUNCHED();
+  }
+  if (!dweight) return;
+  const Index pixels = B * gh * gw, col_blocks = (C + 31) / 32;
+  Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
+  chunks = std::min(chunks, (pixels + 63) / 64);
+  chunks = std::max<Index>(1, std::min<Index>(chunks, 65535));
+  const Index pix_per_chunk = (pixels + chunks - 1) / chunks;
+  auto* partial =
+      static_cast<float*>(scratch(size_t(chunks * 9 * C) * sizeof(float), kScratchDwconv));
+  dwconv3x3_weight_partial_kernel<T, kLocal>
+      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, kRows), 0, stream()>>>(
+          partial, dout, inp, dw, B, N, prefix, gh, gw, C, pix_per_chunk);
+  VIT_CUDA_LAUNCHED();
+  dwconv3x3_weight_finish_kernel<<<blocks_for(9 * C), kBlock, 0, stream()>>>(dweight, partial,
+                                                                             chunks, C);
+  VIT_CUDA_LAUNCHED();
+}
+
 }  // namespace
 
 template <typename T>
 void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, Index prefix,
                        Index gh, Index gw, Index C) {
-  VIT_CHECK(N - prefix == gh * gw, "dwconv3x3: N - prefix must equal gh * gw");
-  const Index n = B * N * C;
-  if (n <= 0) return;
-  dwconv3x3_forward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(out, inp, weight, B, N,
-                                                                           prefix, gh, gw, C);
-  VIT_CUDA_LAUNCHED();
+  conv_forward<T, false>(out, inp, weight, nullptr, nullptr, B, N, prefix, gh, gw, C);
 }
 
 template <typename T>
 void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                         Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
-  VIT_CHECK(N - prefix == gh * gw, "dwconv3x3: N - prefix must equal gh * gw");
-  if (B * N * C <= 0) return;
-  if (dinp) {
-    dwconv3x3_backward_input_kernel<<<grid_stride_blocks(B * N * C), kBlock, 0, stream()>>>(
-        dinp, dout, weight, B, N, prefix, gh, gw, C);
-    VIT_CUDA_LAUNCHED();
-  }
-  if (dweight) {
-    const Index total = B * gh * gw, col_blocks = (C + 31) / 32;
-    Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
-    chunks = std::min(chunks, (total + 63) / 64);
-    chunks = std::max<Index>(1, std::min<Index>(chunks, 65535));
-    const Index pix_per_chunk = (total + chunks - 1) / chunks;
-    auto* partial =
-        static_cast<float*>(scratch(size_t(chunks * 9 * C) * sizeof(float), kScratchDwconv));
-    dwconv3x3_weight_partial_kernel<<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, kRows),
-                                      0, stream()>>>(partial, dout, inp, B, N, prefix, gh, gw, C,
-                                                     pix_per_chunk);
-    VIT_CUDA_LAUNCHED();
-    dwconv3x3_weight_finish_kernel<<<blocks_for(9 * C), kBlock, 0, stream()>>>(dweight, partial,
-                                                                               chunks, C);
-    VIT_CUDA_LAUNCHED();
-  }
+  conv_backward<T, false>(dinp, dweight, dout, inp, weight, nullptr, nullptr, B, N, prefix, gh, gw,
+                          C);
 }
 
-#define INSTANTIATE(T)                                                                          \
-  template void dwconv3x3_forward<T>(T*, const T*, const T*, Index, Index, Index, Index, Index, \
-                                     Index);                                                    \
-  template void dwconv3x3_backward<T>(T*, float*, const T*, const T*, const T*, Index, Index,   \
-                                      Index, Index, Index, Index);
+template <typename T>
+void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, Index B, Index N,
+                       Index prefix, Index gh, Index gw, Index M) {
+  conv_forward<T, true>(dw, fc1, weight, act1, act2, B, N, prefix, gh, gw, M);
+}
+
+template <typename T>
+void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
+                        const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,
+                        Index M) {
+  // The weight gradient first: it reads dact2, which the host backends' version overwrites
+  // (here it stays as it was).
+  conv_backward<T, true>(nullptr, dweight, dact2, act1, weight, dw, fc1, B, N, prefix, gh, gw, M);
+  conv_backward<T, true>(dfc1, nullptr, dact2, act1, weight, dw, fc1, B, N, prefix, gh, gw, M);
+}
+
+#define INSTANTIATE(T)                                                                           \
+  template void dwconv3x3_forward<T>(T*, const T*, const T*, Index, Index, Index, Index, Index,  \
+                                     Index);                                                     \
+  template void dwconv3x3_backward<T>(T*, float*, const T*, const T*, const T*, Index, Index,    \
+                                      Index, Index, Index, Index);                               \
+  template void local_ffn_forward<T>(T*, T*, T*, const T*, const T*, Index, Index, Index, Index, \
+                                     Index, Index);                                              \
+  template void local_ffn_backward<T>(T*, float*, T*, const T*, const T*, const T*, const T*,    \
+                                      Index, Index, Index, Index, Index, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 
 }  // namespace vit::cuda
