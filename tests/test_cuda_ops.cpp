@@ -583,10 +583,10 @@ TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
     // The fused passes.
     DevBuf<T> f_act1(n, "act1"), f_dw(n, "dw"), f_act2(n, "act2"), f_dfc1(n, "dfc1");
     DevBuf<float> f_dweight(dw0, "dweight");
-    gpu::local_ffn_forward(f_act1.get(), f_dw.get(), f_act2.get(), d_fc1.get(), d_w.get(), s.B,
-                           s.N, s.prefix, s.g, s.g, M);
-    gpu::local_ffn_backward(f_dfc1.get(), f_dweight.get(), d_dact2.get(), f_dw.get(),
-                            f_act1.get(), d_fc1.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+    gpu::local_ffn_forward(f_act1.get(), f_dw.get(), f_act2.get(), d_fc1.get(), d_w.get(), s.B, s.N,
+                           s.prefix, s.g, s.g, M);
+    gpu::local_ffn_backward(f_dfc1.get(), f_dweight.get(), d_dact2.get(), f_dw.get(), f_act1.get(),
+                            d_fc1.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
     gpu::synchronize();
     expect_same_bits("act1", f_act1.download(), r_act1.download());
     expect_same_bits("dw", f_dw.download(), r_dw.download());
