@@ -557,7 +557,7 @@ TYPED_TEST(CudaOps, DwConv) {
 // The locality FFN's fused middle (local_ffn_forward/backward): every output bit for bit as the
 // three separate ops (h-swish, depthwise 3x3, h-swish and their backward), with fc1 values on
 // both sides of h-swish's kinks at +-3, class-token rows and none, and a ViT-S/16 layer's
-// width; dact2 is left as it was.
+// width; without act1 (the backward recomputes it from fc1); dact2 is left as it was.
 TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
   using T = TypeParam;
   uint64_t seed = 550;
@@ -585,12 +585,19 @@ TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
     DevBuf<float> f_dweight(dw0, "dweight");
     gpu::local_ffn_forward(f_act1.get(), f_dw.get(), f_act2.get(), d_fc1.get(), d_w.get(), s.B, s.N,
                            s.prefix, s.g, s.g, M);
-    gpu::local_ffn_backward(f_dfc1.get(), f_dweight.get(), d_dact2.get(), f_dw.get(), f_act1.get(),
-                            d_fc1.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+    // Without act1 (as the model runs it): the same dw and act2; the backward never reads act1.
+    DevBuf<T> g_dw(n, "dw (no act1)"), g_act2(n, "act2 (no act1)");
+    gpu::local_ffn_forward(static_cast<T*>(nullptr), g_dw.get(), g_act2.get(), d_fc1.get(),
+                           d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+    gpu::local_ffn_backward(f_dfc1.get(), f_dweight.get(), d_dact2.get(), f_dw.get(),
+                            static_cast<const T*>(nullptr), d_fc1.get(), d_w.get(), s.B, s.N,
+                            s.prefix, s.g, s.g, M);
     gpu::synchronize();
     expect_same_bits("act1", f_act1.download(), r_act1.download());
     expect_same_bits("dw", f_dw.download(), r_dw.download());
     expect_same_bits("act2", f_act2.download(), r_act2.download());
+    expect_same_bits("dw (no act1)", g_dw.download(), r_dw.download());
+    expect_same_bits("act2 (no act1)", g_act2.download(), r_act2.download());
     expect_same_bits("dfc1", f_dfc1.download(), r_dfc1.download());
     expect_same_bits("dweight", f_dweight.download(), r_dweight.download());
     expect_same_bits("dact2 (unchanged)", d_dact2.download(), dact2);

@@ -42,6 +42,8 @@ struct CudaBackend {
   static constexpr bool kFusedAttention = true;
   // fc1's bias gradient folded into the FFN activation's backward (ops/cuda/ops.h).
   static constexpr bool kFusedActivationBiasGrad = true;
+  // The locality FFN's fused backward recomputes act1 = hswish(fc1) (ops/cuda/ops.h): no slot.
+  static constexpr bool kLocalFfnStoresAct1 = false;
 #define VIT_FORWARD_CUDA(name) VIT_FORWARD_OP(::vit::cuda, name)
   VIT_LAYER_OPS(VIT_FORWARD_CUDA)
   VIT_FORWARD_CUDA(flash_attention_forward)

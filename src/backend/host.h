@@ -153,6 +153,7 @@ struct ComposedResidualNorm {
 // (scratch for d(act1)).
 template <class P>
 struct ComposedLocalFfn {
+  static constexpr bool kLocalFfnStoresAct1 = true;  // the conv's backward reads it
   template <class S>
   static void local_ffn_forward(S* act1, S* dw, S* act2, const S* fc1, const S* weight, Index B,
                                 Index N, Index prefix, Index gh, Index gw, Index M) {

@@ -29,10 +29,11 @@ struct BlockActs {
   S* ln2 = nullptr;                            // (B, N, C)
   A *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (B*N)
   S* fc1 = nullptr;                            // (B, N, M) before the activation
-  S* act1 = nullptr;                           // (B, N, M) GELU or h-swish of fc1
+  S* act1 = nullptr;                           // (B, N, M) GELU or h-swish of fc1 (see below)
   S *dw = nullptr, *act2 = nullptr;            // (B, N, M) local FFN only: conv out, h-swish
   S* fc2 = nullptr;                            // (B, N, C) FFN branch output
   A *scale1 = nullptr, *scale2 = nullptr;      // (B) stochastic-depth scales, in drop_scales
+  // act1 of the local FFN is nullptr on backends that recompute it (kLocalFfnStoresAct1).
 };
 
 // The sizes a block's ops take, at batch B and the model's current image size.
@@ -152,7 +153,7 @@ void VitModel<Backend>::plan_arena() {
     slot(b.ln2_mean, "ln2_mean", B * N);
     slot(b.ln2_rstd, "ln2_rstd", B * N);
     slot(b.fc1, "fc1", B * N * M);
-    slot(b.act1, "act1", B * N * M);
+    if (!local || Backend::kLocalFfnStoresAct1) slot(b.act1, "act1", B * N * M);
     if (local) {
       slot(b.dw, "dw", B * N * M);
       slot(b.act2, "act2", B * N * M);

@@ -6,9 +6,10 @@
 // kLocal: the forward applies the first h-swish to each tap as it loads fc1 (rounded to T, as
 // the stored act1 would be) and the second to its own sum; the backward forms the h-swish
 // gradient of each tap it reads from dact2 and dw, and applies fc1's h-swish gradient to its
-// sum. Every value is rounded where the three separate ops store it, with the same functors
-// (activation_math.cuh) and explicit fmas, so the fused passes give the three ops' bits while
-// moving (B, N, M) tensors 4 times forward (not 6) and 7 times backward (not 10).
+// sum; the weight gradient recomputes act1 from fc1, so act1 need not be stored. Every value is
+// rounded where the three separate ops store it, with the same functors (activation_math.cuh)
+// and explicit fmas, so the fused passes give the three ops' bits while moving (B, N, M)
+// tensors 3 times forward (not 6) and 7 times backward (not 10).
 #include <algorithm>
 
 #include "ops/cuda/activation_math.cuh"
@@ -22,6 +23,16 @@ namespace {
 template <typename T>
 __device__ __forceinline__ float stored(float x) {
   return to_f32(from_f32<T>(x));
+}
+
+// The conv's input at a tap: inp itself, or (kLocal) act1 = hswish(fc1) from fc1 = inp,
+// rounded as the stored act1.
+template <typename T, bool kLocal>
+__device__ __forceinline__ float conv_input(T v) {
+  if constexpr (kLocal)
+    return stored<T>(HswishForward{}(to_f32(v)));
+  else
+    return to_f32(v);
 }
 
 // Where (b, n, c) of a (B, N, C) tensor with `prefix` class-token rows sits on the (gh, gw)
@@ -44,10 +55,12 @@ template <typename T, bool kLocal>
 __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, T* act1, T* act2,
                                          int total, int N, int prefix, int gh, int gw, int C) {
   // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
-  // is dw = conv(hswish(fc1)); act1 = hswish(fc1), act2 = hswish(dw) (B, N, C) are written too.
+  // is dw = conv(hswish(fc1)); act2 = hswish(dw) and, unless nullptr, act1 = hswish(fc1)
+  // (B, N, C) are written too.
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const GridPos q(i, N, prefix, gw, C);
-    if constexpr (kLocal) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
+    if constexpr (kLocal)
+      if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
     float acc = 0.0f;
     if (q.grid) {
       const T* img = inp + (Index(q.b) * N + prefix) * C + q.c;  // (gh, gw) of channel c, stride C
@@ -57,8 +70,7 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
         for (int dx = -1; dx <= 1; ++dx) {
           const int xx = q.x + dx;
           if (xx < 0 || xx >= gw) continue;
-          float v = to_f32(img[(yy * gw + xx) * C]);
-          if constexpr (kLocal) v = stored<T>(HswishForward{}(v));
+          const float v = conv_input<T, kLocal>(img[(yy * gw + xx) * C]);
           acc = __fmaf_rn(to_f32(weight[q.c * 9 + (dy + 1) * 3 + (dx + 1)]), v, acc);
         }
       }
@@ -114,7 +126,8 @@ __global__ void dwconv3x3_weight_partial_kernel(float* partial, const T* dout, c
                                                 const T* dw, Index B, Index N, Index prefix,
                                                 Index gh, Index gw, Index C, Index pix_per_chunk) {
   // partial (chunks, 9, C): sum over this chunk's pixels of dout[pixel] * inp[pixel + tap]
-  // (kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is act1)
+  // (kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is fc1, whose
+  // h-swish is the conv's input act1, recomputed rather than stored)
   __shared__ float sm[kRows][9][33];
   const Index c = blockIdx.x * Index(32) + threadIdx.x;
   const Index G = gh * gw, total = B * G;
@@ -130,7 +143,7 @@ __global__ void dwconv3x3_weight_partial_kernel(float* partial, const T* dout, c
       for (int t = 0; t < 9; ++t) {
         const Index yy = y + t / 3 - 1, xx = x + t % 3 - 1;
         if (yy >= 0 && yy < gh && xx >= 0 && xx < gw)
-          acc[t] = __fmaf_rn(g, to_f32(inp[base + (yy * gw + xx) * C]), acc[t]);
+          acc[t] = __fmaf_rn(g, conv_input<T, kLocal>(inp[base + (yy * gw + xx) * C]), acc[t]);
       }
     }
   }
@@ -223,13 +236,12 @@ void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, I
 }
 
 template <typename T>
-void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
-                        const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,
-                        Index M) {
-  // The weight gradient first: it reads dact2, which the host backends' version overwrites
-  // (here it stays as it was).
-  conv_backward<T, true>(nullptr, dweight, dact2, act1, weight, dw, fc1, B, N, prefix, gh, gw, M);
-  conv_backward<T, true>(dfc1, nullptr, dact2, act1, weight, dw, fc1, B, N, prefix, gh, gw, M);
+void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* /*act1*/,
+                        const T* fc1, const T* weight, Index B, Index N, Index prefix, Index gh,
+                        Index gw, Index M) {
+  // act1 is recomputed from fc1 where the weight gradient reads it. dact2 stays as it was (the
+  // host backends' version overwrites it).
+  conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, fc1, B, N, prefix, gh, gw, M);
 }
 
 #define INSTANTIATE(T)                                                                           \

@@ -187,13 +187,15 @@ template <typename T>
 void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                         Index B, Index N, Index prefix, Index gh, Index gw, Index C);
 // The locality FFN's middle in one pass, bitwise the three ops hswish_forward(act1, fc1),
-// dwconv3x3_forward(dw, act1), hswish_forward(act2, dw): fc1 -> act1, dw, act2 (B, N, M).
+// dwconv3x3_forward(dw, act1), hswish_forward(act2, dw): fc1 -> act1, dw, act2 (B, N, M); act1
+// may be nullptr (the backward does not read it).
 template <typename T>
 void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, Index B, Index N,
                        Index prefix, Index gh, Index gw, Index M);
 // Its backward, bitwise hswish_backward(ddw, dact2, dw), dwconv3x3_backward(dact1, dweight, ddw,
 // act1), hswish_backward(dfc1, dact1, fc1): dfc1 (B, N, M) overwrite, dweight (M, 1, 3, 3)
-// accumulates. dact2 is left as it was here; the host backends' version uses it as scratch.
+// accumulates. act1 is unused (recomputed from fc1; may be nullptr). dact2 is left as it was
+// here; the host backends' version uses it as scratch.
 template <typename T>
 void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
                         const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,
