@@ -36,7 +36,7 @@ __device__ __forceinline__ float conv_input(T v) {
 }
 
 // Where (b, n, c) of a (B, N, C) tensor with `prefix` class-token rows sits on the (gh, gw)
-// grid; 32-bit math (the callers check B N C < 2^31).
+// grid; 32-bit divisions (the callers check B N C < 2^31; the grid-stride index stays 64-bit).
 struct GridPos {
   int c, b, y, x;
   bool grid;  // false: a class-token row
@@ -57,8 +57,8 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
   // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
   // is dw = conv(hswish(fc1)); act2 = hswish(dw) and, unless nullptr, act1 = hswish(fc1)
   // (B, N, C) are written too.
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const GridPos q(i, N, prefix, gw, C);
+  VIT_GRID_STRIDE(i, total) {
+    const GridPos q(int(i), N, prefix, gw, C);
     if constexpr (kLocal)
       if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
     float acc = 0.0f;
@@ -96,8 +96,8 @@ __global__ void dwconv3x3_backward_input_kernel(T* dinp, const T* dout, const T*
                                                 int prefix, int gh, int gw, int C) {
   // dinp, dout (B, N, C); gather form: input (y, x) fed output (y - dy, x - dx) via tap (dy, dx).
   // kLocal: dout is dact2, dw the conv's output, and dinp = dfc1 = hswish'(fc1) * d(act1).
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const GridPos q(i, N, prefix, gw, C);
+  VIT_GRID_STRIDE(i, total) {
+    const GridPos q(int(i), N, prefix, gw, C);
     float acc = 0.0f;
     if (q.grid) {
       const Index base = (Index(q.b) * N + prefix) * C + q.c;  // (gh, gw) of channel c, stride C
