@@ -13,7 +13,9 @@
 #                                                 flash and own kernels, the rest of (h), the
 #                                                 second round, the other sanitizers, then timm
 #                                                 under torch.compile (default mode); what the
-#                                                 budget does not reach, or cuts short, is SKIP
+#                                                 budget does not reach, or cuts short, is SKIP.
+#                                                 session,recipes and session,sweep run those
+#                                                 phases' steps after the profile
 #
 # The phases below split the same steps into parts of one 10-minute call each:
 #
@@ -1002,6 +1004,10 @@ if want session; then
   steps_train_recipe
   steps_bench_round 1
   steps_profile
+  # Runs asked for beside the session (session,recipes or session,sweep) before its tail: the
+  # issues they close outrank the second round and the remaining sanitizers.
+  want recipes && steps_recipes
+  want sweep && steps_sweep
   steps_ops_sanitizers flash kernels
   steps_train_checks
   steps_bench_round 2
