@@ -6,6 +6,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/vit.h"
+#include "model/vit_impl.h"  // VitModel over the test's backend below
 
 namespace {
 
@@ -66,6 +67,28 @@ TEST(Arena, ModelArenaCoversEveryActivation) {
       EXPECT_LE(grown, size_t(B * N * C) * sizeof(float) + vit::kArenaAlign);
     }
   }
+}
+
+// A host policy that, like the CUDA backend, recomputes the locality FFN's act1 in the backward:
+// only its arena plan is looked at (its model never runs).
+struct CpuWithoutAct1 : vit::CpuBackend<float> {
+  static constexpr bool kLocalFfnStoresAct1 = false;
+};
+
+// The locality FFN's act1 slot (B, N, M) per block is planned only where the backend stores it;
+// the GELU MLP keeps its act1 (the GELU's output) on every backend.
+TEST(Arena, LocalFfnAct1SlotOnlyWhereTheBackendStoresIt) {
+  vit::ModelConfig c = vit::model_preset("vit_small_patch16_224");
+  c.depth = 2;
+  const vit::Index B = 4, N = c.num_tokens(), M = c.hidden_dim();
+  c.ffn = vit::Ffn::Local;
+  const size_t stored = vit::Vit<float>(c, B).arena_bytes();
+  const size_t recomputed = vit::VitModel<CpuWithoutAct1>(c, B).arena_bytes();
+  const size_t act1 = size_t(B * N * M) * sizeof(float);
+  EXPECT_GE(stored - recomputed, size_t(c.depth) * act1);
+  EXPECT_LE(stored - recomputed, size_t(c.depth) * (act1 + vit::kArenaAlign));
+  c.ffn = vit::Ffn::Mlp;
+  EXPECT_EQ(vit::VitModel<CpuWithoutAct1>(c, B).arena_bytes(), vit::Vit<float>(c, B).arena_bytes());
 }
 
 TEST(ParamTable, EveryTensorStartsAligned) {
