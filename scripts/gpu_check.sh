@@ -466,6 +466,17 @@ s_vbench_fp32res() {
 s_vbench_local() {
   VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
+# Args: model, batch. The same with the locality FFN's middle as separate ops
+# (VIT_FUSE_LOCAL_FFN=0): what its fused passes pay (a little more than they pay against the
+# old model, which stored act1 instead of recomputing it in a pass of its own).
+s_vbench_unfusedffn() {
+  VIT_FUSE_LOCAL_FFN=0 VBENCH_FLAGS="--ffn local" s_vbench "$@"
+}
+# Args: model, batch. vitrain bench with each residual add and the LayerNorm after it as two
+# ops (VIT_FUSE_RESIDUAL_NORM=0): what the fused pass pays.
+s_vbench_unfusedrn() {
+  VIT_FUSE_RESIDUAL_NORM=0 s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with each pass replayed as a CUDA graph (what --cuda-graph
 # pays); the note says how many timed passes were replays (0: the graphs turned off, see log).
 s_vbench_graph() {
@@ -512,7 +523,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -569,8 +580,9 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
     """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_sync_*, f_tune_*,
-    f_fp32res_*, f_local_* and f_before_* (attention variants, the fp32 residual stream, the
-    locality FFN, the BEFORE build)
+    f_fp32res_*, f_unfusedrn_*, f_local_*, f_unfusedffn_* and f_before_* (attention variants, the
+    fp32 residual stream, the unfused residual + LayerNorm, the locality FFN fused and not, the
+    BEFORE build)
     get their own column."""
     impl = s["result"].get("impl", "")
     var = s["id"].split("_")[1] if s["id"].startswith("f_") else "vitrain"
@@ -916,6 +928,8 @@ variant_label() {
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
     local) echo "--ffn local" ;;
+    unfusedffn) echo "--ffn local, VIT_FUSE_LOCAL_FFN=0" ;;
+    unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -925,16 +939,17 @@ variant_label() {
 # One interleaved round (arg: 1 or 2) over the models: vitrain then timm eager per model; round
 # two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
 # pair also show the run-to-run spread. The attention variants (the WMMA kernels; synchronous
-# tile loads; the unfused attention, s_vbench_unfused, measured on both GPUs, no longer runs) and
-# the fp32 residual stream on the first model only (ViT-S); CUDA graphs and the BEFORE build
-# (when bundled) on every model.
+# tile loads; the unfused attention, s_vbench_unfused, measured on both GPUs, no longer runs),
+# GEMM autotuning, the fp32 residual stream, the unfused residual + LayerNorm and the locality
+# FFN (fused and not) on the first model only (ViT-S); CUDA graphs and the BEFORE build (when
+# bundled) on every model.
 steps_bench_round() {
   local r="$1" mb m b s var variants
   for mb in "${BENCH_MODELS[@]}"; do
     read -r m b <<<"$mb"
     s=$(short "$m")
     variants=()
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(wmma sync tune fp32res local)
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(wmma sync tune fp32res unfusedrn local unfusedffn)
     variants+=(graph)
     [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
     if [ "$r" = 1 ]; then

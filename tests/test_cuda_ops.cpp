@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -478,8 +479,14 @@ void expect_residual_layernorm_is_the_two_ops(uint64_t seed) {
   }
 }
 
+// Fused, and with VIT_FUSE_RESIDUAL_NORM=0 (the bench's comparison: the two ops inside).
 TYPED_TEST(CudaOps, ResidualLayerNormIsTheTwoOpsBitwise) {
-  expect_residual_layernorm_is_the_two_ops<TypeParam, TypeParam>(570);
+  for (const char* fuse : {"1", "0"}) {
+    SCOPED_TRACE(std::string("VIT_FUSE_RESIDUAL_NORM=") + fuse);
+    ::setenv("VIT_FUSE_RESIDUAL_NORM", fuse, 1);
+    expect_residual_layernorm_is_the_two_ops<TypeParam, TypeParam>(570);
+  }
+  ::unsetenv("VIT_FUSE_RESIDUAL_NORM");
 }
 
 // fc1's bias gradient folded into the FFN activation's backward: bit for bit the activation's
@@ -558,8 +565,8 @@ TYPED_TEST(CudaOps, DwConv) {
 // three separate ops (h-swish, depthwise 3x3, h-swish and their backward), with fc1 values on
 // both sides of h-swish's kinks at +-3, class-token rows and none, and a ViT-S/16 layer's
 // width; without act1 (the backward recomputes it from fc1); dact2 is left as it was.
-TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
-  using T = TypeParam;
+template <typename T>
+void expect_local_ffn_is_the_three_ops() {
   uint64_t seed = 550;
   std::vector<TokShape> shapes = kTokShapes;
   shapes.push_back({2, 197, 384, 6, 1, 14});  // ViT-S/16: M = 1540 below
@@ -602,6 +609,16 @@ TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
     expect_same_bits("dweight", f_dweight.download(), r_dweight.download());
     expect_same_bits("dact2 (unchanged)", d_dact2.download(), dact2);
   }
+}
+
+// Fused, and with VIT_FUSE_LOCAL_FFN=0 (the bench's comparison: the separate ops inside).
+TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
+  for (const char* fuse : {"1", "0"}) {
+    SCOPED_TRACE(std::string("VIT_FUSE_LOCAL_FFN=") + fuse);
+    ::setenv("VIT_FUSE_LOCAL_FFN", fuse, 1);
+    expect_local_ffn_is_the_three_ops<TypeParam>();
+  }
+  ::unsetenv("VIT_FUSE_LOCAL_FFN");
 }
 
 TYPED_TEST(CudaOps, Im2Patches) {

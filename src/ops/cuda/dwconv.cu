@@ -11,9 +11,11 @@
 // and explicit fmas, so the fused passes give the three ops' bits while moving (B, N, M)
 // tensors 3 times forward (not 6) and 7 times backward (not 10).
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/ops.h"
 
 namespace vit::cuda {
 
@@ -229,10 +231,30 @@ void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, co
                           C);
 }
 
+namespace {
+
+bool local_ffn_fused() {  // VIT_FUSE_LOCAL_FFN=0: the separate ops (read at every call)
+  const char* env = std::getenv("VIT_FUSE_LOCAL_FFN");
+  return !(env && env[0] == '0');
+}
+
+template <typename T>
+T* act1_scratch(Index n) {  // (n) for the separate ops' act1
+  return static_cast<T*>(scratch(size_t(n) * sizeof(T), kScratchLocalFfn));
+}
+
+}  // namespace
+
 template <typename T>
 void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, Index B, Index N,
                        Index prefix, Index gh, Index gw, Index M) {
-  conv_forward<T, true>(dw, fc1, weight, act1, act2, B, N, prefix, gh, gw, M);
+  if (local_ffn_fused())
+    return conv_forward<T, true>(dw, fc1, weight, act1, act2, B, N, prefix, gh, gw, M);
+  const Index n = B * N * M;
+  T* a1 = act1 ? act1 : act1_scratch<T>(n);
+  hswish_forward(a1, fc1, n);
+  dwconv3x3_forward(dw, static_cast<const T*>(a1), weight, B, N, prefix, gh, gw, M);
+  hswish_forward(act2, static_cast<const T*>(dw), n);
 }
 
 template <typename T>
@@ -241,7 +263,17 @@ void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T*
                         Index gw, Index M) {
   // act1 is recomputed from fc1 where the weight gradient reads it. dact2 stays as it was (the
   // host backends' version overwrites it).
-  conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, fc1, B, N, prefix, gh, gw, M);
+  if (local_ffn_fused())
+    return conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, fc1, B, N, prefix, gh, gw,
+                                  M);
+  // The separate ops, as the host backends run them (dfc1 holds ddw until the last one).
+  const Index n = B * N * M;
+  T* a1 = act1_scratch<T>(n);
+  hswish_forward(a1, fc1, n);
+  hswish_backward(dfc1, static_cast<const T*>(dact2), dw, n);
+  dwconv3x3_backward(dact2, dweight, static_cast<const T*>(dfc1), static_cast<const T*>(a1), weight,
+                     B, N, prefix, gh, gw, M);
+  hswish_backward(dfc1, static_cast<const T*>(dact2), fc1, n);
 }
 
 #define INSTANTIATE(T)                                                                           \

@@ -58,7 +58,8 @@ enum ScratchSlot : int {
   kScratchLayernorm = 6,   // layernorm dweight/dbias partials
   kScratchColsum = 7,      // column-sum partials
   kScratchPixelSteps = 8,  // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
-  kScratchSlots = 9,
+  kScratchLocalFfn = 9,    // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1 (B, N, M)
+  kScratchSlots = 10,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -115,7 +116,8 @@ template <typename T, typename X = T>
 void layernorm_forward_loop(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                             const T* bias, Index R, Index C, float eps);
 // residual_forward, then layernorm_forward of its result, in one pass where a row fits the
-// registers (C <= 1024), else the two calls; bitwise the two calls either way:
+// registers (C <= 1024), else (or with VIT_FUSE_RESIDUAL_NORM=0, for the bench) the two calls;
+// bitwise the two calls either way:
 // stream (B, S, C) = x + sample_scale[b] gamma[c] branch (may alias x; gamma, sample_scale may be
 // nullptr), out (B, S, C) = LayerNorm(stream) with mean, rstd (B * S).
 template <typename T, typename X = T>
@@ -196,6 +198,8 @@ void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, I
 // act1), hswish_backward(dfc1, dact1, fc1): dfc1 (B, N, M) overwrite, dweight (M, 1, 3, 3)
 // accumulates. act1 is unused (recomputed from fc1; may be nullptr). dact2 is left as it was
 // here; the host backends' version uses it as scratch.
+// VIT_FUSE_LOCAL_FFN=0 runs the separate ops instead (what the fusion pays, for the bench);
+// act1 then goes through scratch and the backward recomputes it in a pass of its own.
 template <typename T>
 void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
                         const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,
