@@ -443,14 +443,16 @@ TYPED_TEST(CudaOps, LayerNormRowsInRegistersMatchTheLoop) {
 // The residual add fused with the LayerNorm after it (the model's r1 + norm2 and block output +
 // next norm1): the stream, the normed rows, mean and rstd bit for bit as residual_forward then
 // layernorm_forward, at register widths up to 1024 channels and past them (1536: the two
-// calls), with layer scale and drop-path scales, and in place (the stream written over x).
+// calls), with layer scale and drop-path scales (each alone and both), and in place (the
+// stream written over x).
 template <typename T, typename X>
 void expect_residual_layernorm_is_the_two_ops(uint64_t seed) {
   const Index B = 3, S = 67, R = B * S;  // 201 rows: not a multiple of the 8 rows per block
   Vec scale(B);
   for (Index b = 0; b < B; ++b) scale[b] = b == 1 ? 0.0f : 1.0f / 0.9f;
   for (Index C : {Index(40), Index(100), Index(384), Index(768), Index(1024), Index(1536)}) {
-    for (int variant = 0; variant < 4; ++variant) {  // plain, layer scale, + drop path, in place
+    // plain, layer scale, + drop path, in place, drop path alone
+    for (int variant = 0; variant < 5; ++variant) {
       SCOPED_TRACE("C=" + std::to_string(C) + " variant=" + std::to_string(variant));
       const Vec x = rnd<X>(R * C, ++seed), br = rnd<T>(R * C, ++seed);
       const Vec gamma = rnd<T>(C, ++seed, 0.1);
@@ -460,8 +462,8 @@ void expect_residual_layernorm_is_the_two_ops(uint64_t seed) {
       DevBuf<T> d_out(R * C, "out"), d_ref(R * C, "out (two ops)");
       DevBuf<float> d_scale(scale, "sample_scale"), d_mean(R, "mean"), d_rstd(R, "rstd"),
           d_mref(R, "mean (two ops)"), d_rref(R, "rstd (two ops)");
-      const T* g = variant >= 1 ? d_gamma.get() : nullptr;
-      const float* k = variant >= 2 ? d_scale.get() : nullptr;
+      const T* g = variant == 1 || variant == 2 ? d_gamma.get() : nullptr;
+      const float* k = variant == 2 || variant == 4 ? d_scale.get() : nullptr;
       gpu::residual_forward(d_ref_stream.get(), d_x.get(), d_br.get(), g, k, B, S, C);
       gpu::layernorm_forward(d_ref.get(), d_mref.get(), d_rref.get(),
                              static_cast<const X*>(d_ref_stream.get()), d_w.get(), d_b.get(), R, C,
@@ -933,13 +935,13 @@ TEST_F(CudaOpsFp32Residual, EmbedTokensMatchesTheEmulation) {
   }
 }
 
-// Also on both paths of the maps: 16-byte packs (offset 0 with C a multiple of 8: one bf16 pack
-// and two fp32 packs per thread) and the scalar loop (offset 1), which must agree bitwise.
 // The fused residual add + LayerNorm with the fp32 stream: the two ops' bits, as in bf16.
 TEST_F(CudaOpsFp32Residual, ResidualLayerNormIsTheTwoOpsBitwise) {
   expect_residual_layernorm_is_the_two_ops<bf16, float>(1380);
 }
 
+// Also on both paths of the maps: 16-byte packs (offset 0 with C a multiple of 8: one bf16 pack
+// and two fp32 packs per thread) and the scalar loop (offset 1), which must agree bitwise.
 TEST_F(CudaOpsFp32Residual, ResidualMatchesTheEmulation) {
   uint64_t seed = 1400;
   for (const TokShape& s : kTokShapes) {

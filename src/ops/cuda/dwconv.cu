@@ -238,9 +238,17 @@ bool local_ffn_fused() {  // VIT_FUSE_LOCAL_FFN=0: the separate ops (read at eve
   return !(env && env[0] == '0');
 }
 
+// `count` (n) buffers in one scratch slot, each starting 256-byte aligned (the maps' packs),
+// for the separate ops' act1 (forward) or act1 and d(act1) (backward).
 template <typename T>
-T* act1_scratch(Index n) {  // (n) for the separate ops' act1
-  return static_cast<T*>(scratch(size_t(n) * sizeof(T), kScratchLocalFfn));
+T* separate_ops_scratch(Index n, int count) {
+  const size_t stride = (size_t(n) * sizeof(T) + 255) / 256 * 256;
+  return static_cast<T*>(scratch(stride * size_t(count), kScratchLocalFfn));
+}
+template <typename T>
+T* second_buffer(T* first, Index n) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(first) +
+                              (size_t(n) * sizeof(T) + 255) / 256 * 256);
 }
 
 }  // namespace
@@ -251,7 +259,7 @@ void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, I
   if (local_ffn_fused())
     return conv_forward<T, true>(dw, fc1, weight, act1, act2, B, N, prefix, gh, gw, M);
   const Index n = B * N * M;
-  T* a1 = act1 ? act1 : act1_scratch<T>(n);
+  T* a1 = act1 ? act1 : separate_ops_scratch<T>(n, 1);
   hswish_forward(a1, fc1, n);
   dwconv3x3_forward(dw, static_cast<const T*>(a1), weight, B, N, prefix, gh, gw, M);
   hswish_forward(act2, static_cast<const T*>(dw), n);
@@ -266,14 +274,16 @@ void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T*
   if (local_ffn_fused())
     return conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, fc1, B, N, prefix, gh, gw,
                                   M);
-  // The separate ops, as the host backends run them (dfc1 holds ddw until the last one).
+  // The separate ops (dfc1 holds ddw until the last one; act1 and d(act1) in scratch, so dact2
+  // stays as it was here too).
   const Index n = B * N * M;
-  T* a1 = act1_scratch<T>(n);
+  T* a1 = separate_ops_scratch<T>(n, 2);
+  T* dact1 = second_buffer(a1, n);
   hswish_forward(a1, fc1, n);
   hswish_backward(dfc1, static_cast<const T*>(dact2), dw, n);
-  dwconv3x3_backward(dact2, dweight, static_cast<const T*>(dfc1), static_cast<const T*>(a1), weight,
+  dwconv3x3_backward(dact1, dweight, static_cast<const T*>(dfc1), static_cast<const T*>(a1), weight,
                      B, N, prefix, gh, gw, M);
-  hswish_backward(dfc1, static_cast<const T*>(dact2), fc1, n);
+  hswish_backward(dfc1, static_cast<const T*>(dact1), fc1, n);
 }
 
 #define INSTANTIATE(T)                                                                           \

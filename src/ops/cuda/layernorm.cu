@@ -82,16 +82,25 @@ __global__ void layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, 
   const X* x = inp + r * C;
   float xv[kPerLane];
   if constexpr (kAdd) {
+    // Every load of the row first, then the sums and their stores: the stream may alias x, so
+    // loads after a store could not be issued before it.
     const float k = add.sample_scale ? add.sample_scale[r / add.S] : 1.0f;
     const T* br = add.branch + r * C;
+    float bv[kPerLane], kg[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const Index c = lane + 32 * j;
+      const bool in = c < C;
+      xv[j] = in ? to_f32(x[c]) : 0.0f;
+      bv[j] = in ? to_f32(br[c]) : 0.0f;
+      kg[j] = k * (in && add.gamma ? to_f32(add.gamma[c]) : 1.0f);
+    }
     X* st = add.stream + r * C;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const Index c = lane + 32 * j;
-      xv[j] = 0.0f;
       if (c >= C) continue;
-      const float g = add.gamma ? to_f32(add.gamma[c]) : 1.0f;
-      const X v = from_f32<X>(residual_sum(to_f32(x[c]), k * g, to_f32(br[c])));
+      const X v = from_f32<X>(residual_sum(xv[j], kg[j], bv[j]));
       st[c] = v;
       xv[j] = to_f32(v);
     }

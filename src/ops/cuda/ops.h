@@ -58,7 +58,7 @@ enum ScratchSlot : int {
   kScratchLayernorm = 6,   // layernorm dweight/dbias partials
   kScratchColsum = 7,      // column-sum partials
   kScratchPixelSteps = 8,  // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
-  kScratchLocalFfn = 9,    // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1 (B, N, M)
+  kScratchLocalFfn = 9,    // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1, d(act1) (B, N, M)
   kScratchSlots = 10,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
@@ -199,7 +199,8 @@ void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, I
 // accumulates. act1 is unused (recomputed from fc1; may be nullptr). dact2 is left as it was
 // here; the host backends' version uses it as scratch.
 // VIT_FUSE_LOCAL_FFN=0 runs the separate ops instead (what the fusion pays, for the bench);
-// act1 then goes through scratch and the backward recomputes it in a pass of its own.
+// act1 (and d(act1)) then go through scratch and the backward recomputes act1 in a pass of its
+// own.
 template <typename T>
 void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
                         const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,
