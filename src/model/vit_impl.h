@@ -437,7 +437,9 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     // one pass on the GPU). The class-token row leaves the conv as 0 and fc2 has no bias, so
     // the class token bypasses the FFN.
     {
-      ProfileScope prof("local_ffn_forward", W::dwconv(B, g * g, M, 1, 4));
+      // fc1 in; dw, act2 and (where the backend stores it) act1 out.
+      ProfileScope prof("local_ffn_forward",
+                        W::dwconv(B, g * g, M, 1, Backend::kLocalFfnStoresAct1 ? 4 : 3));
       Backend::local_ffn_forward(b.act1, b.dw, b.act2, static_cast<const Store*>(b.fc1), bw.dw_w, B,
                                  N, pre, g, g, M);
     }
