@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -24,6 +25,13 @@ namespace vit::cuda {
   } while (0)
 // After each kernel launch: catches bad launch configurations at the op that made them.
 #define VIT_CUDA_LAUNCHED() VIT_CUDA_CHECK(cudaGetLastError())
+
+// A fusion or kernel-set switch that is on by default: off only when the variable's value starts
+// with '0'. Read at every call, so a test or bench can flip it within one process.
+inline bool env_switch_on(const char* name) {
+  const char* env = std::getenv(name);
+  return !(env && env[0] == '0');
+}
 
 // Arithmetic is fp32 whatever the storage type.
 __device__ __forceinline__ float to_f32(float x) {

@@ -11,7 +11,6 @@
 // and explicit fmas, so the fused passes give the three ops' bits while moving (B, N, M)
 // tensors 3 times forward (not 6) and 7 times backward (not 10).
 #include <algorithm>
-#include <cstdlib>
 
 #include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/common.cuh"
@@ -233,9 +232,8 @@ void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, co
 
 namespace {
 
-bool local_ffn_fused() {  // VIT_FUSE_LOCAL_FFN=0: the separate ops (read at every call)
-  const char* env = std::getenv("VIT_FUSE_LOCAL_FFN");
-  return !(env && env[0] == '0');
+bool local_ffn_fused() {  // VIT_FUSE_LOCAL_FFN=0: the separate ops
+  return env_switch_on("VIT_FUSE_LOCAL_FFN");
 }
 
 // `count` (n) buffers in one scratch slot, each starting 256-byte aligned (the maps' packs),

@@ -504,14 +504,12 @@ constexpr size_t tile_bytes() {
 }  // namespace
 
 bool flash_mma_enabled() {  // the default since 2026-11-26; VIT_FLASH_MMA=0 picks WMMA
-  const char* env = std::getenv("VIT_FLASH_MMA");
-  return !(env && env[0] == '0');
+  return env_switch_on("VIT_FLASH_MMA");
 }
 
-// cp.async tile loads unless VIT_FLASH_ASYNC=0 (read at every call, like VIT_FLASH_MMA).
+// cp.async tile loads unless VIT_FLASH_ASYNC=0.
 bool flash_mma_async() {
-  const char* env = std::getenv("VIT_FLASH_ASYNC");
-  return !(env && env[0] == '0');
+  return env_switch_on("VIT_FLASH_ASYNC");
 }
 
 void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H, Index D,

@@ -4,7 +4,6 @@
 // accumulated gradient are the residual stream's X (ops.h): with X = float (T = bf16) neither is
 // rounded, and out is rounded once to T.
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
@@ -414,11 +413,11 @@ void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, con
   const Index R = B * S;
   if (R <= 0) return;
   const ResidualAdd<T, X> add{stream, branch, gamma, sample_scale, S};
-  const char* fuse = std::getenv("VIT_FUSE_RESIDUAL_NORM");  // read at every call
-  const bool in_registers = !(fuse && fuse[0] == '0') && with_row_registers(C, [&](auto k) {
-    launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(out, mean, rstd, x, weight, bias,
-                                                                  R, C, eps, add);
-  });
+  const bool in_registers =
+      env_switch_on("VIT_FUSE_RESIDUAL_NORM") && with_row_registers(C, [&](auto k) {
+        launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(out, mean, rstd, x, weight,
+                                                                      bias, R, C, eps, add);
+      });
   if (in_registers) return;
   residual_forward(stream, x, branch, gamma, sample_scale, B, S, C);  // rows over 1024: two passes
   layernorm_forward(out, mean, rstd, static_cast<const X*>(stream), weight, bias, R, C, eps);
