@@ -472,6 +472,16 @@ s_vbench_local() {
 s_vbench_unfusedffn() {
   VIT_FUSE_LOCAL_FFN=0 VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
+# Args: model, batch. vitrain bench with the tanh GELU (--ffn mlp_tanh): fc1's GELU in cuBLASLt's
+# epilogues (forward, and in fc2's data-gradient GEMM backward with fc1's bias gradient).
+s_vbench_tanh() {
+  VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
+}
+# Args: model, batch. The same with the GELU as separate ops (VIT_GELU_EPILOGUE=0): what the
+# epilogues pay, against the same model.
+s_vbench_tanhsep() {
+  VIT_GELU_EPILOGUE=0 VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with each residual add and the LayerNorm after it as two
 # ops (VIT_FUSE_RESIDUAL_NORM=0): what the fused pass pays.
 s_vbench_unfusedrn() {
@@ -523,7 +533,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -580,9 +590,9 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
     """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_sync_*, f_tune_*,
-    f_fp32res_*, f_unfusedrn_*, f_local_*, f_unfusedffn_* and f_before_* (attention variants, the
-    fp32 residual stream, the unfused residual + LayerNorm, the locality FFN fused and not, the
-    BEFORE build)
+    f_fp32res_*, f_unfusedrn_*, f_local_*, f_unfusedffn_*, f_tanh_*, f_tanhsep_* and f_before_*
+    (attention variants, the fp32 residual stream, the unfused residual + LayerNorm, the locality
+    FFN fused and not, the tanh GELU in the GEMM epilogues and not, the BEFORE build)
     get their own column."""
     impl = s["result"].get("impl", "")
     var = s["id"].split("_")[1] if s["id"].startswith("f_") else "vitrain"
@@ -803,7 +813,7 @@ steps_ops_sanitizers() {
           ;;
         gemm)
           step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
-            s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention}"
+            s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention:CublasLtEpilogue.MatmulGeluTanh*}"
           ;;
         resize)
           step c_memcheck_resize ops 90 "memcheck: input ops" \
@@ -930,6 +940,8 @@ variant_label() {
     local) echo "--ffn local" ;;
     unfusedffn) echo "--ffn local, VIT_FUSE_LOCAL_FFN=0" ;;
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
+    tanh) echo "--ffn mlp_tanh" ;;
+    tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -938,8 +950,9 @@ variant_label() {
 }
 # One interleaved round (arg: 1 or 2) over the models: vitrain then timm eager per model; round
 # two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
-# pair also show the run-to-run spread. The attention variants (the WMMA kernels; synchronous
-# tile loads; the unfused attention, s_vbench_unfused, measured on both GPUs, no longer runs),
+# pair also show the run-to-run spread. The attention variants (synchronous tile loads; the WMMA
+# kernels and the unfused attention, s_vbench_wmma and s_vbench_unfused, measured, no longer run),
+# the tanh GELU in the GEMM epilogues and as separate ops,
 # GEMM autotuning, the fp32 residual stream, the unfused residual + LayerNorm and the locality
 # FFN (fused and not) on the first model only (ViT-S); CUDA graphs and the BEFORE build (when
 # bundled) on every model.
@@ -949,7 +962,9 @@ steps_bench_round() {
     read -r m b <<<"$mb"
     s=$(short "$m")
     variants=()
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=(wmma sync tune fp32res unfusedrn local unfusedffn)
+    # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
+    [ "$mb" = "${BENCH_MODELS[0]}" ] &&
+      variants=(sync tune fp32res unfusedrn local unfusedffn tanh tanhsep)
     variants+=(graph)
     [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
     if [ "$r" = 1 ]; then

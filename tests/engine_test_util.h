@@ -78,7 +78,8 @@ inline const Case kComparisonCases[] = {
     {"mlp_token", Ffn::Mlp, Classifier::Token, 0.0, 0.0},
     {"local_avg", Ffn::Local, Classifier::Avg, 0.0, 0.0},
     {"mlp_droppath_layerscale", Ffn::Mlp, Classifier::Token, 0.2, 0.1},
-    {"conv_stem_local_avg", Ffn::Local, Classifier::Avg, 0.0, 0.0, Stem::Conv}};
+    {"conv_stem_local_avg", Ffn::Local, Classifier::Avg, 0.0, 0.0, Stem::Conv},
+    {"mlp_tanh_token", Ffn::MlpTanh, Classifier::Token, 0.0, 0.0}};  // GELU in the GEMM epilogues
 
 constexpr double kThreeStepsLr = 1e-3;
 

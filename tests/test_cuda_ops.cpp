@@ -277,21 +277,27 @@ TYPED_TEST(CudaOps, Activations) {
   for (Index n : {Index(3 * 197 * 100), Index(1001), Index(1)}) {
     SCOPED_TRACE("n=" + std::to_string(n));
     const Vec x = rnd<T>(n, ++seed, 3.0), dout = rnd<T>(n, ++seed);  // covers |x| > 3
-    Vec gf(n), gb(n), hf(n), hb(n);
+    Vec gf(n), gb(n), tf(n), tb(n), hf(n), hb(n);
     cpu::gelu_forward(gf.data(), x.data(), n);
     cpu::gelu_backward(gb.data(), dout.data(), x.data(), n);
+    cpu::gelu_tanh_forward(tf.data(), x.data(), n);
+    cpu::gelu_tanh_backward(tb.data(), dout.data(), x.data(), n);
     cpu::hswish_forward(hf.data(), x.data(), n);
     cpu::hswish_backward(hb.data(), dout.data(), x.data(), n);
     DevBuf<T> d_x(x, "inp"), d_dout(dout, "dout");
-    DevBuf<T> d_gf(n, "gelu out"), d_gb(n, "gelu dinp"), d_hf(n, "hswish out"),
-        d_hb(n, "hswish dinp");
+    DevBuf<T> d_gf(n, "gelu out"), d_gb(n, "gelu dinp"), d_tf(n, "gelu_tanh out"),
+        d_tb(n, "gelu_tanh dinp"), d_hf(n, "hswish out"), d_hb(n, "hswish dinp");
     gpu::gelu_forward(d_gf.get(), d_x.get(), n);
     gpu::gelu_backward(d_gb.get(), d_dout.get(), d_x.get(), n);
+    gpu::gelu_tanh_forward(d_tf.get(), d_x.get(), n);
+    gpu::gelu_tanh_backward(d_tb.get(), d_dout.get(), d_x.get(), n);
     gpu::hswish_forward(d_hf.get(), d_x.get(), n);
     gpu::hswish_backward(d_hb.get(), d_dout.get(), d_x.get(), n);
     gpu::synchronize();
     expect_close("gelu out", d_gf.download(), gf, tol);
     expect_close("gelu dinp", d_gb.download(), gb, tol);
+    expect_close("gelu_tanh out", d_tf.download(), tf, tol);
+    expect_close("gelu_tanh dinp", d_tb.download(), tb, tol);
     expect_close("hswish out", d_hf.download(), hf, tol);
     expect_close("hswish dinp", d_hb.download(), hb, tol);
   }
@@ -320,6 +326,10 @@ TYPED_TEST(CudaOps, ElementwisePacksMatchTheScalarPath) {
       keep();
       gpu::gelu_backward(d_out.get(), d_dout.get(), d_x.get(), n);
       keep();
+      gpu::gelu_tanh_forward(d_out.get(), d_x.get(), n);
+      keep();
+      gpu::gelu_tanh_backward(d_out.get(), d_dout.get(), d_x.get(), n);
+      keep();
       gpu::hswish_forward(d_out.get(), d_x.get(), n);
       keep();
       gpu::hswish_backward(d_out.get(), d_dout.get(), d_x.get(), n);
@@ -332,8 +342,8 @@ TYPED_TEST(CudaOps, ElementwisePacksMatchTheScalarPath) {
       return r;
     };
     const std::vector<Vec> packed = run(0), scalar = run(1);
-    const char* names[] = {"gelu out",    "gelu dinp", "hswish out",
-                           "hswish dinp", "relu dinp", "relu out (in place)"};
+    const char* names[] = {"gelu out",   "gelu dinp",   "gelu_tanh out", "gelu_tanh dinp",
+                           "hswish out", "hswish dinp", "relu dinp",     "relu out (in place)"};
     ASSERT_EQ(packed.size(), std::size(names));
     for (size_t k = 0; k < packed.size(); ++k) expect_same_bits(names[k], packed[k], scalar[k]);
     // And the packed path is the op: GELU against the CPU as in the Activations test.
@@ -507,21 +517,28 @@ TYPED_TEST(CudaOps, ActivationBiasGradMatchesTheUnfusedOps) {
                    " offset=" + std::to_string(off));
       const Vec x = rnd<T>(R * C, ++seed, 4.0), dout = rnd<T>(R * C, ++seed);
       const Vec db0 = rnd<float>(C, ++seed);
-      for (bool gelu : {true, false}) {
+      enum class Act { kGelu, kGeluTanh, kHswish };
+      for (const Act act : {Act::kGelu, Act::kGeluTanh, Act::kHswish}) {
         DevBuf<T> d_x(x, "inp", off), d_dout(dout, "dout", off);
         DevBuf<T> d_fused(R * C, "dinp (fused)", off), d_plain(R * C, "dinp", off);
         DevBuf<T> d_nobias(R * C, "dinp (no dbias)", off);
         DevBuf<float> d_dbf(db0, "dbias (fused)"), d_dbp(db0, "dbias");
-        const auto backward_bias = gelu ? gpu::gelu_backward_bias<T> : gpu::hswish_backward_bias<T>;
+        const auto backward_bias = act == Act::kGelu       ? gpu::gelu_backward_bias<T>
+                                   : act == Act::kGeluTanh ? gpu::gelu_tanh_backward_bias<T>
+                                                           : gpu::hswish_backward_bias<T>;
+        const auto backward = act == Act::kGelu       ? gpu::gelu_backward<T>
+                              : act == Act::kGeluTanh ? gpu::gelu_tanh_backward<T>
+                                                      : gpu::hswish_backward<T>;
         backward_bias(d_fused.get(), d_dbf.get(), d_dout.get(), d_x.get(), R, C);
         backward_bias(d_nobias.get(), nullptr, d_dout.get(), d_x.get(), R, C);
-        (gelu ? gpu::gelu_backward<T> : gpu::hswish_backward<T>)(d_plain.get(), d_dout.get(),
-                                                                 d_x.get(), R * C);
+        backward(d_plain.get(), d_dout.get(), d_x.get(), R * C);
         gpu::matmul_backward(static_cast<T*>(nullptr), static_cast<float*>(nullptr), d_dbp.get(),
                              static_cast<const T*>(d_plain.get()), static_cast<const T*>(nullptr),
                              static_cast<const T*>(nullptr), R, Index(1), C);
         gpu::synchronize();
-        const std::string op = gelu ? "gelu" : "hswish";
+        const std::string op = act == Act::kGelu       ? "gelu"
+                               : act == Act::kGeluTanh ? "gelu_tanh"
+                                                       : "hswish";
         const Vec dinp = d_plain.download(), dbias = d_dbf.download();
         expect_same_bits(op + " dinp", d_fused.download(), dinp);
         expect_same_bits(op + " dinp (no dbias)", d_nobias.download(), dinp);
@@ -1302,7 +1319,8 @@ TEST_F(CudaAdamW, EmaUpdateIsBitwiseTheCpusAndSwapIsExact) {
 
 // Which GELU cuBLASLt's GELU epilogue computes, for issue 13: fusing the FFN's GELU into fc1's
 // GEMM keeps timm's numerics only if it is the exact (erf) GELU, not the tanh approximation
-// (they differ by up to ~5e-4). A K = 1 product whose output is x itself (bf16 x times 1, fp32
+// (they differ by up to ~5e-4). The mlp_tanh FFN uses the epilogues as the tanh GELU
+// (matmul_gelu_tanh_*; MatmulGeluTanhMatchesTheEmulation fails if they are not). A K = 1 product whose output is x itself (bf16 x times 1, fp32
 // output, so nothing rounds after the epilogue) goes through CUBLASLT_EPILOGUE_GELU and is
 // compared with both formulas; the test fails if it matches neither, skips if cuBLASLt offers
 // no algorithm, and prints which one it is.
@@ -1380,6 +1398,133 @@ TEST_F(CublasLtEpilogue, GeluIsTheErfOrTheTanhFormula) {
   RecordProperty("gelu_epilogue", is_erf ? "erf" : "tanh");
   EXPECT_LT(std::min(err_erf, err_tanh), 1e-4) << "matches neither GELU formula";
   EXPECT_GT(std::max(err_erf, err_tanh), 2e-4) << "the two formulas should be told apart";
+}
+
+// The mlp_tanh FFN's Linear + tanh GELU pair (matmul.cu) at ViT-S/16's fc1/fc2 (two images:
+// R = 394, C = 384, Hid = 1536) and the Fashion-MNIST model's (R = 150, C = 96, Hid = 384).
+// Weights scale 1/sqrt(fan-in), so the pre-activations are O(1) where the GELU bends.
+struct GeluPairCase {
+  Index R, C, Hid;
+};
+constexpr GeluPairCase kGeluPairCases[] = {{394, 384, 1536}, {150, 96, 384}};
+
+struct GeluPairData {
+  Vec inp, w1, b1, w2, dout;  // (R, C), (Hid, C), (Hid), (C, Hid), (R, C)
+  Vec dw2_0, db2_0, db1_0;    // earlier micro-batches' gradients
+  GeluPairData(const GeluPairCase& c, uint64_t seed)
+      : inp(rnd<bf16>(c.R * c.C, seed)),
+        w1(rnd<bf16>(c.Hid * c.C, seed + 1, 1.0 / std::sqrt(double(c.C)))),
+        b1(rnd<bf16>(c.Hid, seed + 2, 0.5)),
+        w2(rnd<bf16>(c.C * c.Hid, seed + 3, 1.0 / std::sqrt(double(c.Hid)))),
+        dout(rnd<bf16>(c.R * c.C, seed + 4)),
+        dw2_0(rnd<float>(c.C * c.Hid, seed + 5)),
+        db2_0(rnd<float>(c.C, seed + 6)),
+        db1_0(rnd<float>(c.Hid, seed + 7)) {}
+};
+
+struct GeluPairOut {
+  Vec act, pre, dpre, dw2, db2, db1;
+};
+
+GeluPairOut run_gelu_pair_on_device(const GeluPairCase& c, const GeluPairData& d) {
+  DevBuf<bf16> inp(d.inp, "inp"), w1(d.w1, "w1"), b1(d.b1, "b1"), w2(d.w2, "w2");
+  DevBuf<bf16> dout(d.dout, "dout"), act(c.R * c.Hid, "act"), pre(c.R * c.Hid, "pre");
+  DevBuf<bf16> dpre(c.R * c.Hid, "dpre"), dact(c.R * c.Hid, "dact scratch");
+  DevBuf<float> dw2(d.dw2_0, "dw2"), db2(d.db2_0, "db2"), db1(d.db1_0, "db1");
+  gpu::matmul_gelu_tanh_forward<bf16>(act.get(), pre.get(), inp.get(), w1.get(), b1.get(), c.R, c.C,
+                                      c.Hid);
+  gpu::matmul_gelu_tanh_backward<bf16>(dpre.get(), db1.get(), dw2.get(), db2.get(), dact.get(),
+                                       dout.get(), act.get(), pre.get(), w2.get(), c.R, c.Hid, c.C);
+  gpu::synchronize();
+  return {act.download(), pre.download(), dpre.download(),
+          dw2.download(), db2.download(), db1.download()};
+}
+
+// The same through the separate device ops (matmul, the GELU's backward with the bias sums).
+GeluPairOut run_separate_ops_on_device(const GeluPairCase& c, const GeluPairData& d) {
+  DevBuf<bf16> inp(d.inp, "inp"), w1(d.w1, "w1"), b1(d.b1, "b1"), w2(d.w2, "w2");
+  DevBuf<bf16> dout(d.dout, "dout"), act(c.R * c.Hid, "act"), pre(c.R * c.Hid, "pre");
+  DevBuf<bf16> dpre(c.R * c.Hid, "dpre"), dact(c.R * c.Hid, "dact");
+  DevBuf<float> dw2(d.dw2_0, "dw2"), db2(d.db2_0, "db2"), db1(d.db1_0, "db1");
+  gpu::matmul_forward<bf16>(pre.get(), inp.get(), w1.get(), b1.get(), c.R, c.C, c.Hid);
+  gpu::gelu_tanh_forward<bf16>(act.get(), pre.get(), c.R * c.Hid);
+  gpu::matmul_backward<bf16>(dact.get(), dw2.get(), db2.get(), dout.get(), act.get(), w2.get(), c.R,
+                             c.Hid, c.C);
+  gpu::gelu_tanh_backward_bias<bf16>(dpre.get(), db1.get(), dact.get(), pre.get(), c.R, c.Hid);
+  gpu::synchronize();
+  return {act.download(), pre.download(), dpre.download(),
+          dw2.download(), db2.download(), db1.download()};
+}
+
+GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData& d) {
+  const auto inp = to_emu(d.inp), w1 = to_emu(d.w1), b1 = to_emu(d.b1), w2 = to_emu(d.w2);
+  const auto dout = to_emu(d.dout);
+  std::vector<EmuBf16> act(c.R * c.Hid), pre(c.R * c.Hid), dpre(c.R * c.Hid);
+  GeluPairOut o{{}, {}, {}, d.dw2_0, d.db2_0, d.db1_0};
+  vit::emu::matmul_gelu_tanh_forward(act.data(), pre.data(), inp.data(), w1.data(), b1.data(), c.R,
+                                     c.C, c.Hid);
+  vit::emu::matmul_gelu_tanh_backward(dpre.data(), o.db1.data(), o.dw2.data(), o.db2.data(),
+                                      nullptr, dout.data(), act.data(), pre.data(), w2.data(), c.R,
+                                      c.Hid, c.C);
+  o.act = widen(act);
+  o.pre = widen(pre);
+  o.dpre = widen(dpre);
+  return o;
+}
+
+// The epilogues (the bf16 default) against the emulation's model of them (emu::matmul_gelu_
+// tanh_*: each output rounded once from fp32, the bias gradient in bf16). Tolerances:
+//  * pre: the same rounding of an fp32 sum taken in another order: within 1 spacing, <= 2% of
+//    elements with other bits (expect_same_rounding).
+//  * act, dpre: also cuBLASLt's own tanh, which may be a hardware approximation (tanh.approx
+//    is good to ~2^-11 relative), so up to 2^-11 / 2^-9 of the values near a rounding boundary
+//    can round the other way: within 1 spacing, <= 25% with other bits.
+//  * fc2's dweight, dbias: fp32 sums of the same bf16 products in another order: 1e-4 of the
+//    largest.
+//  * fc1's bias gradient: bf16 sums (2^-8) of R dpre values that may each sit a spacing apart
+//    (a random walk of sqrt(R) spacings): 2^-6 relative plus 2% of the largest.
+// And the epilogues must have run (no miss: they are the point of mlp_tanh on the GPU).
+TEST_F(CublasLtEpilogue, MatmulGeluTanhMatchesTheEmulation) {
+  ::unsetenv("VIT_GELU_EPILOGUE");
+  uint64_t seed = 1700;
+  for (const GeluPairCase& c : kGeluPairCases) {
+    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
+                 " Hid=" + std::to_string(c.Hid));
+    const GeluPairData d(c, seed += 10);
+    gpu::reset_gemm_fallback_count();
+    const GeluPairOut got = run_gelu_pair_on_device(c, d);
+    EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "cuBLASLt ran the separate ops";
+    EXPECT_EQ(gpu::gemm_fallback_count(), 0);
+    const GeluPairOut want = run_gelu_pair_in_emulation(c, d);
+    expect_same_rounding("pre (fc1 + bias)", got.pre, want.pre);
+    expect_within_bf16_ulps("act (tanh GELU)", got.act, want.act, 1, 0.25);
+    expect_within_bf16_ulps("dpre", got.dpre, want.dpre, 1, 0.25);
+    expect_close("fc2 dweight", got.dw2, want.dw2, {0, 1e-4});
+    expect_close("fc2 dbias", got.db2, want.db2, {0, 1e-4});
+    expect_close("fc1 dbias", got.db1, want.db1, {0x1p-6, 0.02});
+  }
+}
+
+// VIT_GELU_EPILOGUE=0 (the bench's comparison): the separate device ops' bits.
+TEST_F(CublasLtEpilogue, MatmulGeluTanhWithoutTheEpilogueIsTheSeparateOps) {
+  ::setenv("VIT_GELU_EPILOGUE", "0", 1);
+  uint64_t seed = 1800;
+  for (const GeluPairCase& c : kGeluPairCases) {
+    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
+                 " Hid=" + std::to_string(c.Hid));
+    const GeluPairData d(c, seed += 10);
+    gpu::reset_gemm_fallback_count();
+    const GeluPairOut got = run_gelu_pair_on_device(c, d);
+    EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "a switched-off epilogue is no miss";
+    const GeluPairOut want = run_separate_ops_on_device(c, d);
+    expect_same_bits("pre", got.pre, want.pre);
+    expect_same_bits("act", got.act, want.act);
+    expect_same_bits("dpre", got.dpre, want.dpre);
+    expect_same_bits("fc2 dweight", got.dw2, want.dw2);
+    expect_same_bits("fc2 dbias", got.db2, want.db2);
+    expect_same_bits("fc1 dbias", got.db1, want.db1);
+  }
+  ::unsetenv("VIT_GELU_EPILOGUE");
 }
 
 }  // namespace

@@ -136,6 +136,56 @@ TEST(EmuOps, MatmulBackwardAccumulates) {
   }
 }
 
+// The Linear + tanh GELU pair of the mlp_tanh FFN, as cuBLASLt's GELU epilogues round: (a) pre
+// is the matmul's rounding and act the rounding of the GELU of the same fp32 value (not of the
+// rounded pre); dpre rounds gelu_tanh'(pre) times the fp32 product; fc2's gradients have
+// matmul_backward's bits; fc1's bias gradient adds the bf16 rounding of the fp32 column sums.
+TEST(EmuOps, MatmulGeluTanhRoundsAsTheEpilogues) {
+  for (const auto& s : kMatmulShapes) {
+    SCOPED_TRACE("M " + std::to_string(s.M) + " K " + std::to_string(s.K));
+    const Index M = s.M, K = s.K, Hid = s.Nout, Nout = s.K;  // fc1: K -> Hid; fc2: Hid -> Nout
+    Gen g(21);
+    const Bf16s inp = g.bf16s(M * K, -1, 1);         // (M, K)
+    const Bf16s w1 = g.bf16s(Hid * K, -1, 1);        // (Hid, K)
+    const Bf16s b1 = g.bf16s(Hid, -1, 1);            // (Hid)
+    const Bf16s w2 = g.bf16s(Nout * Hid, -1, 1);     // (Nout, Hid)
+    const Bf16s dout = g.bf16s(M * Nout, -1, 1);     // (M, Nout)
+    Bf16s act = nans(M * Hid), pre = nans(M * Hid);  // (M, Hid)
+    emu::matmul_gelu_tanh_forward(act.data(), pre.data(), inp.data(), w1.data(), b1.data(), M, K,
+                                  Hid);
+    Floats pre32(len(M * Hid)), act32(len(M * Hid));  // (M, Hid)
+    const Floats b1_32 = widen(b1);
+    cpu::matmul_forward(pre32.data(), widen(inp).data(), widen(w1).data(), b1_32.data(), M, K, Hid);
+    cpu::gelu_tanh_forward(act32.data(), pre32.data(), M * Hid);
+    expect_rounded(pre, pre32);
+    expect_rounded(act, act32);
+
+    const Floats dw0 = g.floats(Nout * Hid, -1, 1), db0 = g.floats(Nout, -1, 1);
+    const Floats db1_0 = g.floats(Hid, -1, 1);
+    Floats dw = dw0, db = db0, db1 = db1_0;
+    Bf16s dpre = nans(M * Hid);  // (M, Hid)
+    emu::matmul_gelu_tanh_backward(dpre.data(), db1.data(), dw.data(), db.data(), nullptr,
+                                   dout.data(), act.data(), pre.data(), w2.data(), M, Hid, Nout);
+    // fc2's weight and bias gradients: matmul_backward's.
+    Floats rdw = dw0, rdb = db0;
+    emu::matmul_backward(nullptr, rdw.data(), rdb.data(), dout.data(), act.data(), w2.data(), M,
+                         Hid, Nout);
+    expect_same_bits(dw, rdw);
+    expect_same_bits(db, rdb);
+    // dpre from the fp32 product, and the bias gradient's bf16 sums.
+    Floats prod(len(M * Hid)), rdpre(len(M * Hid));
+    cpu::matmul_backward<float>(prod.data(), nullptr, nullptr, widen(dout).data(), nullptr,
+                                widen(w2).data(), M, Hid, Nout);
+    cpu::gelu_tanh_backward(rdpre.data(), prod.data(), widen(pre).data(), M * Hid);
+    expect_rounded(dpre, rdpre);
+    Floats sums(len(Hid), 0.0f), rdb1 = db1_0;
+    for (Index m = 0; m < M; ++m)
+      for (Index h = 0; h < Hid; ++h) sums[size_t(h)] += rdpre[size_t(m * Hid + h)];
+    for (Index h = 0; h < Hid; ++h) rdb1[size_t(h)] += float(bf16(sums[size_t(h)]));
+    expect_same_bits(db1, rdb1);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
@@ -446,6 +496,11 @@ void check_activation(EmuUnary emu_fwd, CpuUnary cpu_fwd, EmuBinary emu_bwd, Cpu
 TEST(EmuOps, Gelu) {
   check_activation(&emu::gelu_forward, &cpu::gelu_forward<float>, &emu::gelu_backward,
                    &cpu::gelu_backward<float>);
+}
+
+TEST(EmuOps, GeluTanh) {
+  check_activation(&emu::gelu_tanh_forward, &cpu::gelu_tanh_forward<float>,
+                   &emu::gelu_tanh_backward, &cpu::gelu_tanh_backward<float>);
 }
 
 TEST(EmuOps, Hswish) {

@@ -1,7 +1,8 @@
-// Whole-model golden test against PyTorch for {mlp, local} x {token, avg} and mlp/avg with the
-// conv stem (tiny ViT: 16x16 images, patch 4, C 32, depth 2, 4 heads, 5 classes; local_avg also
-// has layer scale; the conv stem has two 3x3 stride-2 layers of 16 and 32 channels), written by
-// tests/reference/torch_ref.py (float64 PyTorch from the same float32 weights and inputs):
+// Whole-model golden test against PyTorch for {mlp, local} x {token, avg}, mlp/avg with the
+// conv stem and mlp_tanh/token, the tanh GELU (tiny ViT: 16x16 images, patch 4, C 32, depth 2,
+// 4 heads, 5 classes; local_avg also has layer scale; the conv stem has two 3x3 stride-2 layers of
+// 16 and 32 channels), written by tests/reference/torch_ref.py (float64 PyTorch from the same
+// float32 weights and inputs):
 //  * our parameter table has exactly the reference's timm keys and shapes (both ways);
 //  * logits, loss and every parameter gradient of the mean loss match;
 //  * 10 AdamW updates on the same batch (warmup + cosine LR, weight-decay groups, global
@@ -202,9 +203,9 @@ TEST_P(Golden, MatchesPyTorch) {
               ref_losses.back());
 }
 
-INSTANTIATE_TEST_SUITE_P(FiveConfigs, Golden,
+INSTANTIATE_TEST_SUITE_P(SixConfigs, Golden,
                          ::testing::Values("mlp_token", "mlp_avg", "local_token", "local_avg",
-                                           "mlp_avg_conv"),
+                                           "mlp_avg_conv", "mlp_tanh_token"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -21,6 +21,12 @@ struct Variant {
   vit::Stem stem = vit::Stem::Patch;
 };
 
+// Readable test names (gtest would print the struct's bytes, padding included).
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << vit::to_string(v.ffn) << "_" << vit::to_string(v.cls) << "_ls" << v.layer_scale << "_dp"
+      << v.drop_path << "_" << vit::to_string(v.stem);
+}
+
 vit::ModelConfig tiny_config(const Variant& v) {
   vit::ModelConfig c;
   c.name = "fd_tiny";
@@ -91,6 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{vit::Ffn::Local, vit::Classifier::Avg, 0.0, 0.0},
                       Variant{vit::Ffn::Local, vit::Classifier::Token, 0.5, 0.3},
                       Variant{vit::Ffn::Mlp, vit::Classifier::Avg, 0.5, 0.3},
+                      Variant{vit::Ffn::MlpTanh, vit::Classifier::Token, 0.0, 0.0},
                       // 12 -> 6 -> 3: two 3x3 stride-2 layers (8 channels each), then 1x1.
                       Variant{vit::Ffn::Mlp, vit::Classifier::Token, 0.0, 0.0, vit::Stem::Conv},
                       Variant{vit::Ffn::Local, vit::Classifier::Avg, 0.5, 0.3, vit::Stem::Conv}));

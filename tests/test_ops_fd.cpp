@@ -176,10 +176,13 @@ TEST(OpsFd, Activations) {
   Vec x(n), dout = randn(n, 2);
   for (Index i = 0; i < n; ++i) x[i] = -5.0 + 10.0 * (i + 0.37) / n;  // avoids +-3 exactly
   Vec out(n);
-  for (const bool gelu : {true, false}) {
+  enum class Act { kGelu, kGeluTanh, kHswish };
+  for (const Act act : {Act::kGelu, Act::kGeluTanh, Act::kHswish}) {
     auto loss = [&] {
-      if (gelu)
+      if (act == Act::kGelu)
         gelu_forward(out.data(), x.data(), n);
+      else if (act == Act::kGeluTanh)
+        gelu_tanh_forward(out.data(), x.data(), n);
       else
         hswish_forward(out.data(), x.data(), n);
       return dot(out, dout);
@@ -187,16 +190,24 @@ TEST(OpsFd, Activations) {
     loss();
     for (Index i = 0; i < n; ++i) {
       const double v = x[i];
-      const double want = gelu ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
-                               : v * std::min(std::max(v + 3, 0.0), 6.0) / 6;
+      const double want =
+          act == Act::kGelu ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
+          : act == Act::kGeluTanh
+              ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+              : v * std::min(std::max(v + 3, 0.0), 6.0) / 6;
       EXPECT_NEAR(out[i], want, 1e-12);
     }
     Vec dx(n, NAN);
-    if (gelu)
+    if (act == Act::kGelu)
       gelu_backward(dx.data(), dout.data(), x.data(), n);
+    else if (act == Act::kGeluTanh)
+      gelu_tanh_backward(dx.data(), dout.data(), x.data(), n);
     else
       hswish_backward(dx.data(), dout.data(), x.data(), n);
-    check_grad(gelu ? "gelu" : "hswish", x, dx, loss);
+    check_grad(act == Act::kGelu       ? "gelu"
+               : act == Act::kGeluTanh ? "gelu_tanh"
+                                       : "hswish",
+               x, dx, loss);
   }
 }
 

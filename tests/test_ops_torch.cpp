@@ -7,8 +7,8 @@
 //   1e-5  ops with reductions (matmul/BLAS, LayerNorm incl. the hostile rows, attention,
 //         depthwise conv, the stem's 3x3 stride-2 conv as im2col + GEMM): fp32 sums of up to a
 //         few hundred terms; measured errors are ~1e-7.
-//   1e-6  elementwise ops and short sums (GELU, h-swish, residual, token assembly, average
-//         pooling, cross-entropy): a few fp32 roundings plus the exp/erf approximations.
+//   1e-6  elementwise ops and short sums (GELU, tanh GELU, h-swish, residual, token assembly,
+//         average pooling, cross-entropy): a few fp32 roundings plus the exp/erf approximations.
 //   0     pure data movement (im2patches, im2col3x3s2, ReLU, class-token pooling, dpatch of the
 //         token assembly).
 // The whole conv stem (several ops in a row) is tests/test_conv_stem_torch.cpp.
@@ -205,6 +205,15 @@ TEST_F(OpsTorch, Gelu) {
   vit::cpu::gelu_backward(dinp.data(), dout.data(), x.data(), Index(x.size()));
   expect_close(out, "gelu.out", kElem);
   expect_close(dinp, "gelu.dinp", kElem);
+}
+
+TEST_F(OpsTorch, GeluTanh) {
+  const Vec x = get("gelu_tanh.inp"), dout = get("gelu_tanh.dout");
+  Vec out = overwritten(x.size()), dinp = overwritten(x.size());
+  vit::cpu::gelu_tanh_forward(out.data(), x.data(), Index(x.size()));
+  vit::cpu::gelu_tanh_backward(dinp.data(), dout.data(), x.data(), Index(x.size()));
+  expect_close(out, "gelu_tanh.out", kElem);
+  expect_close(dinp, "gelu_tanh.dinp", kElem);
 }
 
 TEST_F(OpsTorch, HSwish) {

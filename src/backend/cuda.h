@@ -49,6 +49,8 @@ struct CudaBackend {
   VIT_FORWARD_CUDA(flash_attention_forward)
   VIT_FORWARD_CUDA(flash_attention_backward)
   VIT_FORWARD_CUDA(gelu_backward_bias)
+  VIT_FORWARD_CUDA(matmul_gelu_tanh_forward)
+  VIT_FORWARD_CUDA(matmul_gelu_tanh_backward)
   VIT_FORWARD_CUDA(residual_layernorm_forward)
   VIT_FORWARD_CUDA(local_ffn_forward)
   VIT_FORWARD_CUDA(local_ffn_backward)

@@ -41,6 +41,8 @@ namespace vit {
   X(attention_backward) \
   X(gelu_forward) \
   X(gelu_backward) \
+  X(gelu_tanh_forward) \
+  X(gelu_tanh_backward) \
   X(hswish_forward) \
   X(hswish_backward) \
   X(relu_forward) \
@@ -173,10 +175,36 @@ struct ComposedLocalFfn {
   }
 };
 
+// The CUDA backend's Linear + tanh GELU pair (the mlp_tanh FFN's fc1 with the GELU in cuBLASLt's
+// epilogues; ops/cuda/ops.h) as the host policy P's separate ops: the GEMM's output rounded
+// before the GELU, and fc1's bias gradient summed from the stored dpre (for the CPU reference the
+// bits of calling them one by one).
+template <class P>
+struct ComposedMatmulGeluTanh {
+  template <class S>
+  static void matmul_gelu_tanh_forward(S* act, S* pre, const S* inp, const S* weight, const S* bias,
+                                       Index M, Index K, Index Hid) {
+    P::matmul_forward(pre, inp, weight, bias, M, K, Hid);
+    P::gelu_tanh_forward(act, static_cast<const S*>(pre), M * Hid);
+  }
+  template <class S, class A>
+  static void matmul_gelu_tanh_backward(S* dpre, A* dpre_bias, A* dweight, A* dbias, S* dact,
+                                        const S* dout, const S* act, const S* pre, const S* weight,
+                                        Index M, Index Hid, Index Nout) {
+    P::matmul_backward(dact, dweight, dbias, dout, act, weight, M, Hid, Nout);
+    P::gelu_tanh_backward(dpre, static_cast<const S*>(dact), pre, M * Hid);
+    if (dpre_bias)  // fc1's bias gradient: the column sums of dpre, as matmul_backward forms them
+      P::matmul_backward(static_cast<S*>(nullptr), static_cast<A*>(nullptr), dpre_bias,
+                         static_cast<const S*>(dpre), static_cast<const S*>(nullptr),
+                         static_cast<const S*>(nullptr), M, Index(1), Hid);
+  }
+};
+
 template <typename T>
 struct CpuBackend : HostMemory,
                     ComposedResidualNorm<CpuBackend<T>>,
-                    ComposedLocalFfn<CpuBackend<T>> {
+                    ComposedLocalFfn<CpuBackend<T>>,
+                    ComposedMatmulGeluTanh<CpuBackend<T>> {
   using Store = T;
   using Acc = T;
   using Res = T;
@@ -221,6 +249,8 @@ struct EmuBackendOf : HostMemory,
   VIT_LAYER_OPS(VIT_FORWARD_EMU)
   VIT_FORWARD_EMU(flash_attention_forward)
   VIT_FORWARD_EMU(flash_attention_backward)
+  VIT_FORWARD_EMU(matmul_gelu_tanh_forward)
+  VIT_FORWARD_EMU(matmul_gelu_tanh_backward)
 #undef VIT_FORWARD_EMU
   // dst (n) = src (n) rounded to bf16: the weight copy from the master weights.
   static void convert(Store* dst, const Acc* src, Index n) {

@@ -29,8 +29,9 @@ int run_bench(int argc, char** argv) {
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
   app.add_option("--stem", stem, "patch embedding: patch or conv (default: the preset's)")
       ->check(CLI::IsMember({"patch", "conv"}));
-  app.add_option("--ffn", ffn, "FFN: mlp or local (default: the preset's)")
-      ->check(CLI::IsMember({"mlp", "local"}));
+  app.add_option("--ffn", ffn,
+                 "FFN: mlp, mlp_tanh (GELU's tanh form) or local (default: the preset's)")
+      ->check(CLI::IsMember({"mlp", "mlp_tanh", "local"}));
   app.add_option("--gp", gp, "classifier: token or avg (default: the preset's)")
       ->check(CLI::IsMember({"token", "avg"}));
   app.add_option("--steps", steps, "timed training steps")->check(CLI::PositiveNumber);
@@ -114,6 +115,7 @@ int run_bench(int argc, char** argv) {
   // The architecture's choices beyond the preset's name, for the text line.
   std::string arch = conv_stem ? "conv stem" : "";
   if (cfg.ffn == Ffn::Local) arch += arch.empty() ? "locality FFN" : ", locality FFN";
+  if (cfg.ffn == Ffn::MlpTanh) arch += arch.empty() ? "tanh GELU" : ", tanh GELU";
   // The CPU reference always runs unfused; the GPU and its emulation fuse where they can.
   const bool fused = eo.device != "cpu" && use_flash_attention(cfg.head_dim());
   // Graphs asked for: how many timed passes were replays (all of them, or 0 where they did not

@@ -177,7 +177,8 @@ int run_export(int argc, char** argv) {
   if (c.layer_scale_init > 0) model_args["init_values"] = c.layer_scale_init;
   // Any timm vit_* entry point accepts these overrides; the locality FFN and the conv stem have
   // no timm counterpart (docs/export.md documents their keys).
-  const bool timm_loads = c.ffn == Ffn::Mlp && c.stem == Stem::Patch;
+  const bool timm_loads = c.ffn != Ffn::Local && c.stem == Stem::Patch;
+  if (c.ffn == Ffn::MlpTanh) model_args["act_layer"] = "gelu_tanh";  // timm's name for it
   const char* arch = timm_loads             ? "vit_tiny_patch16_224"
                      : c.stem == Stem::Conv ? "vitrain_vit_conv_stem"
                                             : "vitrain_vit_local_ffn";

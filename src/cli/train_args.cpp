@@ -44,7 +44,8 @@ std::vector<Option> options(TrainArgs& a) {
       {"--img-size", "img_size", "input image size (0 = the preset's)", &a.img_size},
       {"--num-classes", "num_classes", "classes (0 = from the data)", &a.num_classes},
       {"--gp", "gp", "classifier: token or avg (default: the preset's)", &a.gp},
-      {"--ffn", "ffn", "FFN: mlp or local (default: the preset's)", &a.ffn},
+      {"--ffn", "ffn", "FFN: mlp, mlp_tanh (GELU's tanh form) or local (default: the preset's)",
+       &a.ffn},
       {"--stem", "stem",
        "patch embedding: patch (one stride-P conv) or conv (3x3 stride-2 convs + LayerNorm + "
        "ReLU, then 1x1; P a power of two) (default: the preset's)",
@@ -266,8 +267,8 @@ void validate(const TrainArgs& a) {
             fmt::format("--precision {}: use bf16 or fp32", a.precision));
   VIT_CHECK(a.gp.empty() || a.gp == "token" || a.gp == "avg",
             fmt::format("--gp {}: use token or avg", a.gp));
-  VIT_CHECK(a.ffn.empty() || a.ffn == "mlp" || a.ffn == "local",
-            fmt::format("--ffn {}: use mlp or local", a.ffn));
+  VIT_CHECK(a.ffn.empty() || a.ffn == "mlp" || a.ffn == "mlp_tanh" || a.ffn == "local",
+            fmt::format("--ffn {}: use mlp, mlp_tanh or local", a.ffn));
   VIT_CHECK(a.stem.empty() || a.stem == "patch" || a.stem == "conv",
             fmt::format("--stem {}: use patch or conv", a.stem));
   VIT_CHECK(a.stop_after_updates >= 0, "--stop-after-updates must be >= 0");

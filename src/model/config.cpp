@@ -125,7 +125,7 @@ const char* to_string(Classifier c) {
   return c == Classifier::Token ? "token" : "avg";
 }
 const char* to_string(Ffn f) {
-  return f == Ffn::Mlp ? "mlp" : "local";
+  return f == Ffn::Mlp ? "mlp" : f == Ffn::MlpTanh ? "mlp_tanh" : "local";
 }
 
 const char* to_string(Stem s) {
@@ -140,8 +140,9 @@ Classifier classifier_from_string(const std::string& s) {
 
 Ffn ffn_from_string(const std::string& s) {
   if (s == "mlp") return Ffn::Mlp;
+  if (s == "mlp_tanh") return Ffn::MlpTanh;
   if (s == "local") return Ffn::Local;
-  throw Error(fmt::format("unknown ffn '{}' (use mlp or local)", s));
+  throw Error(fmt::format("unknown ffn '{}' (use mlp, mlp_tanh or local)", s));
 }
 
 Stem stem_from_string(const std::string& s) {

@@ -8,7 +8,9 @@
 namespace vit {
 
 enum class Classifier { Token, Avg };  // class token + final norm | mean of patch tokens + fc_norm
-enum class Ffn { Mlp, Local };         // Linear-GELU-Linear | the locality FFN (methods.md 1.3)
+// Linear-GELU-Linear (exact erf GELU, timm's) | the same with the tanh GELU (timm's gelu_tanh;
+// the GPU fuses it into the GEMMs' epilogues) | the locality FFN (methods.md 1.3)
+enum class Ffn { Mlp, MlpTanh, Local };
 // Patch embedding: one stride-P conv (patchify) | the hybrid conv stem (Xiao et al. 2021,
 // "Early convolutions help transformers see better"; methods.md 3.2): log2(P) 3x3 stride-2
 // convs, each followed by a channels-last LayerNorm and ReLU, then a 1x1 conv with bias to C.
@@ -38,7 +40,7 @@ struct ModelConfig {
   int num_tokens() const { return num_patches() + num_prefix(); }             // N
   int head_dim() const { return embed_dim / num_heads; }                      // D
   int hidden_dim() const { return static_cast<int>(embed_dim * mlp_ratio); }  // M
-  bool has_mlp_bias() const { return ffn == Ffn::Mlp; }
+  bool has_mlp_bias() const { return ffn != Ffn::Local; }
   // Output channels of the conv stem's 3x3 convs, first to last (empty for the patchify stem).
   // For P = 2^k: width_i = max(C >> (k - i), min(C, 16)) for i = 1..k, doubling up to C, as
   // pycls's ViT-C (C 384, P 16: 48, 96, 192, 384); at least 16 channels (or C if smaller).

@@ -427,7 +427,15 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
                         b.ln2_rstd, bw.norm2_w, bw.norm2_b, B, N);
 
   // FFN branch.
-  {
+  const bool tanh_gelu = cfg_.ffn == Ffn::MlpTanh;
+  if (tanh_gelu) {
+    // fc1 and its tanh GELU: one GEMM with the GELU in its epilogue on the GPU (bf16).
+    OpWork work = W::matmul_forward(BN, C, M);
+    work.bytes += W::elementwise(BN * M, 1).bytes;  // act1 besides fc1
+    ProfileScope prof("matmul_gelu_forward", work);
+    Backend::matmul_gelu_tanh_forward(b.act1, b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w,
+                                      bw.fc1_b, BN, C, M);
+  } else {
     ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, M));
     Backend::matmul_forward(b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w, bw.fc1_b, BN, C, M);
   }
@@ -445,7 +453,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     }
     hidden = b.act2;
   } else {
-    {
+    if (!tanh_gelu) {
       ProfileScope prof("gelu_forward", W::elementwise(BN * M, 2));
       Backend::gelu_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
     }
@@ -566,16 +574,27 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   // FFN branch; dres holds d(block output) and, through the identity path, d(r1).
   const Store* dffn = branch_grad(CS(bw.ls2), s2, bg.ls2, CS(b.fc2));
   const Store* hidden = local ? b.act2 : b.act1;
-  {
+  Acc* fc1_db = bg.fc1_b;  // nullptr with the locality FFN: its fc1 has no bias
+  if (cfg_.ffn == Ffn::MlpTanh) {
+    // fc2's backward through the tanh GELU into d(fc1) (dhid_b) and fc1's bias gradient: on the
+    // GPU (bf16) the GELU's backward and the bias sums are the data-gradient GEMM's epilogue.
+    OpWork work = W::matmul_backward(BN, M, C);
+    work.bytes += W::elementwise(BN * M, 1).bytes;  // fc1's output, read by the epilogue
+    ProfileScope prof("matmul_gelu_backward", work);
+    Backend::matmul_gelu_tanh_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn, hidden,
+                                       CS(b.fc1), CS(bw.fc2_w), BN, M, C);
+    fc1_db = nullptr;
+  } else {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, M, C));
     Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, dffn, hidden, CS(bw.fc2_w), BN, M, C);
   }
   // Back to fc1's output: the locality FFN's middle (h-swish, depthwise 3x3, h-swish; one pass
-  // on the GPU, d(act2) in dhid_a is its scratch on the host), or the GELU. Where the backend
-  // fuses the GELU's backward with fc1's bias gradient (the column sums of its result), that
-  // comes out of the same pass (bitwise as computing it in matmul_backward).
-  Acc* fc1_db = bg.fc1_b;  // nullptr with the locality FFN: its fc1 has no bias
-  if (local) {
+  // on the GPU, d(act2) in dhid_a is its scratch on the host), or the GELU (the tanh GELU's
+  // backward came with fc2's above). Where the backend fuses the GELU's backward with fc1's bias
+  // gradient (the column sums of its result), that comes out of the same pass (bitwise as
+  // computing it in matmul_backward).
+  if (cfg_.ffn == Ffn::MlpTanh) {
+  } else if (local) {
     ProfileScope prof("local_ffn_backward", W::dwconv(B, g * g, M, 2, 7));
     Backend::local_ffn_backward(a.dhid_b, bg.dw_w, a.dhid_a, CS(b.dw), CS(b.act1), CS(b.fc1),
                                 CS(bw.dw_w), B, N, pre, g, g, M);

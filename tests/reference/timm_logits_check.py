@@ -99,7 +99,8 @@ def reference_model(export, cfg, torch):
     import torch_vit
     ma = cfg["model_args"]
     arch = cfg["architecture"]
-    ffn = ma.get("ffn") or ("local" if arch == "vitrain_vit_local_ffn" else "mlp")
+    ffn = ma.get("ffn") or ("local" if arch == "vitrain_vit_local_ffn" else
+                            "mlp_tanh" if ma.get("act_layer") == "gelu_tanh" else "mlp")
     stem = ma.get("stem") or ("conv" if arch == "vitrain_vit_conv_stem" else "patch")
     model = torch_vit.ViT(img_size=ma["img_size"], patch_size=ma["patch_size"],
                           in_chans=ma["in_chans"], embed_dim=ma["embed_dim"], depth=ma["depth"],

@@ -5,8 +5,8 @@ Writes into --out:
                              parameter gradients for a random upstream gradient `dout`, on random
                              and hostile inputs (tests/test_ops_torch.cpp). Tensors are named
                              <case>.<tensor>; integer sizes are in <case>.dims (F32).
-  golden_<ffn>_<cls>[_conv].safetensors  a tiny ViT per {mlp, local} x {token, avg}, and mlp/avg
-                             with the conv stem: weights under timm
+  golden_<ffn>_<cls>[_conv].safetensors  a tiny ViT per {mlp, local} x {token, avg}, mlp/avg
+                             with the conv stem and mlp_tanh/token: weights under timm
                              keys, a batch, logits, loss, every parameter gradient, and the
                              losses, pre-clip grad norms and learning rates of 10 AdamW updates
                              on that batch (tests/test_golden.cpp); the config in __metadata__.
@@ -124,6 +124,8 @@ def op_cases():
     c.add("gelu", {"inp": x, "dout": dout}, o)
     dout, o = run(lambda inp: torch_vit.hswish(inp), {"inp": x}, ["inp"])
     c.add("hswish", {"inp": x, "dout": dout}, o)
+    dout, o = run(lambda inp: F.gelu(inp, approximate="tanh"), {"inp": x}, ["inp"])
+    c.add("gelu_tanh", {"inp": x, "dout": dout}, o)
 
     # Depthwise 3x3 (padding 1, no bias) on the token grid, with and without a class token;
     # prefix rows of the output (and of dinp) are zero.
@@ -261,14 +263,14 @@ def conv_stem_op_cases(c):
 
 CONFIGS = [("mlp", "token", 0.0, "patch"), ("mlp", "avg", 0.0, "patch"),
            ("local", "token", 0.0, "patch"), ("local", "avg", 0.1, "patch"),
-           ("mlp", "avg", 0.0, "conv")]
+           ("mlp", "avg", 0.0, "conv"), ("mlp_tanh", "token", 0.0, "patch")]
 LR = dict(base=2e-3, warmup_lr=1e-4, min_lr=1e-5, warmup=3, total=10)
 WD, CLIP, STEPS, BATCH = 0.05, 1.0, 10, 6
 
 
 def golden(ffn, cls, layer_scale, stem, out_dir):
-    torch.manual_seed({"mlp": 1, "local": 2}[ffn] * 10 + {"token": 1, "avg": 2}[cls] +
-                      {"patch": 0, "conv": 5}[stem])
+    torch.manual_seed({"mlp": 1, "local": 2, "mlp_tanh": 3}[ffn] * 10 +
+                      {"token": 1, "avg": 2}[cls] + {"patch": 0, "conv": 5}[stem])
     cfg = dict(img_size=16, patch_size=4, in_chans=3, embed_dim=32, depth=2, num_heads=4,
                mlp_ratio=4.0, num_classes=5, classifier=cls, ffn=ffn, qkv_bias=True,
                layer_scale_init=layer_scale, stem=stem)

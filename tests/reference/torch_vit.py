@@ -38,13 +38,16 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, dim, hidden):
+    """Linear-GELU-Linear; approximate="tanh" is vitrain's mlp_tanh (timm's gelu_tanh)."""
+
+    def __init__(self, dim, hidden, approximate="none"):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.fc2 = nn.Linear(hidden, dim)
+        self.approximate = approximate
 
     def forward(self, x, grid, prefix):
-        return self.fc2(F.gelu(self.fc1(x)))
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
 
 
 class LocalFfn(nn.Module):
@@ -84,7 +87,10 @@ class Block(nn.Module):
         self.attn = Attention(dim, heads, qkv_bias)
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = Mlp(dim, hidden) if ffn == "mlp" else LocalFfn(dim, hidden)
+        if ffn == "local":
+            self.mlp = LocalFfn(dim, hidden)
+        else:
+            self.mlp = Mlp(dim, hidden, "tanh" if ffn == "mlp_tanh" else "none")
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale > 0 else nn.Identity()
 
     def forward(self, x, grid, prefix):

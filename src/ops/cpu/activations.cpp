@@ -1,4 +1,5 @@
-// Elementwise activations: exact (erf) GELU, h-swish and ReLU (the conv stem).
+// Elementwise activations: exact (erf) GELU, tanh-approximation GELU, h-swish and ReLU (the conv
+// stem).
 #include <algorithm>
 #include <cmath>
 
@@ -26,6 +27,33 @@ void gelu_backward(T* dinp, const T* dout, const T* inp, Index n) {
     const T cdf = T(0.5) * (T(1) + erf_any(x * inv_sqrt2));
     const T pdf = inv_sqrt2pi * exp_any(T(-0.5) * x * x);
     dinp[i] = dout[i] * (cdf + x * pdf);
+  }
+}
+
+template <typename T>
+void gelu_tanh_forward(T* out, const T* inp, Index n) {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's gelu(approximate='tanh')
+  const T sqrt_2_over_pi = T(0.79788456080286535588);
+  const T k = T(0.044715);
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) {
+    const T x = inp[i];
+    out[i] = T(0.5) * x * (T(1) + std::tanh(sqrt_2_over_pi * (x + k * x * x * x)));
+  }
+}
+
+template <typename T>
+void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, Index n) {
+  const T sqrt_2_over_pi = T(0.79788456080286535588);
+  const T k = T(0.044715);
+  // with u = sqrt(2/pi) (x + k x^3), t = tanh(u):
+  // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 k x^2)
+#pragma omp parallel for simd schedule(static)
+  for (Index i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T t = std::tanh(sqrt_2_over_pi * (x + k * x * x * x));
+    const T du = sqrt_2_over_pi * (T(1) + T(3) * k * x * x);
+    dinp[i] = dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
   }
 }
 
@@ -62,12 +90,14 @@ void relu_backward(T* dinp, const T* dout, const T* inp, Index n) {
   for (Index i = 0; i < n; ++i) dinp[i] = inp[i] <= T(0) ? T(0) : dout[i];
 }
 
-#define INSTANTIATE(T)                                             \
-  template void gelu_forward<T>(T*, const T*, Index);              \
-  template void gelu_backward<T>(T*, const T*, const T*, Index);   \
-  template void hswish_forward<T>(T*, const T*, Index);            \
-  template void hswish_backward<T>(T*, const T*, const T*, Index); \
-  template void relu_forward<T>(T*, const T*, Index);              \
+#define INSTANTIATE(T)                                                \
+  template void gelu_forward<T>(T*, const T*, Index);                 \
+  template void gelu_backward<T>(T*, const T*, const T*, Index);      \
+  template void gelu_tanh_forward<T>(T*, const T*, Index);            \
+  template void gelu_tanh_backward<T>(T*, const T*, const T*, Index); \
+  template void hswish_forward<T>(T*, const T*, Index);               \
+  template void hswish_backward<T>(T*, const T*, const T*, Index);    \
+  template void relu_forward<T>(T*, const T*, Index);                 \
   template void relu_backward<T>(T*, const T*, const T*, Index);
 VIT_INSTANTIATE_FLOAT_DOUBLE(INSTANTIATE)
 

@@ -49,6 +49,13 @@ void gelu_forward(T* out, const T* inp, Index n);
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, Index n);
 
+// Tanh-approximation GELU, PyTorch's gelu(approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi)
+// (x + 0.044715 x^3))), elementwise over n values.
+template <typename T>
+void gelu_tanh_forward(T* out, const T* inp, Index n);
+template <typename T>
+void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, Index n);
+
 // h-swish: x * relu6(x + 3) / 6, elementwise.
 template <typename T>
 void hswish_forward(T* out, const T* inp, Index n);

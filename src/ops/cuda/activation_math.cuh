@@ -19,6 +19,21 @@ struct GeluBackward {
     return dout * (cdf + x * pdf);
   }
 };
+struct GeluTanhForward {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's gelu(approximate='tanh')
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  }
+};
+struct GeluTanhBackward {
+  // with t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3):
+  // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+  __device__ float operator()(float dout, float x) const {
+    const float t = tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x));
+    const float du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x * x);
+    return dout * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+};
 struct HswishForward {
   // x * relu6(x + 3) / 6
   __device__ float operator()(float x) const {

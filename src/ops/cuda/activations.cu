@@ -1,5 +1,5 @@
-// Elementwise activations: exact (erf) GELU, h-swish and ReLU (the conv stem), fp32 math on any
-// storage type, through the 16-byte packed maps of elementwise.cuh.
+// Elementwise activations: exact (erf) GELU, tanh-approximation GELU, h-swish and ReLU (the conv
+// stem), fp32 math on any storage type, through the 16-byte packed maps of elementwise.cuh.
 #include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/elementwise.cuh"
 
@@ -15,6 +15,18 @@ void gelu_forward(T* out, const T* inp, Index n) {
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, Index n) {
   map2(dinp, dout, inp, n, GeluBackward{});
+}
+
+// out, inp (n)
+template <typename T>
+void gelu_tanh_forward(T* out, const T* inp, Index n) {
+  map1(out, inp, n, GeluTanhForward{});
+}
+
+// dinp, dout, inp (n)
+template <typename T>
+void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, Index n) {
+  map2(dinp, dout, inp, n, GeluTanhBackward{});
 }
 
 // out, inp (n)
@@ -37,6 +49,12 @@ void gelu_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Inde
 
 // dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
 template <typename T>
+void gelu_tanh_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C) {
+  map2_colsum(dinp, dbias, dout, inp, R, C, GeluTanhBackward{});
+}
+
+// dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
+template <typename T>
 void hswish_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C) {
   map2_colsum(dinp, dbias, dout, inp, R, C, HswishBackward{});
 }
@@ -53,14 +71,17 @@ void relu_backward(T* dinp, const T* dout, const T* inp, Index n) {
   map2(dinp, dout, inp, n, ReluBackward{});
 }
 
-#define INSTANTIATE(T)                                                                 \
-  template void gelu_forward<T>(T*, const T*, Index);                                  \
-  template void gelu_backward<T>(T*, const T*, const T*, Index);                       \
-  template void hswish_forward<T>(T*, const T*, Index);                                \
-  template void hswish_backward<T>(T*, const T*, const T*, Index);                     \
-  template void gelu_backward_bias<T>(T*, float*, const T*, const T*, Index, Index);   \
-  template void hswish_backward_bias<T>(T*, float*, const T*, const T*, Index, Index); \
-  template void relu_forward<T>(T*, const T*, Index);                                  \
+#define INSTANTIATE(T)                                                                    \
+  template void gelu_forward<T>(T*, const T*, Index);                                     \
+  template void gelu_backward<T>(T*, const T*, const T*, Index);                          \
+  template void gelu_tanh_forward<T>(T*, const T*, Index);                                \
+  template void gelu_tanh_backward<T>(T*, const T*, const T*, Index);                     \
+  template void hswish_forward<T>(T*, const T*, Index);                                   \
+  template void hswish_backward<T>(T*, const T*, const T*, Index);                        \
+  template void gelu_backward_bias<T>(T*, float*, const T*, const T*, Index, Index);      \
+  template void gelu_tanh_backward_bias<T>(T*, float*, const T*, const T*, Index, Index); \
+  template void hswish_backward_bias<T>(T*, float*, const T*, const T*, Index, Index);    \
+  template void relu_forward<T>(T*, const T*, Index);                                     \
   template void relu_backward<T>(T*, const T*, const T*, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 

@@ -72,14 +72,26 @@ struct GemmKey {
   Index M, N, K, lda, ldb, ldc;
   Index batch, stride_a, stride_b, stride_c;
   uint32_t al_a, al_b, al_c;  // pointer (and batch stride) alignment in bytes, <= 256
-  uint32_t al_bias;           // 0: no bias epilogue
+  uint32_t al_bias;           // 0: no bias (or bias gradient) vector
   uint32_t beta_bits;         // beta == 0 lets cuBLASLt skip reading C
+  int epilogue;               // cublasLtEpilogue_t
+  Index ld_aux;               // the GELU epilogues' aux matrix (M, ld_aux); 0 without
+  uint32_t al_aux;
 
   auto tie() const {
     return std::tie(tab, tc, trans_a, trans_b, M, N, K, lda, ldb, ldc, batch, stride_a, stride_b,
-                    stride_c, al_a, al_b, al_c, al_bias, beta_bits);
+                    stride_c, al_a, al_b, al_c, al_bias, beta_bits, epilogue, ld_aux, al_aux);
   }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+// A call's epilogue operands: the bias (input, N) or bias gradient (output, N), and the GELU
+// epilogues' aux matrix (M, ld_aux): the pre-activation, written forward and read backward.
+struct GemmExtras {
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  const void* aux = nullptr;
+  Index ld_aux = 0;
 };
 
 // One distinct GEMM, ready to run: has_algo == false sends it to the fallback kernel.
@@ -120,6 +132,7 @@ Lt& lt() {
 }
 
 std::atomic<Index> g_fallbacks{0};
+std::atomic<Index> g_epilogue_misses{0};
 std::atomic<Index> g_autotuned{0};
 constexpr int kTuneCandidates = 8;  // algorithms timed per shape when autotuning
 constexpr int kTuneRuns = 3;        // timed runs of each, after one untimed
@@ -164,17 +177,21 @@ LayoutPtr make_layout(cudaDataType_t type, Index rows, Index cols, Index ld, Ind
 // fp32 compute and scale: never TF32, so the fp32 mode matches the CPU reference to ~1e-6.
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B and
 // its B our A, each with its own transpose flag (as cblas does for CblasRowMajor).
-DescPtr make_desc(const GemmKey& k, const void* bias) {
+DescPtr make_desc(const GemmKey& k, const GemmExtras& ex) {
   cublasLtMatmulDesc_t raw = nullptr;
   VIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   DescPtr d(raw);
   set_attr(d.get(), CUBLASLT_MATMUL_DESC_TRANSA, k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_attr(d.get(), CUBLASLT_MATMUL_DESC_TRANSB, k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-  if (k.al_bias) {
-    // bias (N) runs along the rows of C^T; its type is C's (the default); the heuristic reads
-    // the pointer's alignment, hence al_bias in the key
-    set_attr(d.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_attr(d.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    set_attr(d.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, cublasLtEpilogue_t(k.epilogue));
+  // bias (N) runs along the rows of C^T; its type is C's (the default); the heuristic reads
+  // the pointer's alignment, hence al_bias in the key. The same for the aux matrix, which is
+  // C^T's shape with its own leading dimension.
+  if (k.al_bias) set_attr(d.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, ex.bias);
+  if (k.al_aux) {
+    set_attr(d.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ex.aux);
+    set_attr(d.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(k.ld_aux));
   }
   return d;
 }
@@ -198,16 +215,17 @@ PrefPtr make_pref(const GemmKey& k) {
 void report_no_algo(const GemmKey& k, cublasStatus_t st) {
   std::fprintf(stderr,
                "vitrain: cuBLASLt has no algorithm (%s) for GEMM M=%lld N=%lld K=%lld "
-               "lda=%lld ldb=%lld ldc=%lld batch=%lld align A/B/C/bias=%u/%u/%u/%u; using the "
-               "fallback kernel (reported once per shape)\n",
+               "lda=%lld ldb=%lld ldc=%lld batch=%lld align A/B/C/bias=%u/%u/%u/%u epilogue %d; "
+               "using %s (reported once per shape)\n",
                cublasLtGetStatusString(st), (long long)k.M, (long long)k.N, (long long)k.K,
                (long long)k.lda, (long long)k.ldb, (long long)k.ldc, (long long)k.batch, k.al_a,
-               k.al_b, k.al_c, k.al_bias);
+               k.al_b, k.al_c, k.al_bias, k.epilogue,
+               k.al_aux ? "the GEMM and the activation as separate ops" : "the fallback kernel");
 }
 
 // Descriptors, layouts and the heuristic's first choice for `k`. "Not supported" (or nothing
 // found) is a plan too, without an algorithm; any other status is a bug and throws.
-GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const void* bias) {
+GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
   GemmPlan plan;
   const auto tab = cudaDataType_t(k.tab), tc = cudaDataType_t(k.tc);
   // Column-major shapes as stored (before op): B is (N, K) or (K, N); A is (K, M) or (M, K).
@@ -216,7 +234,7 @@ GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const void* bias) {
   plan.lb =
       make_layout(tab, k.trans_a ? k.M : k.K, k.trans_a ? k.K : k.M, k.lda, k.batch, k.stride_a);
   plan.lc = make_layout(tc, k.N, k.M, k.ldc, k.batch, k.stride_c);
-  plan.desc = make_desc(k, bias);
+  plan.desc = make_desc(k, ex);
   const PrefPtr pref = make_pref(k);
   int found = 0;
   std::vector<cublasLtMatmulHeuristicResult_t> results(autotune_flag() ? kTuneCandidates : 1);
@@ -237,9 +255,9 @@ GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const void* bias) {
 }
 
 // The plan for `k`, built on first use (caller holds ctx.mu).
-GemmPlan& plan_for(Lt& ctx, const GemmKey& k, const void* bias) {
+GemmPlan& plan_for(Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
   auto it = ctx.plans.find(k);
-  if (it == ctx.plans.end()) it = ctx.plans.emplace(k, build_plan(ctx, k, bias)).first;
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(k, build_plan(ctx, k, ex)).first;
   return it->second;
 }
 
@@ -393,24 +411,21 @@ bool gemm_autotune() {
 Index gemm_autotuned_count() {
   return g_autotuned.load();
 }
+Index gelu_epilogue_miss_count() {
+  return g_epilogue_misses.load();
+}
 void reset_gemm_fallback_count() {
   g_fallbacks.store(0);
+  g_epilogue_misses.store(0);
 }
 
+namespace {
+
+// The key of a call (its shapes, types, alignments and epilogue).
 template <typename TAB, typename TC>
-void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
-          Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
-          Index ldc, Index stride_c, Index batch, const TC* bias) {
-  if (M <= 0 || N <= 0 || batch <= 0) return;
-  VIT_CHECK(K > 0, "cuda::gemm: K must be positive");
-  check_lds(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (batch == 1) stride_a = stride_b = stride_c = 0;
-  auto fallback = [&] {
-    gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                  ldc, stride_c, batch, bias);
-  };
-  if (force_fallback()) return fallback();
-  const TC* lt_bias = epilogue_bias(bias, N);
+GemmKey make_key(bool trans_a, bool trans_b, Index M, Index N, Index K, const TAB* A, Index lda,
+                 Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
+                 Index ldc, Index stride_c, Index batch, const GemmExtras& ex) {
   GemmKey key{};
   key.tab = data_type<TAB>();
   key.tc = data_type<TC>();
@@ -429,17 +444,30 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
   key.al_a = alignment(A, stride_a * Index(sizeof(TAB)), batch);
   key.al_b = alignment(B, stride_b * Index(sizeof(TAB)), batch);
   key.al_c = alignment(C, stride_c * Index(sizeof(TC)), batch);
-  key.al_bias = lt_bias ? alignment(lt_bias, 0, 1) : 0u;
+  key.al_bias = ex.bias ? alignment(ex.bias, 0, 1) : 0u;
   key.beta_bits = float_bits(beta);
+  key.epilogue = int(ex.epilogue);
+  key.ld_aux = ex.aux ? ex.ld_aux : 0;
+  key.al_aux = ex.aux ? alignment(ex.aux, 0, 1) : 0u;
+  return key;
+}
+
+// Runs the GEMM through cuBLASLt with the epilogue of `ex`; false (nothing enqueued) where
+// cuBLASLt has no algorithm for it.
+template <typename TAB, typename TC>
+bool gemm_lt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
+             Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
+             Index ldc, Index stride_c, Index batch, const GemmExtras& ex) {
+  const GemmKey key = make_key(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, beta,
+                               C, ldc, stride_c, batch, ex);
   Lt& ctx = lt();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  GemmPlan& plan = plan_for(ctx, key, lt_bias);
-  if (!plan.has_algo) {
-    ++g_fallbacks;
-    return fallback();
-  }
-  // The one per-call attribute: the bias address (same alignment as when the plan was built).
-  if (lt_bias) set_attr(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, lt_bias);
+  GemmPlan& plan = plan_for(ctx, key, ex);
+  if (!plan.has_algo) return false;
+  // The per-call attributes: the bias and aux addresses (same alignment as when the plan was
+  // built).
+  if (ex.bias) set_attr(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, ex.bias);
+  if (ex.aux) set_attr(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ex.aux);
   if (!plan.candidates.empty()) {
     const Index c_elems = (batch - 1) * stride_c + (M - 1) * ldc + N;  // C's extent
     tune_plan(ctx, key, plan, A, B, &alpha, &beta, size_t(c_elems) * sizeof(TC));
@@ -447,6 +475,75 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
   VIT_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, B, plan.la.get(), A,
                                   plan.lb.get(), &beta, C, plan.lc.get(), C, plan.lc.get(),
                                   &plan.heur.algo, ctx.workspace, kWorkspaceBytes, stream()));
+  return true;
+}
+
+// The GELU epilogues' aux matrix must have a leading dimension divisible by 8 (cuBLASLt).
+bool gelu_epilogue_fits(Index ld_aux, Index N) {
+  return ld_aux % 8 == 0 && ld_aux >= N;
+}
+
+}  // namespace
+
+template <typename TAB, typename TC>
+void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
+          Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
+          Index ldc, Index stride_c, Index batch, const TC* bias) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  VIT_CHECK(K > 0, "cuda::gemm: K must be positive");
+  check_lds(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (batch == 1) stride_a = stride_b = stride_c = 0;
+  auto fallback = [&] {
+    gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                  ldc, stride_c, batch, bias);
+  };
+  if (force_fallback()) return fallback();
+  GemmExtras ex;
+  ex.bias = epilogue_bias(bias, N);
+  if (ex.bias) ex.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (!gemm_lt(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+               stride_c, batch, ex)) {
+    ++g_fallbacks;
+    fallback();
+  }
+}
+
+template <typename T>
+bool gemm_gelu_tanh_aux(bool trans_b, Index M, Index N, Index K, const T* A, Index lda, const T* B,
+                        Index ldb, T* C, Index ldc, const T* bias, T* aux, Index ld_aux) {
+  if (M <= 0 || N <= 0) return true;
+  VIT_CHECK(K > 0 && bias && aux, "cuda::gemm_gelu_tanh_aux: K > 0, a bias and aux");
+  check_lds(false, trans_b, M, N, K, lda, ldb, ldc);
+  if (force_fallback()) return false;
+  GemmExtras ex;
+  ex.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  ex.bias = epilogue_bias(bias, N);
+  ex.aux = aux;
+  ex.ld_aux = ld_aux;
+  const bool ran = gelu_epilogue_fits(ld_aux, N) && gemm_lt(false, trans_b, M, N, K, 1.0f, A, lda,
+                                                            0, B, ldb, 0, 0.0f, C, ldc, 0, 1, ex);
+  if (!ran) ++g_epilogue_misses;
+  return ran;
+}
+
+template <typename T>
+bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, Index lda,
+                           const T* B, Index ldb, T* C, Index ldc, const T* aux, Index ld_aux,
+                           T* dbias) {
+  if (M <= 0 || N <= 0) return true;
+  VIT_CHECK(K > 0 && aux && dbias, "cuda::gemm_dgelu_tanh_bgrad: K > 0, aux and a bias gradient");
+  check_lds(false, trans_b, M, N, K, lda, ldb, ldc);
+  if (force_fallback()) return false;
+  GemmExtras ex;
+  ex.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  ex.bias = dbias;
+  ex.aux = aux;
+  ex.ld_aux = ld_aux;
+  const bool ran =
+      gelu_epilogue_fits(ld_aux, N) && alignment(dbias, 0, 1) >= kBiasAlign &&
+      gemm_lt(false, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, ex);
+  if (!ran) ++g_epilogue_misses;
+  return ran;
 }
 
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,
@@ -458,5 +555,10 @@ template void gemm<bf16, bf16>(bool, bool, Index, Index, Index, float, const bf1
 template void gemm<bf16, float>(bool, bool, Index, Index, Index, float, const bf16*, Index, Index,
                                 const bf16*, Index, Index, float, float*, Index, Index, Index,
                                 const float*);
+template bool gemm_gelu_tanh_aux<bf16>(bool, Index, Index, Index, const bf16*, Index, const bf16*,
+                                       Index, bf16*, Index, const bf16*, bf16*, Index);
+template bool gemm_dgelu_tanh_bgrad<bf16>(bool, Index, Index, Index, const bf16*, Index,
+                                          const bf16*, Index, bf16*, Index, const bf16*, Index,
+                                          bf16*);
 
 }  // namespace vit::cuda

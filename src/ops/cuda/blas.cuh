@@ -18,4 +18,21 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
           Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
           Index ldc, Index stride_c, Index batch = 1, const TC* bias = nullptr);
 
+// The GELU epilogues (bf16; cuBLASLt's GELU is the tanh form, which the probe
+// CublasLtEpilogue.GeluIsTheErfOrTheTanhFormula checks on the device). Both return false, with
+// nothing enqueued, where cuBLASLt has no algorithm or the operands do not fit (ld_aux not a
+// multiple of 8, a misaligned bias gradient, VIT_GEMM_FALLBACK=1): the caller then runs the GEMM
+// and the activation as separate ops.
+// Forward: aux (M, N; ld_aux) = A (M, K) @ op(B) + bias (N), C (M, N) = gelu_tanh(aux), each
+// rounded once from fp32.
+template <typename T>
+bool gemm_gelu_tanh_aux(bool trans_b, Index M, Index N, Index K, const T* A, Index lda, const T* B,
+                        Index ldb, T* C, Index ldc, const T* bias, T* aux, Index ld_aux);
+// Backward: C (M, N) = gelu_tanh'(aux) * (A (M, K) @ op(B)), rounded once from fp32; dbias (N, in
+// T, overwritten) = the column sums of C.
+template <typename T>
+bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, Index lda,
+                           const T* B, Index ldb, T* C, Index ldc, const T* aux, Index ld_aux,
+                           T* dbias);
+
 }  // namespace vit::cuda

@@ -1,5 +1,9 @@
 // Linear layers as cuBLASLt GEMMs (bias in the epilogue); the bias gradient is a
-// deterministic column sum (on 16-byte packs where it can, elementwise.cuh).
+// deterministic column sum (on 16-byte packs where it can, elementwise.cuh). The Linear before a
+// tanh GELU (the mlp_tanh FFN's fc1) has it in the GEMM's epilogues in bf16: forward, and in the
+// backward of the Linear after it (fc2's data gradient).
+#include <type_traits>
+
 #include "ops/cuda/blas.cuh"
 #include "ops/cuda/elementwise.cuh"
 
@@ -25,10 +29,69 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   if (dbias) colsum_rows_accumulate(dbias, dout, M, Nout);
 }
 
+namespace {
+
+// The GELU epilogues unless VIT_GELU_EPILOGUE=0 (the separate ops, for the bench); bf16 only.
+template <typename T>
+bool gelu_epilogue_on() {
+  return std::is_same_v<T, bf16> && env_switch_on("VIT_GELU_EPILOGUE");
+}
+
+__global__ void accumulate_bf16_kernel(float* dst, const bf16* src, Index n) {
+  // dst (n) += src (n)
+  VIT_GRID_STRIDE(i, n) dst[i] += __bfloat162float(src[i]);
+}
+
+}  // namespace
+
+template <typename T>
+void matmul_gelu_tanh_forward(T* act, T* pre, const T* inp, const T* weight, const T* bias, Index M,
+                              Index K, Index Hid) {
+  // pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias; act (M, Hid) = gelu_tanh(pre)
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (gelu_epilogue_on<T>() &&
+        gemm_gelu_tanh_aux<T>(true, M, Hid, K, inp, K, weight, K, act, Hid, bias, pre, Hid))
+      return;
+  }
+  matmul_forward(pre, inp, weight, bias, M, K, Hid);
+  gelu_tanh_forward(act, static_cast<const T*>(pre), M * Hid);
+}
+
+template <typename T>
+void matmul_gelu_tanh_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
+                               const T* dout, const T* act, const T* pre, const T* weight, Index M,
+                               Index Hid, Index Nout) {
+  // dweight (Nout, Hid) += dout (M, Nout)^T @ act (M, Hid); dbias (Nout) += column sums of dout
+  matmul_backward<T>(nullptr, dweight, dbias, dout, act, weight, M, Hid, Nout);
+  if constexpr (std::is_same_v<T, bf16>) {
+    // dpre (M, Hid) = gelu_tanh'(pre) * (dout @ weight (Nout, Hid)) in the GEMM's epilogue, with
+    // its column sums in T (Hid, in scratch), added to the fp32 gradient
+    if (gelu_epilogue_on<T>() && Hid > 0) {
+      auto* sums = static_cast<T*>(scratch(size_t(Hid) * sizeof(T), kScratchGeluBiasGrad));
+      if (gemm_dgelu_tanh_bgrad<T>(false, M, Hid, Nout, dout, Nout, weight, Hid, dpre, Hid, pre,
+                                   Hid, sums)) {
+        if (dpre_bias) {
+          accumulate_bf16_kernel<<<grid_stride_blocks(Hid), kBlock, 0, stream()>>>(dpre_bias, sums,
+                                                                                   Hid);
+          VIT_CUDA_LAUNCHED();
+        }
+        return;
+      }
+    }
+  }
+  // The separate ops: d(act) (M, Hid) into dact, then the GELU's backward with the bias sums.
+  matmul_backward<T>(dact, nullptr, nullptr, dout, act, weight, M, Hid, Nout);
+  gelu_tanh_backward_bias(dpre, dpre_bias, static_cast<const T*>(dact), pre, M, Hid);
+}
+
 #define INSTANTIATE(T)                                                                             \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index);          \
   template void matmul_backward<T>(T*, float*, float*, const T*, const T*, const T*, Index, Index, \
-                                   Index);
+                                   Index);                                                         \
+  template void matmul_gelu_tanh_forward<T>(T*, T*, const T*, const T*, const T*, Index, Index,    \
+                                            Index);                                                \
+  template void matmul_gelu_tanh_backward<T>(T*, float*, float*, float*, T*, const T*, const T*,   \
+                                             const T*, const T*, Index, Index, Index);
 VIT_CUDA_INSTANTIATE(INSTANTIATE)
 
 }  // namespace vit::cuda

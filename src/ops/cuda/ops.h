@@ -49,17 +49,18 @@ void synchronize();
 // Device scratch memory owned by the backend: one buffer per slot (a slot per buffer that can be
 // live at the same time as another), grown on demand by the ops and never shrunk.
 enum ScratchSlot : int {
-  kScratchAttScores = 0,   // attention: fp32 scores / dP of one head
-  kScratchAttDs = 1,       // attention backward: dS of one head
-  kScratchGemmBias = 2,    // GEMM: a 16-byte aligned copy of a bias for the cuBLASLt epilogue
-  kScratchFlash = 3,       // flash attention backward: Drow = rowsum(dout * out) (B, H, N) fp32
-  kScratchNorm = 4,        // global grad norm partials
-  kScratchDwconv = 5,      // dwconv dweight partials
-  kScratchLayernorm = 6,   // layernorm dweight/dbias partials
-  kScratchColsum = 7,      // column-sum partials
-  kScratchPixelSteps = 8,  // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
-  kScratchLocalFfn = 9,    // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1, d(act1) (B, N, M)
-  kScratchSlots = 10,
+  kScratchAttScores = 0,      // attention: fp32 scores / dP of one head
+  kScratchAttDs = 1,          // attention backward: dS of one head
+  kScratchGemmBias = 2,       // GEMM: a 16-byte aligned copy of a bias for the cuBLASLt epilogue
+  kScratchFlash = 3,          // flash attention backward: Drow = rowsum(dout * out) (B, H, N) fp32
+  kScratchNorm = 4,           // global grad norm partials
+  kScratchDwconv = 5,         // dwconv dweight partials
+  kScratchLayernorm = 6,      // layernorm dweight/dbias partials
+  kScratchColsum = 7,         // column-sum partials
+  kScratchPixelSteps = 8,     // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
+  kScratchLocalFfn = 9,       // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1, d(act1) (B, N, M)
+  kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (M) in the storage type
+  kScratchSlots = 11,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -78,7 +79,10 @@ uint64_t scratch_epoch();
 // their shape and alignment (blas.cu; process-wide, counted per call; runs forced with
 // VIT_GEMM_FALLBACK=1 are not counted). A model shape should never need it.
 Index gemm_fallback_count();
-void reset_gemm_fallback_count();
+// Calls of the GELU epilogues (matmul_gelu_tanh_*) that ran as separate ops because cuBLASLt had
+// no algorithm or the operands did not fit (VIT_GELU_EPILOGUE=0 is not counted).
+Index gelu_epilogue_miss_count();
+void reset_gemm_fallback_count();  // both counts
 // GEMM autotuning (VIT_GEMM_AUTOTUNE=1, or set_gemm_autotune): each GEMM shape planned while
 // it is on times up to 8 of cuBLASLt's candidate algorithms on its first call and keeps the
 // fastest (one line on stderr per shape); shapes planned before keep theirs. Off by default:
@@ -104,6 +108,22 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, Index 
 template <typename T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, Index M, Index K, Index Nout);
+// The Linear before a tanh GELU: pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias (Hid),
+// act (M, Hid) = gelu_tanh(pre). In bf16 one GEMM with cuBLASLt's GELU epilogue, each output
+// rounded once from fp32 (unless VIT_GELU_EPILOGUE=0 or cuBLASLt has no algorithm: then
+// matmul_forward and gelu_tanh_forward, pre rounded before the GELU).
+template <typename T>
+void matmul_gelu_tanh_forward(T* act, T* pre, const T* inp, const T* weight, const T* bias, Index M,
+                              Index K, Index Hid);
+// The Linear after it, backward through the GELU: dweight (Nout, Hid) += dout (M, Nout)^T @ act,
+// dbias (Nout) += column sums of dout, dpre (M, Hid) = gelu_tanh'(pre) * (dout @ weight (Nout,
+// Hid)) (overwrite), dpre_bias (Hid) += its column sums. In bf16 the data-gradient GEMM's
+// epilogue forms dpre from the fp32 product (one rounding) and its column sums in bf16; otherwise
+// dact (M, Hid) receives dout @ weight first (scratch; unused by the epilogue).
+template <typename T>
+void matmul_gelu_tanh_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
+                               const T* dout, const T* act, const T* pre, const T* weight, Index M,
+                               Index Hid, Index Nout);
 
 // LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32. The input
 // (and its gradient) is the stream's X.
@@ -155,11 +175,16 @@ template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                               Index B, Index N, Index H, Index D);
 
-// Exact (erf) GELU and h-swish, elementwise over n values.
+// Exact (erf) GELU, tanh-approximation GELU (PyTorch's gelu(approximate='tanh')) and
+// h-swish, elementwise over n values.
 template <typename T>
 void gelu_forward(T* out, const T* inp, Index n);
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, Index n);
+template <typename T>
+void gelu_tanh_forward(T* out, const T* inp, Index n);
+template <typename T>
+void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, Index n);
 template <typename T>
 void hswish_forward(T* out, const T* inp, Index n);
 template <typename T>
@@ -169,6 +194,8 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n);
 // the activation's backward followed by matmul_backward's bias column sum, minus a read of dinp.
 template <typename T>
 void gelu_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C);
+template <typename T>
+void gelu_tanh_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C);
 template <typename T>
 void hswish_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C);
 

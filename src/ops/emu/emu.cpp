@@ -126,6 +126,43 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
   if (dinp) convert(dinp, dinp32, M * K);
 }
 
+void matmul_gelu_tanh_forward(bf16* act, bf16* pre, const bf16* inp, const bf16* weight,
+                              const bf16* bias, Index M, Index K, Index Hid) {
+  Frame f;
+  const float* inp32 = f.widen(inp, M * K);     // (M, K)
+  const float* w32 = f.widen(weight, Hid * K);  // (Hid, K)
+  const float* b32 = f.widen(bias, Hid);        // (Hid) or nullptr
+  float* pre32 = f.get(M * Hid);                // (M, Hid)
+  float* act32 = f.get(M * Hid);                // (M, Hid)
+  cpu::matmul_forward(pre32, inp32, w32, b32, M, K, Hid);
+  cpu::gelu_tanh_forward(act32, static_cast<const float*>(pre32), M * Hid);
+  convert(pre, pre32, M * Hid);
+  convert(act, act32, M * Hid);
+}
+
+void matmul_gelu_tanh_backward(bf16* dpre, float* dpre_bias, float* dweight, float* dbias,
+                               bf16* /*dact*/, const bf16* dout, const bf16* act, const bf16* pre,
+                               const bf16* weight, Index M, Index Hid, Index Nout) {
+  matmul_backward(nullptr, dweight, dbias, dout, act, weight, M, Hid, Nout);
+  Frame f;
+  const float* dout32 = f.widen(dout, M * Nout);   // (M, Nout)
+  const float* w32 = f.widen(weight, Nout * Hid);  // (Nout, Hid)
+  const float* pre32 = f.widen(pre, M * Hid);      // (M, Hid)
+  float* prod32 = f.get(M * Hid);                  // (M, Hid) dout @ weight
+  float* dpre32 = f.get(M * Hid);                  // (M, Hid)
+  cpu::matmul_backward(prod32, static_cast<float*>(nullptr), static_cast<float*>(nullptr), dout32,
+                       static_cast<const float*>(nullptr), w32, M, Hid, Nout);
+  cpu::gelu_tanh_backward(dpre32, static_cast<const float*>(prod32), pre32, M * Hid);
+  convert(dpre, dpre32, M * Hid);
+  if (!dpre_bias) return;
+  float* sums = f.get(Hid);  // (Hid)
+  std::fill(sums, sums + Hid, 0.0f);
+  cpu::matmul_backward(static_cast<float*>(nullptr), static_cast<float*>(nullptr), sums,
+                       static_cast<const float*>(dpre32), static_cast<const float*>(nullptr),
+                       static_cast<const float*>(nullptr), M, Index(1), Hid);
+  for (Index i = 0; i < Hid; ++i) dpre_bias[i] += float(bf16(sums[i]));
+}
+
 template <class X>
 void layernorm_forward(bf16* out, float* mean, float* rstd, const X* inp, const bf16* weight,
                        const bf16* bias, Index R, Index C, float eps) {
@@ -163,6 +200,14 @@ void gelu_forward(bf16* out, const bf16* inp, Index n) {
 
 void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n) {
   binary(&cpu::gelu_backward<float>, dinp, dout, inp, n);
+}
+
+void gelu_tanh_forward(bf16* out, const bf16* inp, Index n) {
+  unary(&cpu::gelu_tanh_forward<float>, out, inp, n);
+}
+
+void gelu_tanh_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n) {
+  binary(&cpu::gelu_tanh_backward<float>, dinp, dout, inp, n);
 }
 
 void hswish_forward(bf16* out, const bf16* inp, Index n) {

@@ -13,7 +13,8 @@
 // LayerNorm mean/rstd, cross-entropy losses/probabilities/targets, drop-path sample scales.
 //
 // Rounding points (each bf16 output is rounded ONCE from its fp32 value unless noted):
-//  * matmul_forward: GEMM result + bias in fp32, then one rounding.
+//  * matmul_forward: GEMM result + bias in fp32, then one rounding. matmul_gelu_tanh_forward
+//    rounds that value and, separately, its tanh GELU (cuBLASLt's GELU epilogue).
 //  * layernorm_backward, pool_backward: dinp / dx ACCUMULATE as round(bf16 old + fp32 delta)
 //    (bf16 stream; an fp32 stream adds without rounding).
 //  * attention_forward: the probabilities att are rounded and the P @ V GEMM reads the rounded
@@ -57,6 +58,16 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* 
 // column sums of dout.
 void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                      const bf16* weight, Index M, Index K, Index Nout);
+// The CUDA backend's Linear + tanh GELU in cuBLASLt's epilogues (ops/cuda/ops.h): forward, pre
+// (M, Hid) = round(GEMM + bias) and act = round(gelu_tanh(the same fp32 value)); backward, fc2's
+// weight and bias gradients as matmul_backward, dpre (M, Hid) = round(gelu_tanh'(pre) * the fp32
+// product dout @ weight), and dpre_bias (Hid) += round_bf16(fp32 column sums of the unrounded
+// dpre) (cuBLASLt writes the bias gradient in the output type). dact is unused.
+void matmul_gelu_tanh_forward(bf16* act, bf16* pre, const bf16* inp, const bf16* weight,
+                              const bf16* bias, Index M, Index K, Index Hid);
+void matmul_gelu_tanh_backward(bf16* dpre, float* dpre_bias, float* dweight, float* dbias,
+                               bf16* dact, const bf16* dout, const bf16* act, const bf16* pre,
+                               const bf16* weight, Index M, Index Hid, Index Nout);
 
 // LayerNorm over the last dim C of (R, C) rows; saves mean (R) and rstd (R) in fp32. The input
 // (and its gradient) is the residual stream's type X (bf16 or float).
@@ -84,9 +95,12 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, In
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* lse, Index B, Index N, Index H, Index D);
 
-// Exact (erf) GELU and h-swish, elementwise over n values.
+// Exact (erf) GELU, tanh-approximation GELU (PyTorch's gelu(approximate='tanh')) and
+// h-swish, elementwise over n values.
 void gelu_forward(bf16* out, const bf16* inp, Index n);
 void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
+void gelu_tanh_forward(bf16* out, const bf16* inp, Index n);
+void gelu_tanh_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
 void hswish_forward(bf16* out, const bf16* inp, Index n);
 void hswish_backward(bf16* dinp, const bf16* dout, const bf16* inp, Index n);
 
