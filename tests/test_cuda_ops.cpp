@@ -1320,10 +1320,10 @@ TEST_F(CudaAdamW, EmaUpdateIsBitwiseTheCpusAndSwapIsExact) {
 // Which GELU cuBLASLt's GELU epilogue computes, for issue 13: fusing the FFN's GELU into fc1's
 // GEMM keeps timm's numerics only if it is the exact (erf) GELU, not the tanh approximation
 // (they differ by up to ~5e-4). The mlp_tanh FFN uses the epilogues as the tanh GELU
-// (matmul_gelu_tanh_*; MatmulGeluTanhMatchesTheEmulation fails if they are not). A K = 1 product whose output is x itself (bf16 x times 1, fp32
-// output, so nothing rounds after the epilogue) goes through CUBLASLT_EPILOGUE_GELU and is
-// compared with both formulas; the test fails if it matches neither, skips if cuBLASLt offers
-// no algorithm, and prints which one it is.
+// (matmul_gelu_tanh_*; MatmulGeluTanhMatchesTheEmulation fails if they are not). A K = 1 product
+// whose output is x itself (bf16 x times 1, fp32 output, so nothing rounds after the epilogue) goes
+// through CUBLASLT_EPILOGUE_GELU and is compared with both formulas; the test fails if it matches
+// neither, skips if cuBLASLt offers no algorithm, and prints which one it is.
 class CublasLtEpilogue : public CudaTest {};
 
 TEST_F(CublasLtEpilogue, GeluIsTheErfOrTheTanhFormula) {
@@ -1382,22 +1382,31 @@ TEST_F(CublasLtEpilogue, GeluIsTheErfOrTheTanhFormula) {
   cudaFree(d_one);
   cudaFree(d_y);
   if (!skip.empty()) GTEST_SKIP() << skip;
-  double err_erf = 0, err_tanh = 0;
+  // The verdict by least squares: a fast hardware tanh in the epilogue (good to ~2^-11
+  // relative) could make its worst error exceed the formulas' difference (up to ~5e-4) in
+  // places, but noise adds alike to both sums of squares, so their gap stays about the squared
+  // difference of the formulas (simulated with uniform errors at 4x that bound: 0.6-1.3 of it).
+  double sse_erf = 0, sse_tanh = 0, sse_formulas = 0;
   for (int i = 0; i < n; ++i) {
     const double v = xf[i];
     const double erf_gelu = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
     const double tanh_gelu =
         0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-    err_erf = std::max(err_erf, std::fabs(y[i] - erf_gelu));
-    err_tanh = std::max(err_tanh, std::fabs(y[i] - tanh_gelu));
+    sse_erf += (y[i] - erf_gelu) * (y[i] - erf_gelu);
+    sse_tanh += (y[i] - tanh_gelu) * (y[i] - tanh_gelu);
+    sse_formulas += (erf_gelu - tanh_gelu) * (erf_gelu - tanh_gelu);
   }
-  const bool is_erf = err_erf < err_tanh;
-  std::printf("cuBLASLt's GELU epilogue is the %s formula (max |error| %.3g; the other %.3g)\n",
-              is_erf ? "erf (timm's exact GELU)" : "tanh approximation",
-              std::min(err_erf, err_tanh), std::max(err_erf, err_tanh));
+  const bool is_erf = sse_erf < sse_tanh;
+  const double rms_best = std::sqrt(std::min(sse_erf, sse_tanh) / n);
+  const double clarity = std::fabs(sse_erf - sse_tanh) / sse_formulas;  // ~1 when clear
+  std::printf(
+      "cuBLASLt's GELU epilogue is the %s formula (rms error %.3g; the other %.3g; "
+      "clarity %.2f)\n",
+      is_erf ? "erf (timm's exact GELU)" : "tanh approximation", rms_best,
+      std::sqrt(std::max(sse_erf, sse_tanh) / n), clarity);
   RecordProperty("gelu_epilogue", is_erf ? "erf" : "tanh");
-  EXPECT_LT(std::min(err_erf, err_tanh), 1e-4) << "matches neither GELU formula";
-  EXPECT_GT(std::max(err_erf, err_tanh), 2e-4) << "the two formulas should be told apart";
+  EXPECT_GT(clarity, 0.5) << "matches neither GELU formula clearly";
+  EXPECT_LT(rms_best, 1e-3) << "matches neither GELU formula";
 }
 
 // The mlp_tanh FFN's Linear + tanh GELU pair (matmul.cu) at ViT-S/16's fc1/fc2 (two images:
@@ -1456,16 +1465,20 @@ GeluPairOut run_separate_ops_on_device(const GeluPairCase& c, const GeluPairData
           dw2.download(), db2.download(), db1.download()};
 }
 
-GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData& d) {
+// The emulation's forward, and its backward from the device's forward outputs (act, pre): the
+// backward's checks then compare results of the same bf16 inputs.
+GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData& d,
+                                       const GeluPairOut& dev) {
   const auto inp = to_emu(d.inp), w1 = to_emu(d.w1), b1 = to_emu(d.b1), w2 = to_emu(d.w2);
   const auto dout = to_emu(d.dout);
   std::vector<EmuBf16> act(c.R * c.Hid), pre(c.R * c.Hid), dpre(c.R * c.Hid);
   GeluPairOut o{{}, {}, {}, d.dw2_0, d.db2_0, d.db1_0};
   vit::emu::matmul_gelu_tanh_forward(act.data(), pre.data(), inp.data(), w1.data(), b1.data(), c.R,
                                      c.C, c.Hid);
+  const auto dev_act = to_emu(dev.act), dev_pre = to_emu(dev.pre);
   vit::emu::matmul_gelu_tanh_backward(dpre.data(), o.db1.data(), o.dw2.data(), o.db2.data(),
-                                      nullptr, dout.data(), act.data(), pre.data(), w2.data(), c.R,
-                                      c.Hid, c.C);
+                                      nullptr, dout.data(), dev_act.data(), dev_pre.data(),
+                                      w2.data(), c.R, c.Hid, c.C);
   o.act = widen(act);
   o.pre = widen(pre);
   o.dpre = widen(dpre);
@@ -1479,8 +1492,8 @@ GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData
 //  * act, dpre: also cuBLASLt's own tanh, which may be a hardware approximation (tanh.approx
 //    is good to ~2^-11 relative), so up to 2^-11 / 2^-9 of the values near a rounding boundary
 //    can round the other way: within 1 spacing, <= 25% with other bits.
-//  * fc2's dweight, dbias: fp32 sums of the same bf16 products in another order: 1e-4 of the
-//    largest.
+//  * the backward runs in the emulation from the device's act and pre, so fc2's dweight and
+//    dbias are fp32 sums of the same bf16 products in another order: 1e-4 of the largest.
 //  * fc1's bias gradient: bf16 sums (2^-8) of R dpre values that may each sit a spacing apart
 //    (a random walk of sqrt(R) spacings): 2^-6 relative plus 2% of the largest.
 // And the epilogues must have run (no miss: they are the point of mlp_tanh on the GPU).
@@ -1495,7 +1508,7 @@ TEST_F(CublasLtEpilogue, MatmulGeluTanhMatchesTheEmulation) {
     const GeluPairOut got = run_gelu_pair_on_device(c, d);
     EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "cuBLASLt ran the separate ops";
     EXPECT_EQ(gpu::gemm_fallback_count(), 0);
-    const GeluPairOut want = run_gelu_pair_in_emulation(c, d);
+    const GeluPairOut want = run_gelu_pair_in_emulation(c, d, got);
     expect_same_rounding("pre (fc1 + bias)", got.pre, want.pre);
     expect_within_bf16_ulps("act (tanh GELU)", got.act, want.act, 1, 0.25);
     expect_within_bf16_ulps("dpre", got.dpre, want.dpre, 1, 0.25);

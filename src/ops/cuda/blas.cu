@@ -241,7 +241,9 @@ GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       ctx.handle, plan.desc.get(), plan.la.get(), plan.lb.get(), plan.lc.get(), plan.lc.get(),
       pref.get(), int(results.size()), results.data(), &found);
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) VIT_CUBLAS_CHECK(st);
+  // An epilogue the library refuses in any way (the GELU ones) runs as separate ops instead.
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !k.al_aux)
+    VIT_CUBLAS_CHECK(st);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) plan.heur = results[0];
   plan.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 &&
                   plan.heur.state == CUBLAS_STATUS_SUCCESS &&
@@ -472,9 +474,18 @@ bool gemm_lt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha,
     const Index c_elems = (batch - 1) * stride_c + (M - 1) * ldc + N;  // C's extent
     tune_plan(ctx, key, plan, A, B, &alpha, &beta, size_t(c_elems) * sizeof(TC));
   }
-  VIT_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, B, plan.la.get(), A,
-                                  plan.lb.get(), &beta, C, plan.lc.get(), C, plan.lc.get(),
-                                  &plan.heur.algo, ctx.workspace, kWorkspaceBytes, stream()));
+  const cublasStatus_t st = cublasLtMatmul(
+      ctx.handle, plan.desc.get(), &alpha, B, plan.la.get(), A, plan.lb.get(), &beta, C,
+      plan.lc.get(), C, plan.lc.get(), &plan.heur.algo, ctx.workspace, kWorkspaceBytes, stream());
+  if (st != CUBLAS_STATUS_SUCCESS && key.al_aux &&
+      (st == CUBLAS_STATUS_INVALID_VALUE || st == CUBLAS_STATUS_NOT_SUPPORTED)) {
+    // A GELU epilogue refused at launch (nothing enqueued): this shape runs as separate ops
+    // from now on.
+    report_no_algo(key, st);
+    plan.has_algo = false;
+    return false;
+  }
+  VIT_CUBLAS_CHECK(st);
   return true;
 }
 

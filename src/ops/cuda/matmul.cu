@@ -61,12 +61,13 @@ template <typename T>
 void matmul_gelu_tanh_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
                                const T* dout, const T* act, const T* pre, const T* weight, Index M,
                                Index Hid, Index Nout) {
+  if (M <= 0 || Hid <= 0) return;  // nothing to add (the epilogue would leave its sums unwritten)
   // dweight (Nout, Hid) += dout (M, Nout)^T @ act (M, Hid); dbias (Nout) += column sums of dout
   matmul_backward<T>(nullptr, dweight, dbias, dout, act, weight, M, Hid, Nout);
   if constexpr (std::is_same_v<T, bf16>) {
     // dpre (M, Hid) = gelu_tanh'(pre) * (dout @ weight (Nout, Hid)) in the GEMM's epilogue, with
     // its column sums in T (Hid, in scratch), added to the fp32 gradient
-    if (gelu_epilogue_on<T>() && Hid > 0) {
+    if (gelu_epilogue_on<T>()) {
       auto* sums = static_cast<T*>(scratch(size_t(Hid) * sizeof(T), kScratchGeluBiasGrad));
       if (gemm_dgelu_tanh_bgrad<T>(false, M, Hid, Nout, dout, Nout, weight, Hid, dpre, Hid, pre,
                                    Hid, sums)) {

@@ -59,7 +59,7 @@ enum ScratchSlot : int {
   kScratchColsum = 7,         // column-sum partials
   kScratchPixelSteps = 8,     // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
   kScratchLocalFfn = 9,       // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1, d(act1) (B, N, M)
-  kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (M) in the storage type
+  kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
   kScratchSlots = 11,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
