@@ -219,9 +219,10 @@ TEST_F(TrainCli, OpenMpSpinningIsLimitedUnlessTheUserChose) {
     EXPECT_EQ(spin(std::string("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY ") + loader), "unset");
 }
 
-// bench builds the architecture it is told (the locality FFN, the classifier) over the preset:
-// the JSON names them, and the parameter state follows (the local FFN has a depthwise kernel and
-// no fc biases). A value outside the choices is one clear error.
+// bench builds the architecture it is told (the locality FFN or the tanh GELU, the classifier)
+// over the preset: the JSON names them, and the parameter state follows (the local FFN has a
+// depthwise kernel and no fc biases; mlp_tanh has mlp's). A value outside the choices is one
+// clear error.
 TEST_F(TrainCli, BenchTakesTheFfnAndClassifierOfTheModel) {
   const auto bench = [&](const std::string& flags) {
     const RunResult r = run_vitrain(
@@ -235,6 +236,9 @@ TEST_F(TrainCli, BenchTakesTheFfnAndClassifierOfTheModel) {
   EXPECT_EQ(local.value("ffn", ""), "local");
   EXPECT_EQ(local.value("gp", ""), "token");
   EXPECT_NE(local.value("state_mib", 0.0), preset.value("state_mib", 0.0));
+  const nlohmann::json tanh_gelu = bench("--ffn mlp_tanh");  // the same parameters as mlp
+  EXPECT_EQ(tanh_gelu.value("ffn", ""), "mlp_tanh");
+  EXPECT_EQ(tanh_gelu.value("state_mib", 0.0), preset.value("state_mib", 0.0));
   const RunResult bad = run_vitrain("bench --model vit_fmnist_tiny --ffn conv", dir_.string());
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
