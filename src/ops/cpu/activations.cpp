@@ -38,7 +38,7 @@ void gelu_tanh_forward(T* out, const T* inp, Index n) {
 #pragma omp parallel for simd schedule(static)
   for (Index i = 0; i < n; ++i) {
     const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + std::tanh(sqrt_2_over_pi * (x + k * x * x * x)));
+    out[i] = T(0.5) * x * (T(1) + tanh_any(sqrt_2_over_pi * (x + k * x * x * x)));
   }
 }
 
@@ -51,7 +51,7 @@ void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, Index n) {
 #pragma omp parallel for simd schedule(static)
   for (Index i = 0; i < n; ++i) {
     const T x = inp[i];
-    const T t = std::tanh(sqrt_2_over_pi * (x + k * x * x * x));
+    const T t = tanh_any(sqrt_2_over_pi * (x + k * x * x * x));
     const T du = sqrt_2_over_pi * (T(1) + T(3) * k * x * x);
     dinp[i] = dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
   }
