@@ -17,6 +17,9 @@
 //    that weight's step; the updates must still agree in direction (cosine >= 0.99 per run),
 //    and no weight may differ by more than two opposite Adam steps per update: a bias-corrected
 //    Adam step is at most lr * (1 - beta1) / sqrt(1 - beta2) ~ 3.2 lr, so 3 * 2 * 3.2 * lr.
+//    The mlp_tanh case adds cuBLASLt's own tanh in the GELU epilogues against the emulation's
+//    (CublasLtEpilogue.MatmulGeluTanhMatchesTheEmulation: within one ulp, some elements): the
+//    same kind of noise, through the same averaging fc2 applies.
 //  * bf16 with --fp32-residual vs its emulation (EmuBackendFp32Residual): the same tolerances;
 //    the fp32 residual stream only removes rounding points from both sides.
 #include <gtest/gtest.h>
