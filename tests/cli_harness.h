@@ -51,6 +51,24 @@ inline RunResult run_vitrain(const std::string& args, const std::string& dir,
   return r;
 }
 
+// tests/reference/timm_logits_check.py (fp32 tolerances, on the CPU) on an export and the
+// logits vitrain eval saved; `extra` adds flags. exit_code is -1 if it did not exit; out holds
+// what it printed.
+inline RunResult run_logits_check(const std::string& export_dir, const std::string& logits,
+                                  const std::string& data, const std::string& dir,
+                                  const std::string& extra = "") {
+  const std::string out = dir + "/check.txt";
+  const std::string cmd = std::string(VIT_PYTHON) +
+                          " " VIT_SOURCE_DIR "/tests/reference/timm_logits_check.py --export " +
+                          export_dir + " --logits " + logits + " --data-dir " + data +
+                          " --precision fp32 --device cpu " + extra + " > " + out + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  return r;
+}
+
 inline void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);

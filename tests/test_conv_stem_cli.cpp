@@ -2,9 +2,7 @@
 // stride-2 layers): it trains, args.yaml and the checkpoint record the stem, an interrupted run
 // resumes bitwise, and eval / export rebuild the conv-stem model from the checkpoint alone.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -90,17 +88,11 @@ TEST_F(ConvStemCli, HybridExportGivesTheLogitsInThePyTorchReference) {
       run_vitrain("eval --checkpoint " + ckpt + " --data-dir " + data_ + " --save-logits " + npy,
                   dir_.string());
   ASSERT_EQ(e.exit_code, 0) << e.err;
-  const std::string out = (dir_ / "check.txt").string();
-  const std::string cmd = std::string(VIT_PYTHON) +
-                          " " VIT_SOURCE_DIR "/tests/reference/timm_logits_check.py --export " +
-                          exp + " --logits " + npy + " --data-dir " + data_ +
-                          " --precision fp32 --device cpu > " + out + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  const std::string text = vit::testing::slurp(out);
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
-  EXPECT_NE(text.find("torch_vit.py (timm has no locality FFN or conv stem)"), std::string::npos)
-      << text;
+  const RunResult check = vit::testing::run_logits_check(exp, npy, data_, dir_.string());
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  EXPECT_NE(check.out.find("torch_vit.py (timm has no locality FFN or conv stem)"),
+            std::string::npos)
+      << check.out;
 }
 
 TEST_F(ConvStemCli, UnknownStemIsOneClearError) {

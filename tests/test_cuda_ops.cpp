@@ -1485,6 +1485,19 @@ GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData
   return o;
 }
 
+// For each case: the pair on the device (counters reset first), then `check(case, inputs,
+// outputs)`.
+template <class F>
+void for_each_gelu_pair_case(uint64_t seed, F check) {
+  for (const GeluPairCase& c : kGeluPairCases) {
+    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
+                 " Hid=" + std::to_string(c.Hid));
+    const GeluPairData d(c, seed += 10);
+    gpu::reset_gemm_fallback_count();
+    check(c, d, run_gelu_pair_on_device(c, d));
+  }
+}
+
 // The epilogues (the bf16 default) against the emulation's model of them (emu::matmul_gelu_
 // tanh_*: each output rounded once from fp32, the bias gradient in bf16). Tolerances:
 //  * pre: the same rounding of an fp32 sum taken in another order: within 1 spacing, <= 2% of
@@ -1499,44 +1512,34 @@ GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData
 // And the epilogues must have run (no miss: they are the point of mlp_tanh on the GPU).
 TEST_F(CublasLtEpilogue, MatmulGeluTanhMatchesTheEmulation) {
   ::unsetenv("VIT_GELU_EPILOGUE");
-  uint64_t seed = 1700;
-  for (const GeluPairCase& c : kGeluPairCases) {
-    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
-                 " Hid=" + std::to_string(c.Hid));
-    const GeluPairData d(c, seed += 10);
-    gpu::reset_gemm_fallback_count();
-    const GeluPairOut got = run_gelu_pair_on_device(c, d);
-    EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "cuBLASLt ran the separate ops";
-    EXPECT_EQ(gpu::gemm_fallback_count(), 0);
-    const GeluPairOut want = run_gelu_pair_in_emulation(c, d, got);
-    expect_same_rounding("pre (fc1 + bias)", got.pre, want.pre);
-    expect_within_bf16_ulps("act (tanh GELU)", got.act, want.act, 1, 0.25);
-    expect_within_bf16_ulps("dpre", got.dpre, want.dpre, 1, 0.25);
-    expect_close("fc2 dweight", got.dw2, want.dw2, {0, 1e-4});
-    expect_close("fc2 dbias", got.db2, want.db2, {0, 1e-4});
-    expect_close("fc1 dbias", got.db1, want.db1, {0x1p-6, 0.02});
-  }
+  for_each_gelu_pair_case(
+      1700, [](const GeluPairCase& c, const GeluPairData& d, const GeluPairOut& got) {
+        EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "cuBLASLt ran the separate ops";
+        EXPECT_EQ(gpu::gemm_fallback_count(), 0);
+        const GeluPairOut want = run_gelu_pair_in_emulation(c, d, got);
+        expect_same_rounding("pre (fc1 + bias)", got.pre, want.pre);
+        expect_within_bf16_ulps("act (tanh GELU)", got.act, want.act, 1, 0.25);
+        expect_within_bf16_ulps("dpre", got.dpre, want.dpre, 1, 0.25);
+        expect_close("fc2 dweight", got.dw2, want.dw2, {0, 1e-4});
+        expect_close("fc2 dbias", got.db2, want.db2, {0, 1e-4});
+        expect_close("fc1 dbias", got.db1, want.db1, {0x1p-6, 0.02});
+      });
 }
 
 // VIT_GELU_EPILOGUE=0 (the bench's comparison): the separate device ops' bits.
 TEST_F(CublasLtEpilogue, MatmulGeluTanhWithoutTheEpilogueIsTheSeparateOps) {
   ::setenv("VIT_GELU_EPILOGUE", "0", 1);
-  uint64_t seed = 1800;
-  for (const GeluPairCase& c : kGeluPairCases) {
-    SCOPED_TRACE("R=" + std::to_string(c.R) + " C=" + std::to_string(c.C) +
-                 " Hid=" + std::to_string(c.Hid));
-    const GeluPairData d(c, seed += 10);
-    gpu::reset_gemm_fallback_count();
-    const GeluPairOut got = run_gelu_pair_on_device(c, d);
-    EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "a switched-off epilogue is no miss";
-    const GeluPairOut want = run_separate_ops_on_device(c, d);
-    expect_same_bits("pre", got.pre, want.pre);
-    expect_same_bits("act", got.act, want.act);
-    expect_same_bits("dpre", got.dpre, want.dpre);
-    expect_same_bits("fc2 dweight", got.dw2, want.dw2);
-    expect_same_bits("fc2 dbias", got.db2, want.db2);
-    expect_same_bits("fc1 dbias", got.db1, want.db1);
-  }
+  for_each_gelu_pair_case(
+      1800, [](const GeluPairCase& c, const GeluPairData& d, const GeluPairOut& got) {
+        EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "a switched-off epilogue is no miss";
+        const GeluPairOut want = run_separate_ops_on_device(c, d);
+        expect_same_bits("pre", got.pre, want.pre);
+        expect_same_bits("act", got.act, want.act);
+        expect_same_bits("dpre", got.dpre, want.dpre);
+        expect_same_bits("fc2 dweight", got.dw2, want.dw2);
+        expect_same_bits("fc2 dbias", got.db2, want.db2);
+        expect_same_bits("fc1 dbias", got.db1, want.db1);
+      });
   ::unsetenv("VIT_GELU_EPILOGUE");
 }
 

@@ -7,9 +7,7 @@
 // numerics are test_golden's (mlp_tanh_token: the erf GELU in its place misses PyTorch's logits
 // by 1.5e-4 against the 1e-4 tolerance, measured) and test_model_fd's.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -47,15 +45,9 @@ TEST_F(GeluTanhCli, TrainsAndExportsATimmViTWithTheTanhGelu) {
       run_vitrain("eval --checkpoint " + ckpt + " --data-dir " + data_ + " --save-logits " + npy,
                   dir_.string());
   ASSERT_EQ(e.exit_code, 0) << e.err;
-  const std::string out = (dir_ / "check.txt").string();
-  const std::string cmd = std::string(VIT_PYTHON) +
-                          " " VIT_SOURCE_DIR "/tests/reference/timm_logits_check.py --export " +
-                          exp + " --logits " + npy + " --data-dir " + data_ +
-                          " --precision fp32 --device cpu --allow-reference > " + out + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  const std::string text = vit::testing::slurp(out);
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  const RunResult check =
+      vit::testing::run_logits_check(exp, npy, data_, dir_.string(), "--allow-reference");
+  EXPECT_EQ(check.exit_code, 0) << check.out;
 }
 
 TEST_F(GeluTanhCli, UnknownFfnIsOneClearError) {

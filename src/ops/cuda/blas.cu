@@ -519,22 +519,35 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
   }
 }
 
+namespace {
+
+// One GELU-epilogue GEMM (C = A @ op(B), alpha 1, beta 0, not batched) with the epilogue operands
+// of `ex`; counted as a miss where it does not run (the caller runs separate ops).
+template <typename T>
+bool gemm_gelu_epilogue(bool trans_b, Index M, Index N, Index K, const T* A, Index lda, const T* B,
+                        Index ldb, T* C, Index ldc, const GemmExtras& ex, bool operands_fit) {
+  check_lds(false, trans_b, M, N, K, lda, ldb, ldc);
+  if (force_fallback()) return false;
+  const bool ran =
+      operands_fit && gelu_epilogue_fits(ex.ld_aux, N) &&
+      gemm_lt(false, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, ex);
+  if (!ran) ++g_epilogue_misses;
+  return ran;
+}
+
+}  // namespace
+
 template <typename T>
 bool gemm_gelu_tanh_aux(bool trans_b, Index M, Index N, Index K, const T* A, Index lda, const T* B,
                         Index ldb, T* C, Index ldc, const T* bias, T* aux, Index ld_aux) {
   if (M <= 0 || N <= 0) return true;
   VIT_CHECK(K > 0 && bias && aux, "cuda::gemm_gelu_tanh_aux: K > 0, a bias and aux");
-  check_lds(false, trans_b, M, N, K, lda, ldb, ldc);
-  if (force_fallback()) return false;
   GemmExtras ex;
   ex.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  ex.bias = epilogue_bias(bias, N);
+  ex.bias = force_fallback() ? nullptr : epilogue_bias(bias, N);
   ex.aux = aux;
   ex.ld_aux = ld_aux;
-  const bool ran = gelu_epilogue_fits(ld_aux, N) && gemm_lt(false, trans_b, M, N, K, 1.0f, A, lda,
-                                                            0, B, ldb, 0, 0.0f, C, ldc, 0, 1, ex);
-  if (!ran) ++g_epilogue_misses;
-  return ran;
+  return gemm_gelu_epilogue(trans_b, M, N, K, A, lda, B, ldb, C, ldc, ex, true);
 }
 
 template <typename T>
@@ -543,18 +556,13 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
                            T* dbias) {
   if (M <= 0 || N <= 0) return true;
   VIT_CHECK(K > 0 && aux && dbias, "cuda::gemm_dgelu_tanh_bgrad: K > 0, aux and a bias gradient");
-  check_lds(false, trans_b, M, N, K, lda, ldb, ldc);
-  if (force_fallback()) return false;
   GemmExtras ex;
   ex.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-  ex.bias = dbias;
+  ex.bias = dbias;  // an output here: written by the epilogue, so it cannot be a copy
   ex.aux = aux;
   ex.ld_aux = ld_aux;
-  const bool ran =
-      gelu_epilogue_fits(ld_aux, N) && alignment(dbias, 0, 1) >= kBiasAlign &&
-      gemm_lt(false, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, ex);
-  if (!ran) ++g_epilogue_misses;
-  return ran;
+  return gemm_gelu_epilogue(trans_b, M, N, K, A, lda, B, ldb, C, ldc, ex,
+                            alignment(dbias, 0, 1) >= kBiasAlign);
 }
 
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,
