@@ -416,7 +416,8 @@ TEST(Engine, ResolveDeviceWithoutACudaBackend) {
   EXPECT_THROW(vit::resolve_device("tpu"), vit::Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ffn, EngineTest, ::testing::Values(vit::Ffn::Mlp, vit::Ffn::Local),
+INSTANTIATE_TEST_SUITE_P(Ffn, EngineTest,
+                         ::testing::Values(vit::Ffn::Mlp, vit::Ffn::MlpTanh, vit::Ffn::Local),
                          [](const auto& info) { return std::string(vit::to_string(info.param)); });
 
 // The tolerances of the CUDA fp32 model test (test_cuda_model.cpp) are reachable: CPU fp32
