@@ -1435,34 +1435,50 @@ struct GeluPairOut {
   Vec act, pre, dpre, dw2, db2, db1;
 };
 
+// The pair's buffers on the device, the inputs and the earlier gradients uploaded.
+struct GeluPairDevice {
+  DevBuf<bf16> inp, w1, b1, w2, dout, act, pre, dpre, dact;
+  DevBuf<float> dw2, db2, db1;
+  GeluPairDevice(const GeluPairCase& c, const GeluPairData& d)
+      : inp(d.inp, "inp"),
+        w1(d.w1, "w1"),
+        b1(d.b1, "b1"),
+        w2(d.w2, "w2"),
+        dout(d.dout, "dout"),
+        act(c.R * c.Hid, "act"),
+        pre(c.R * c.Hid, "pre"),
+        dpre(c.R * c.Hid, "dpre"),
+        dact(c.R * c.Hid, "dact"),
+        dw2(d.dw2_0, "dw2"),
+        db2(d.db2_0, "db2"),
+        db1(d.db1_0, "db1") {}
+  GeluPairOut download() {
+    gpu::synchronize();
+    return {act.download(), pre.download(), dpre.download(),
+            dw2.download(), db2.download(), db1.download()};
+  }
+};
+
 GeluPairOut run_gelu_pair_on_device(const GeluPairCase& c, const GeluPairData& d) {
-  DevBuf<bf16> inp(d.inp, "inp"), w1(d.w1, "w1"), b1(d.b1, "b1"), w2(d.w2, "w2");
-  DevBuf<bf16> dout(d.dout, "dout"), act(c.R * c.Hid, "act"), pre(c.R * c.Hid, "pre");
-  DevBuf<bf16> dpre(c.R * c.Hid, "dpre"), dact(c.R * c.Hid, "dact scratch");
-  DevBuf<float> dw2(d.dw2_0, "dw2"), db2(d.db2_0, "db2"), db1(d.db1_0, "db1");
-  gpu::matmul_gelu_tanh_forward<bf16>(act.get(), pre.get(), inp.get(), w1.get(), b1.get(), c.R, c.C,
-                                      c.Hid);
-  gpu::matmul_gelu_tanh_backward<bf16>(dpre.get(), db1.get(), dw2.get(), db2.get(), dact.get(),
-                                       dout.get(), act.get(), pre.get(), w2.get(), c.R, c.Hid, c.C);
-  gpu::synchronize();
-  return {act.download(), pre.download(), dpre.download(),
-          dw2.download(), db2.download(), db1.download()};
+  GeluPairDevice g(c, d);
+  gpu::matmul_gelu_tanh_forward<bf16>(g.act.get(), g.pre.get(), g.inp.get(), g.w1.get(), g.b1.get(),
+                                      c.R, c.C, c.Hid);
+  gpu::matmul_gelu_tanh_backward<bf16>(g.dpre.get(), g.db1.get(), g.dw2.get(), g.db2.get(),
+                                       g.dact.get(), g.dout.get(), g.act.get(), g.pre.get(),
+                                       g.w2.get(), c.R, c.Hid, c.C);
+  return g.download();
 }
 
 // The same through the separate device ops (matmul, the GELU's backward with the bias sums).
 GeluPairOut run_separate_ops_on_device(const GeluPairCase& c, const GeluPairData& d) {
-  DevBuf<bf16> inp(d.inp, "inp"), w1(d.w1, "w1"), b1(d.b1, "b1"), w2(d.w2, "w2");
-  DevBuf<bf16> dout(d.dout, "dout"), act(c.R * c.Hid, "act"), pre(c.R * c.Hid, "pre");
-  DevBuf<bf16> dpre(c.R * c.Hid, "dpre"), dact(c.R * c.Hid, "dact");
-  DevBuf<float> dw2(d.dw2_0, "dw2"), db2(d.db2_0, "db2"), db1(d.db1_0, "db1");
-  gpu::matmul_forward<bf16>(pre.get(), inp.get(), w1.get(), b1.get(), c.R, c.C, c.Hid);
-  gpu::gelu_tanh_forward<bf16>(act.get(), pre.get(), c.R * c.Hid);
-  gpu::matmul_backward<bf16>(dact.get(), dw2.get(), db2.get(), dout.get(), act.get(), w2.get(), c.R,
-                             c.Hid, c.C);
-  gpu::gelu_tanh_backward_bias<bf16>(dpre.get(), db1.get(), dact.get(), pre.get(), c.R, c.Hid);
-  gpu::synchronize();
-  return {act.download(), pre.download(), dpre.download(),
-          dw2.download(), db2.download(), db1.download()};
+  GeluPairDevice g(c, d);
+  gpu::matmul_forward<bf16>(g.pre.get(), g.inp.get(), g.w1.get(), g.b1.get(), c.R, c.C, c.Hid);
+  gpu::gelu_tanh_forward<bf16>(g.act.get(), g.pre.get(), c.R * c.Hid);
+  gpu::matmul_backward<bf16>(g.dact.get(), g.dw2.get(), g.db2.get(), g.dout.get(), g.act.get(),
+                             g.w2.get(), c.R, c.Hid, c.C);
+  gpu::gelu_tanh_backward_bias<bf16>(g.dpre.get(), g.db1.get(), g.dact.get(), g.pre.get(), c.R,
+                                     c.Hid);
+  return g.download();
 }
 
 // The emulation's forward, and its backward from the device's forward outputs (act, pre): the

@@ -593,18 +593,19 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   // backward came with fc2's above). Where the backend fuses the GELU's backward with fc1's bias
   // gradient (the column sums of its result), that comes out of the same pass (bitwise as
   // computing it in matmul_backward).
-  if (cfg_.ffn == Ffn::MlpTanh) {
-  } else if (local) {
+  if (local) {
     ProfileScope prof("local_ffn_backward", W::dwconv(B, g * g, M, 2, 7));
     Backend::local_ffn_backward(a.dhid_b, bg.dw_w, a.dhid_a, CS(b.dw), CS(b.act1), CS(b.fc1),
                                 CS(bw.dw_w), B, N, pre, g, g, M);
-  } else if constexpr (Backend::kFusedActivationBiasGrad) {
-    ProfileScope prof("gelu_backward_bias", W::elementwise(BN * M, 3));
-    Backend::gelu_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
-    fc1_db = nullptr;
-  } else {
-    ProfileScope prof("gelu_backward", W::elementwise(BN * M, 3));
-    Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
+  } else if (cfg_.ffn == Ffn::Mlp) {
+    if constexpr (Backend::kFusedActivationBiasGrad) {
+      ProfileScope prof("gelu_backward_bias", W::elementwise(BN * M, 3));
+      Backend::gelu_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
+      fc1_db = nullptr;
+    } else {
+      ProfileScope prof("gelu_backward", W::elementwise(BN * M, 3));
+      Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
+    }
   }
   {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, M));

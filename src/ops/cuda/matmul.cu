@@ -31,10 +31,9 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
 
 namespace {
 
-// The GELU epilogues unless VIT_GELU_EPILOGUE=0 (the separate ops, for the bench); bf16 only.
-template <typename T>
+// The GELU epilogues (bf16 only) unless VIT_GELU_EPILOGUE=0 (the separate ops, for the bench).
 bool gelu_epilogue_on() {
-  return std::is_same_v<T, bf16> && env_switch_on("VIT_GELU_EPILOGUE");
+  return env_switch_on("VIT_GELU_EPILOGUE");
 }
 
 __global__ void accumulate_bf16_kernel(float* dst, const bf16* src, Index n) {
@@ -49,7 +48,7 @@ void matmul_gelu_tanh_forward(T* act, T* pre, const T* inp, const T* weight, con
                               Index K, Index Hid) {
   // pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias; act (M, Hid) = gelu_tanh(pre)
   if constexpr (std::is_same_v<T, bf16>) {
-    if (gelu_epilogue_on<T>() &&
+    if (gelu_epilogue_on() &&
         gemm_gelu_tanh_aux<T>(true, M, Hid, K, inp, K, weight, K, act, Hid, bias, pre, Hid))
       return;
   }
@@ -67,7 +66,7 @@ void matmul_gelu_tanh_backward(T* dpre, float* dpre_bias, float* dweight, float*
   if constexpr (std::is_same_v<T, bf16>) {
     // dpre (M, Hid) = gelu_tanh'(pre) * (dout @ weight (Nout, Hid)) in the GEMM's epilogue, with
     // its column sums in T (Hid, in scratch), added to the fp32 gradient
-    if (gelu_epilogue_on<T>()) {
+    if (gelu_epilogue_on()) {
       auto* sums = static_cast<T*>(scratch(size_t(Hid) * sizeof(T), kScratchGeluBiasGrad));
       if (gemm_dgelu_tanh_bgrad<T>(false, M, Hid, Nout, dout, Nout, weight, Hid, dpre, Hid, pre,
                                    Hid, sums)) {
