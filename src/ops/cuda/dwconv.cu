@@ -1,10 +1,17 @@
 // Depthwise 3x3 convolution (stride 1, zero padding 1) on the channels-last token grid. One
-// thread per (b, n, c) output: neighbouring threads read neighbouring channels, so every tap
-// is a coalesced row read, and the prefix (class-token) rows are written as 0 in the same pass.
+// thread per (b, x, c) column of the grid walks down its rows with the 3x3 window of inputs in
+// registers: each input is loaded 3 times (by the columns x - 1, x, x + 1, the same warp
+// position in neighbouring warps, so mostly from L1), not 9, and there is no index division
+// per output. Neighbouring threads hold neighbouring channels, so every load is a coalesced row
+// read. A tap outside the grid reads 0: fma(w, 0, acc) leaves acc's bits as skipping the tap
+// would (acc starts at +0 and a sum never becomes -0), so the sums are those of the per-tap
+// form. The prefix (class-token) rows are written as 0 by the threads after the columns'.
+// (The per-output form measured 1.75 ms forward and 3.95 ms backward per ViT-S/16 block at
+// batch 256 on an H200, 2026-11-26, far above the 3-7 passes over (B, N, M) it must make.)
 //
 // The locality FFN's middle (h-swish, this conv, h-swish) runs through the same kernels with
-// kLocal: the forward applies the first h-swish to each tap as it loads fc1 (rounded to T, as
-// the stored act1 would be) and the second to its own sum; the backward forms the h-swish
+// kLocal: the forward applies the first h-swish to each input as it loads fc1 (rounded to T,
+// as the stored act1 would be) and the second to its own sum; the backward forms the h-swish
 // gradient of each tap it reads from dact2 and dw, and applies fc1's h-swish gradient to its
 // sum; the weight gradient recomputes act1 from fc1, so act1 need not be stored. Every value is
 // rounded where the three separate ops store it, with the same functors (activation_math.cuh)
@@ -36,51 +43,6 @@ __device__ __forceinline__ float conv_input(T v) {
     return to_f32(v);
 }
 
-// Where (b, n, c) of a (B, N, C) tensor with `prefix` class-token rows sits on the (gh, gw)
-// grid; 32-bit divisions (the callers check B N C < 2^31; the grid-stride index stays 64-bit).
-struct GridPos {
-  int c, b, y, x;
-  bool grid;  // false: a class-token row
-  __device__ GridPos(int i, int N, int prefix, int gw, int C) {
-    c = i % C;
-    const int bn = i / C, n = bn % N;
-    b = bn / N;
-    grid = n >= prefix;
-    const int p = n - prefix;
-    y = grid ? p / gw : 0;
-    x = grid ? p % gw : 0;
-  }
-};
-
-template <typename T, bool kLocal>
-__global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, T* act1, T* act2,
-                                         int total, int N, int prefix, int gh, int gw, int C) {
-  // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
-  // is dw = conv(hswish(fc1)); act2 = hswish(dw) and, unless nullptr, act1 = hswish(fc1)
-  // (B, N, C) are written too.
-  VIT_GRID_STRIDE(i, total) {
-    const GridPos q(int(i), N, prefix, gw, C);
-    if constexpr (kLocal)
-      if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
-    float acc = 0.0f;
-    if (q.grid) {
-      const T* img = inp + (Index(q.b) * N + prefix) * C + q.c;  // (gh, gw) of channel c, stride C
-      for (int dy = -1; dy <= 1; ++dy) {
-        const int yy = q.y + dy;
-        if (yy < 0 || yy >= gh) continue;
-        for (int dx = -1; dx <= 1; ++dx) {
-          const int xx = q.x + dx;
-          if (xx < 0 || xx >= gw) continue;
-          const float v = conv_input<T, kLocal>(img[(yy * gw + xx) * C]);
-          acc = __fmaf_rn(to_f32(weight[q.c * 9 + (dy + 1) * 3 + (dx + 1)]), v, acc);
-        }
-      }
-    }
-    out[i] = from_f32<T>(acc);  // class-token rows: 0 (the token bypasses the conv)
-    if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(stored<T>(acc)));
-  }
-}
-
 // The conv's output gradient at a tap: dout itself, or (kLocal) the second h-swish's gradient
 // formed from dact2 = dout and the conv's output dw, rounded as the stored ddw.
 template <typename T, bool kLocal>
@@ -91,60 +53,150 @@ __device__ __forceinline__ float conv_grad(const T* dout, const T* dw, Index j) 
     return to_f32(dout[j]);
 }
 
+// One (b, x, c) column of a (B, N, C) tensor whose rows after `prefix` are the (gh, gw) grid:
+// element (y, x') of the column's image and channel sits at at(y, x').
+struct Column {
+  int b, x, c, gh, gw;
+  Index base;  // (b, prefix, c)
+  Index C;
+  __device__ Column(int i, int N, int prefix, int gh_, int gw_, int C_) : gh(gh_), gw(gw_), C(C_) {
+    c = i % C_;
+    const int bx = i / C_;
+    x = bx % gw_;
+    b = bx / gw_;
+    base = (Index(b) * N + prefix) * C_ + c;
+  }
+  __device__ Index at(int y, int xx) const { return base + Index(y * gw + xx) * C; }
+  __device__ bool row_in(int y) const { return y >= 0 && y < gh; }
+};
+
+// The window row y of a column: f(j) at (y, x - 1), (y, x), (y, x + 1), 0 outside the grid.
+template <typename F>
+__device__ __forceinline__ void window_row(float v[3], const Column& q, int y, F f) {
+  v[0] = v[1] = v[2] = 0.0f;
+  if (!q.row_in(y)) return;
+  if (q.x > 0) v[0] = f(q.at(y, q.x - 1));
+  v[1] = f(q.at(y, q.x));
+  if (q.x + 1 < q.gw) v[2] = f(q.at(y, q.x + 1));
+}
+
+// The prefix element i - columns of the prefix rows: (b, p, c) with p < prefix.
+__device__ __forceinline__ Index prefix_element(int k, int N, int prefix, int C) {
+  const int c = k % C, bp = k / C;
+  return (Index(bp / prefix) * N + bp % prefix) * C + c;
+}
+
 template <typename T, bool kLocal>
-__global__ void dwconv3x3_backward_input_kernel(T* dinp, const T* dout, const T* weight,
-                                                const T* dw, const T* fc1, int total, int N,
-                                                int prefix, int gh, int gw, int C) {
-  // dinp, dout (B, N, C); gather form: input (y, x) fed output (y - dy, x - dx) via tap (dy, dx).
-  // kLocal: dout is dact2, dw the conv's output, and dinp = dfc1 = hswish'(fc1) * d(act1).
-  VIT_GRID_STRIDE(i, total) {
-    const GridPos q(int(i), N, prefix, gw, C);
-    float acc = 0.0f;
-    if (q.grid) {
-      const Index base = (Index(q.b) * N + prefix) * C + q.c;  // (gh, gw) of channel c, stride C
-      for (int dy = -1; dy <= 1; ++dy) {
-        const int yy = q.y - dy;
-        if (yy < 0 || yy >= gh) continue;
-        for (int dx = -1; dx <= 1; ++dx) {
-          const int xx = q.x - dx;
-          if (xx < 0 || xx >= gw) continue;
-          const float g = conv_grad<T, kLocal>(dout, dw, base + Index(yy * gw + xx) * C);
-          acc = __fmaf_rn(to_f32(weight[q.c * 9 + (dy + 1) * 3 + (dx + 1)]), g, acc);
-        }
-      }
+__global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, T* act1, T* act2,
+                                         int columns, int prefix_total, int N, int prefix, int gh,
+                                         int gw, int C) {
+  // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
+  // is dw = conv(hswish(fc1)); act2 = hswish(dw) and, unless nullptr, act1 = hswish(fc1)
+  // (B, N, C) are written too. Threads [0, columns): a (b, x, c) column each; then one per
+  // prefix element (out = 0: the class token bypasses the conv).
+  VIT_GRID_STRIDE(t, Index(columns) + prefix_total) {
+    if (t >= columns) {
+      const Index i = prefix_element(int(t - columns), N, prefix, C);
+      if constexpr (kLocal)
+        if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
+      out[i] = from_f32<T>(0.0f);
+      if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(0.0f));
+      continue;
     }
-    if constexpr (kLocal)
-      dinp[i] = from_f32<T>(HswishBackward{}(stored<T>(acc), to_f32(fc1[i])));
-    else
-      dinp[i] = from_f32<T>(acc);  // class-token rows: 0
+    const Column q(int(t), N, prefix, gh, gw, C);
+    float w[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) w[k] = to_f32(weight[q.c * 9 + k]);
+    const auto load = [&](Index j) { return conv_input<T, kLocal>(inp[j]); };
+    float up[3] = {0.0f, 0.0f, 0.0f}, mid[3], down[3];  // rows y - 1, y, y + 1
+    window_row(mid, q, 0, load);
+    for (int y = 0; y < gh; ++y) {
+      window_row(down, q, y + 1, load);
+      const Index i = q.at(y, q.x);
+      if constexpr (kLocal)
+        if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
+      const float* rows[3] = {up, mid, down};  // tap (dy, dx) reads rows[dy + 1][dx + 1]
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 9; ++k) acc = __fmaf_rn(w[k], rows[k / 3][k % 3], acc);
+      out[i] = from_f32<T>(acc);
+      if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(stored<T>(acc)));
+#pragma unroll
+      for (int k = 0; k < 3; ++k) up[k] = mid[k], mid[k] = down[k];
+    }
   }
 }
 
-constexpr int kRows = 8;  // block (32 channels, kRows pixel lanes)
+template <typename T, bool kLocal>
+__global__ void dwconv3x3_backward_input_kernel(T* dinp, const T* dout, const T* weight,
+                                                const T* dw, const T* fc1, int columns,
+                                                int prefix_total, int N, int prefix, int gh,
+                                                int gw, int C) {
+  // dinp, dout (B, N, C); gather form: input (y, x) fed output (y - dy, x - dx) via tap (dy, dx).
+  // kLocal: dout is dact2, dw the conv's output, and dinp = dfc1 = hswish'(fc1) * d(act1).
+  // Threads as in the forward; prefix rows get the gradient of a zero sum.
+  const auto finish = [&](Index i, float acc) {
+    if constexpr (kLocal)
+      dinp[i] = from_f32<T>(HswishBackward{}(stored<T>(acc), to_f32(fc1[i])));
+    else
+      dinp[i] = from_f32<T>(acc);
+  };
+  VIT_GRID_STRIDE(t, Index(columns) + prefix_total) {
+    if (t >= columns) {
+      finish(prefix_element(int(t - columns), N, prefix, C), 0.0f);
+      continue;
+    }
+    const Column q(int(t), N, prefix, gh, gw, C);
+    float w[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) w[k] = to_f32(weight[q.c * 9 + k]);
+    const auto load = [&](Index j) { return conv_grad<T, kLocal>(dout, dw, j); };
+    float up[3] = {0.0f, 0.0f, 0.0f}, mid[3], down[3];  // gradient rows y - 1, y, y + 1
+    window_row(mid, q, 0, load);
+    for (int y = 0; y < gh; ++y) {
+      window_row(down, q, y + 1, load);
+      // Tap (dy, dx) = weight k = (dy + 1) * 3 + (dx + 1) reads the gradient at (y - dy, x - dx):
+      // rows down, mid, up for dy = -1, 0, 1 and columns x + 1, x, x - 1 for dx = -1, 0, 1.
+      const float* rows[3] = {down, mid, up};
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 9; ++k) acc = __fmaf_rn(w[k], rows[k / 3][2 - k % 3], acc);
+      finish(q.at(y, q.x), acc);
+#pragma unroll
+      for (int k = 0; k < 3; ++k) up[k] = mid[k], mid[k] = down[k];
+    }
+  }
+}
+
+constexpr int kRows = 8;  // block (32 channels, kRows column lanes)
 
 template <typename T, bool kLocal>
 __global__ void dwconv3x3_weight_partial_kernel(float* partial, const T* dout, const T* inp,
-                                                const T* dw, Index B, Index N, Index prefix,
-                                                Index gh, Index gw, Index C, Index pix_per_chunk) {
-  // partial (chunks, 9, C): sum over this chunk's pixels of dout[pixel] * inp[pixel + tap]
-  // (kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is fc1, whose
-  // h-swish is the conv's input act1, recomputed rather than stored)
+                                                const T* dw, int B, int N, int prefix, int gh,
+                                                int gw, int C, int cols_per_chunk) {
+  // partial (chunks, 9, C): sum over this chunk's (b, x) columns and their rows of
+  // dout[pixel] * inp[pixel + tap] (kLocal: dout is dact2, turned into the conv's output
+  // gradient with dw; inp is fc1, whose h-swish is the conv's input act1, recomputed rather
+  // than stored). Each lane walks its columns down with the window of inputs in registers.
   __shared__ float sm[kRows][9][33];
-  const Index c = blockIdx.x * Index(32) + threadIdx.x;
-  const Index G = gh * gw, total = B * G;
-  const Index q0 = blockIdx.y * pix_per_chunk;
-  const Index q1 = q0 + pix_per_chunk < total ? q0 + pix_per_chunk : total;
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const int u0 = blockIdx.y * cols_per_chunk;
+  const int u1 = min(u0 + cols_per_chunk, B * gw);
   float acc[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (c < C) {
-    for (Index q = q0 + threadIdx.y; q < q1; q += kRows) {
-      const Index b = q / G, p = q % G, y = p / gw, x = p % gw;
-      const Index base = (b * N + prefix) * C + c;
-      const float g = conv_grad<T, kLocal>(dout, dw, base + p * C);
+    const auto load = [&](Index j) { return conv_input<T, kLocal>(inp[j]); };
+    for (int u = u0 + threadIdx.y; u < u1; u += kRows) {
+      const Column q(u * C + c, N, prefix, gh, gw, C);
+      float up[3] = {0.0f, 0.0f, 0.0f}, mid[3], down[3];  // input rows y - 1, y, y + 1
+      window_row(mid, q, 0, load);
+      for (int y = 0; y < gh; ++y) {
+        window_row(down, q, y + 1, load);
+        const float g = conv_grad<T, kLocal>(dout, dw, q.at(y, q.x));
+        const float* rows[3] = {up, mid, down};  // tap t reads rows[t / 3][t % 3]
 #pragma unroll
-      for (int t = 0; t < 9; ++t) {
-        const Index yy = y + t / 3 - 1, xx = x + t % 3 - 1;
-        if (yy >= 0 && yy < gh && xx >= 0 && xx < gw)
-          acc[t] = __fmaf_rn(g, conv_input<T, kLocal>(inp[base + (yy * gw + xx) * C]), acc[t]);
+        for (int t = 0; t < 9; ++t) acc[t] = __fmaf_rn(g, rows[t / 3][t % 3], acc[t]);
+#pragma unroll
+        for (int k = 0; k < 3; ++k) up[k] = mid[k], mid[k] = down[k];
       }
     }
   }
@@ -171,19 +223,27 @@ __global__ void dwconv3x3_weight_finish_kernel(float* dweight, const float* part
   dweight[i] += s;
 }
 
-int checked_total(Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
-  VIT_CHECK(N - prefix == gh * gw, "dwconv3x3: N - prefix must equal gh * gw");
-  VIT_CHECK(B * N * C < (Index(1) << 31), "dwconv3x3: tensor too large for 32-bit indices");
-  return int(B * N * C);
-}
+// The threads of a forward or input-gradient pass: one per (b, x, c) column, then one per
+// prefix element. The callers' 32-bit element indices need B N C < 2^31.
+struct ConvThreads {
+  int columns, prefix_total;
+  ConvThreads(Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
+    VIT_CHECK(N - prefix == gh * gw, "dwconv3x3: N - prefix must equal gh * gw");
+    VIT_CHECK(B * N * C < (Index(1) << 31), "dwconv3x3: tensor too large for 32-bit indices");
+    columns = int(B * gw * C);
+    prefix_total = int(B * prefix * C);
+  }
+  Index total() const { return Index(columns) + prefix_total; }
+};
 
 template <typename T, bool kLocal>
 void conv_forward(T* out, const T* inp, const T* weight, T* act1, T* act2, Index B, Index N,
                   Index prefix, Index gh, Index gw, Index C) {
-  const int total = checked_total(B, N, prefix, gh, gw, C);
-  if (total <= 0) return;
-  dwconv3x3_forward_kernel<T, kLocal><<<grid_stride_blocks(total), kBlock, 0, stream()>>>(
-      out, inp, weight, act1, act2, total, int(N), int(prefix), int(gh), int(gw), int(C));
+  const ConvThreads th(B, N, prefix, gh, gw, C);
+  if (th.total() <= 0) return;
+  dwconv3x3_forward_kernel<T, kLocal><<<grid_stride_blocks(th.total()), kBlock, 0, stream()>>>(
+      out, inp, weight, act1, act2, th.columns, th.prefix_total, int(N), int(prefix), int(gh),
+      int(gw), int(C));
   VIT_CUDA_LAUNCHED();
 }
 
@@ -191,24 +251,29 @@ template <typename T, bool kLocal>
 void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                    const T* dw, const T* fc1, Index B, Index N, Index prefix, Index gh, Index gw,
                    Index C) {
-  const int total = checked_total(B, N, prefix, gh, gw, C);
-  if (total <= 0) return;
+  const ConvThreads th(B, N, prefix, gh, gw, C);
+  if (th.total() <= 0) return;
   if (dinp) {
-    dwconv3x3_backward_input_kernel<T, kLocal><<<grid_stride_blocks(total), kBlock, 0, stream()>>>(
-        dinp, dout, weight, dw, fc1, total, int(N), int(prefix), int(gh), int(gw), int(C));
+    dwconv3x3_backward_input_kernel<T, kLocal>
+        <<<grid_stride_blocks(th.total()), kBlock, 0, stream()>>>(
+            dinp, dout, weight, dw, fc1, th.columns, th.prefix_total, int(N), int(prefix),
+            int(gh), int(gw), int(C));
     VIT_CUDA_LAUNCHED();
   }
-  if (!dweight) return;
-  const Index pixels = B * gh * gw, col_blocks = (C + 31) / 32;
-  Index chunks = (4 * Index(num_sms()) + col_blocks - 1) / col_blocks;
-  chunks = std::min(chunks, (pixels + 63) / 64);
+  if (!dweight || th.columns == 0) return;
+  // Column chunks: about 8 blocks per SM in all, each lane at least one (b, x) column. Fixed
+  // for a shape, so the sums are deterministic.
+  const Index units = B * gw, col_blocks = (C + 31) / 32;
+  Index chunks = (8 * Index(num_sms()) + col_blocks - 1) / col_blocks;
+  chunks = std::min(chunks, (units + kRows - 1) / kRows);
   chunks = std::max<Index>(1, std::min<Index>(chunks, 65535));
-  const Index pix_per_chunk = (pixels + chunks - 1) / chunks;
+  const Index cols_per_chunk = (units + chunks - 1) / chunks;
   auto* partial =
       static_cast<float*>(scratch(size_t(chunks * 9 * C) * sizeof(float), kScratchDwconv));
   dwconv3x3_weight_partial_kernel<T, kLocal>
       <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, kRows), 0, stream()>>>(
-          partial, dout, inp, dw, B, N, prefix, gh, gw, C, pix_per_chunk);
+          partial, dout, inp, dw, int(B), int(N), int(prefix), int(gh), int(gw), int(C),
+          int(cols_per_chunk));
   VIT_CUDA_LAUNCHED();
   dwconv3x3_weight_finish_kernel<<<blocks_for(9 * C), kBlock, 0, stream()>>>(dweight, partial,
                                                                              chunks, C);
