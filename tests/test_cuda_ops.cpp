@@ -1518,9 +1518,14 @@ void for_each_gelu_pair_case(uint64_t seed, F check) {
 // tanh_*: each output rounded once from fp32, the bias gradient in bf16). Tolerances:
 //  * pre: the same rounding of an fp32 sum taken in another order: within 1 spacing, <= 2% of
 //    elements with other bits (expect_same_rounding).
-//  * act, dpre: also cuBLASLt's own tanh, which may be a hardware approximation (tanh.approx
-//    is good to ~2^-11 relative), so up to 2^-11 / 2^-9 of the values near a rounding boundary
-//    can round the other way: within 1 spacing, <= 25% with other bits.
+//  * act: also cuBLASLt's own tanh, which may be a hardware approximation (tanh.approx is good
+//    to ~2^-11 relative), so up to 2^-11 / 2^-9 of the values near a rounding boundary can
+//    round the other way: within 1 spacing, <= 25% with other bits.
+//  * dpre: the same tanh error enters GELU's derivative through t and 1 - t^2, as
+//    dt (1/2 - x t u') (u = sqrt(2/pi) (x + 0.044715 x^3)), relative to the derivative 2.6x
+//    at x = -0.5, 140x near its zero (x ~ -0.75), 21x at -2, 1.7x at 2, so more values come
+//    within reach of a rounding boundary than act's: within 1 spacing, <= 35% with other bits
+//    (an H200, 2026-11-26: 25.9% at both shapes, every element within 1 spacing).
 //  * the backward runs in the emulation from the device's act and pre, so fc2's dweight and
 //    dbias are fp32 sums of the same bf16 products in another order: 1e-4 of the largest.
 //  * fc1's bias gradient: bf16 sums (2^-8) of R dpre values that may each sit a spacing apart
@@ -1535,7 +1540,7 @@ TEST_F(CublasLtEpilogue, MatmulGeluTanhMatchesTheEmulation) {
         const GeluPairOut want = run_gelu_pair_in_emulation(c, d, got);
         expect_same_rounding("pre (fc1 + bias)", got.pre, want.pre);
         expect_within_bf16_ulps("act (tanh GELU)", got.act, want.act, 1, 0.25);
-        expect_within_bf16_ulps("dpre", got.dpre, want.dpre, 1, 0.25);
+        expect_within_bf16_ulps("dpre", got.dpre, want.dpre, 1, 0.35);
         expect_close("fc2 dweight", got.dw2, want.dw2, {0, 1e-4});
         expect_close("fc2 dbias", got.db2, want.db2, {0, 1e-4});
         expect_close("fc1 dbias", got.db1, want.db1, {0x1p-6, 0.02});
