@@ -439,6 +439,12 @@ s_vprofile_before() {
   need_bin vitrain_before
   VT_BIN="$BUNDLE/bin/vitrain_before" s_vprofile "$@"
 }
+# Args: model, batch. The BEFORE build with the locality FFN: what its kernels' rewrite paid
+# (build the bundle with BEFORE=3cea84e, the last build measured with the per-output kernels).
+s_vbench_localbefore() {
+  need_bin vitrain_before
+  VT_BIN="$BUNDLE/bin/vitrain_before" VBENCH_FLAGS="--ffn local" s_vbench "$@"
+}
 s_vprofile_local() {
   VPROFILE_FLAGS="--ffn local" s_vprofile "$@"
 }
@@ -938,6 +944,7 @@ variant_label() {
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
     local) echo "--ffn local" ;;
+    localbefore) echo "BEFORE build, --ffn local" ;;
     unfusedffn) echo "--ffn local, VIT_FUSE_LOCAL_FFN=0" ;;
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tanh) echo "--ffn mlp_tanh" ;;
@@ -966,7 +973,10 @@ steps_bench_round() {
     [ "$mb" = "${BENCH_MODELS[0]}" ] &&
       variants=(sync tune fp32res unfusedrn local unfusedffn tanh tanhsep)
     variants+=(graph)
-    [ -x "$BUNDLE/bin/vitrain_before" ] && variants+=(before)  # env.sh unpacked bin/
+    if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
+      variants+=(before)
+      [ "$mb" = "${BENCH_MODELS[0]}" ] && variants+=(localbefore)
+    fi
     if [ "$r" = 1 ]; then
       step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
       for var in "${variants[@]}"; do
