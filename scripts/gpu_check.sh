@@ -46,7 +46,9 @@
 #   bash scripts/gpu_check.sh recipes [DEST]      (r) the long Fashion-MNIST recipe (issue 16's 94%,
 #                                                     recipes/fmnist_long.yaml) on the GPU, its time
 #                                                     and top-1; GPU_CHECK_RECIPES picks recipes and
-#                                                     GPU_CHECK_SEEDS seeds (default: the recipe's)
+#                                                     GPU_CHECK_SEEDS seeds (default: the recipe's),
+#                                                     GPU_CHECK_RECIPE_VARIANTS "name:flags;..."
+#                                                     changes to try (default: none)
 #   bash scripts/gpu_check.sh sweep [DEST]        (w) the default recipe's variants over seeds (issue
 #                                                     12's 90.5%): GPU_CHECK_SWEEP, "name:flags;..."
 #                                                     (default: DEFAULT_SWEEP below), GPU_CHECK_SEEDS
@@ -316,7 +318,12 @@ s_train() {
     [ -f "$run/$f" ] && cp "$run/$f" "$LOGS/$STEP_ID/"
   done
   if [ -n "${TRAIN_STOP_S:-}" ] && [ "$rc" = 124 ]; then
-    note "stopped after ${TRAIN_STOP_S}s (the step's limit), unfinished: $(grep -oE 'Stopped at epoch [0-9]+ update [0-9]+' "$out" | tail -n 1)"
+    local best="" best_epoch=""
+    # The best evaluation so far (summary.csv: epoch, ..., eval_top1 in column 4).
+    [ -f "$run/summary.csv" ] && read -r best best_epoch < <(awk -F, 'NR > 1 && $4 != "" &&
+      $4 + 0 > b + 0 { b = $4; e = $1 } END { if (b != "") print b, e }' "$run/summary.csv")
+    [ -n "$best" ] && kv best_top1 "$best"
+    note "stopped after ${TRAIN_STOP_S}s (the step's limit), unfinished: $(grep -oE 'Stopped at epoch [0-9]+ update [0-9]+' "$out" | tail -n 1)${best:+; best top-1 $best at epoch $best_epoch}"
     return 4
   fi
   if [ "$rc" = 0 ] && [ -z "$top1" ]; then
@@ -374,7 +381,10 @@ s_train_eager() {
 s_recipe() {
   local recipe="$1"
   shift
-  RECIPE="$recipe" TRAIN_STOP_S=$((STEP_TIMEOUT - 40)) s_train "$@"
+  # 40 s for the stopped run to checkpoint and exit; a step cut short by the budget keeps a third.
+  local stop_s=$((STEP_TIMEOUT - 40))
+  [ "$stop_s" -lt 10 ] && stop_s=$((STEP_TIMEOUT * 2 / 3))
+  RECIPE="$recipe" TRAIN_STOP_S=$stop_s s_train "$@"
 }
 
 s_export() {
@@ -896,16 +906,27 @@ steps_repeat() {
     s_train fmnist_fp32res --fp32-residual
 }
 
-# One step per recipe and seed; a run longer than its step is stopped and its curves kept.
+# One step per recipe, variant and seed; a run longer than its step is stopped and its curves
+# kept. GPU_CHECK_RECIPE_VARIANTS ("name:flags;...", default "recipe:", the recipe as it is)
+# adds flags to every recipe's run, to try changes to a long recipe in one call.
 steps_recipes() {
+  local r rf seed sflag n spec name flags specs
+  IFS=';' read -ra specs <<<"${GPU_CHECK_RECIPE_VARIANTS:-recipe:}"
   for r in ${GPU_CHECK_RECIPES:-recipes/fmnist_long.yaml}; do
     rf="$(pick "$r" "recipes/$(basename "$r")")"
     for seed in ${GPU_CHECK_SEEDS:-recipe}; do
       sflag=()
       [ "$seed" != recipe ] && sflag=(--seed "$seed")
-      n="$(basename "$r" .yaml)_$seed"
-      step "r_$n" recipes 540 "train $(basename "$r") ${sflag[*]} --device $DEVICE" \
-        s_recipe "$rf" "$n" "${sflag[@]}"
+      for spec in "${specs[@]}"; do
+        name="${spec%%:*}"
+        flags="${spec#*:}"
+        [ "$flags" = "$spec" ] && flags=""
+        n="$(basename "$r" .yaml)_$seed"
+        [ "$name" != recipe ] && n+="_$name"
+        # shellcheck disable=SC2086  # flags: split on purpose
+        step "r_$n" recipes 540 "train $(basename "$r") ${sflag[*]} $flags --device $DEVICE" \
+          s_recipe "$rf" "$n" "${sflag[@]}" $flags
+      done
     done
   done
 }
