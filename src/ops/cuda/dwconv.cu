@@ -2,10 +2,11 @@
 // thread per (b, x, c) column of the grid walks down its rows with the 3x3 window of inputs in
 // registers (the kernels: dwconv_kernels.cuh): each input is loaded 3 times (by the columns
 // x - 1, x and x + 1, C threads apart, so the second and third loads mostly hit the cache), not
-// 9, and there is no index division per output. Neighbouring threads hold neighbouring channels, so every load is a coalesced row
-// read. A tap outside the grid reads 0: fma(w, 0, acc) leaves acc's bits as skipping the tap
-// would (acc starts at +0 and a sum never becomes -0), so the sums are those of the per-tap
-// form. The prefix (class-token) rows are written as 0 by the threads after the columns'.
+// 9, and there is no index division per output. Neighbouring threads hold neighbouring
+// channels, so every load is a coalesced row read. A tap outside the grid reads 0: fma(w, 0,
+// acc) leaves acc's bits as skipping the tap would (acc starts at +0 and a sum never becomes
+// -0), so the sums are those of the per-tap form. The prefix (class-token) rows are written
+// as 0 by the threads after the columns'.
 // (The per-output form measured 1.75 ms forward and 3.95 ms backward per ViT-S/16 block at
 // batch 256 on an H200, 2026-11-26, far above the 3-7 passes over (B, N, M) it must make.)
 //
