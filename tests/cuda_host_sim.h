@@ -22,6 +22,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static  // one block runs at a time
+#define __launch_bounds__(...)
 
 struct SimDim3 {
   unsigned x = 1, y = 1, z = 1;

@@ -1,23 +1,26 @@
-// Depthwise 3x3 convolution (stride 1, zero padding 1) on the channels-last token grid. One
-// thread per (b, x, c) column of the grid walks down its rows with the 3x3 window of inputs in
-// registers (the kernels: dwconv_kernels.cuh): each input is loaded 3 times (by the columns
-// x - 1, x and x + 1, C threads apart, so the second and third loads mostly hit the cache), not
-// 9, and there is no index division per output. Neighbouring threads hold neighbouring
-// channels, so every load is a coalesced row read. A tap outside the grid reads 0: fma(w, 0,
-// acc) leaves acc's bits as skipping the tap would (acc starts at +0 and a sum never becomes
-// -0), so the sums are those of the per-tap form. The prefix (class-token) rows are written
-// as 0 by the threads after the columns'.
-// (The per-output form measured 1.75 ms forward and 3.95 ms backward per ViT-S/16 block at
-// batch 256 on an H200, 2026-11-26, far above the 3-7 passes over (B, N, M) it must make.)
+// Depthwise 3x3 convolution (stride 1, zero padding 1) on the channels-last token grid (the
+// kernels: dwconv_kernels.cuh). Each thread walks (b, x, c) columns of the grid down their rows
+// with 3x3 windows in registers: each value is loaded 3 times (by the columns x - 1, x and
+// x + 1, C threads apart, so the second and third loads mostly hit the cache), not 9, and
+// there is no index division per output. Neighbouring threads hold neighbouring channels, so
+// every load is a coalesced row read. The forward runs one thread per column; the backward
+// runs blocks of 32 channels x 8 lanes over chunks of columns and forms the input gradient and
+// the weight gradient's partial sums in the same pass (two windows: the output gradient's and
+// the input's), the partials summed in a fixed order afterwards. A tap outside the grid reads
+// 0: fma(w, 0, acc) leaves acc's bits as skipping the tap would (acc starts at +0 and a sum
+// never becomes -0), so the sums are those of the per-tap form. The prefix (class-token) rows
+// bypass the conv: output 0, input gradient that of a zero sum.
+// (The earlier per-output kernels measured 1.75 ms forward and 3.95 ms backward per ViT-S/16
+// block at batch 256 on an H200, 2026-11-26, far above the passes over (B, N, M) they make.)
 //
 // The locality FFN's middle (h-swish, this conv, h-swish) runs through the same kernels with
 // kLocal: the forward applies the first h-swish to each input as it loads fc1 (rounded to T,
 // as the stored act1 would be) and the second to its own sum; the backward forms the h-swish
-// gradient of each tap it reads from dact2 and dw, and applies fc1's h-swish gradient to its
-// sum; the weight gradient recomputes act1 from fc1, so act1 need not be stored. Every value is
-// rounded where the three separate ops store it, with the same functors (activation_math.cuh)
-// and explicit fmas, so the fused passes give the three ops' bits while moving (B, N, M)
-// tensors 3 times forward (not 6) and 7 times backward (not 10).
+// gradient of each tap it reads from dact2 and dw, recomputes act1 from fc1 for the weight
+// gradient (act1 need not be stored) and applies fc1's h-swish gradient to its input-gradient
+// sum. Every value is rounded where the three separate ops store it, with the same functors
+// (activation_math.cuh) and explicit fmas, so the fused passes give the three ops' bits while
+// moving (B, N, M) tensors 3 times forward (not 6) and 4 times backward (not 11).
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -30,8 +33,9 @@ namespace {
 
 using namespace dwconv_kernels;
 
-// The threads of a forward or input-gradient pass: one per (b, x, c) column, then one per
-// prefix element. The callers' 32-bit element indices need B N C < 2^31.
+// The threads of a forward pass: one per (b, x, c) column, then one per prefix element (the
+// backward's prefix rows are a pass of their own). The kernels' 32-bit element indices need
+// B N C < 2^31.
 struct ConvThreads {
   int columns, prefix_total;
   ConvThreads(Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
@@ -56,32 +60,32 @@ void conv_forward(T* out, const T* inp, const T* weight, T* act1, T* act2, Index
 
 template <typename T, bool kLocal>
 void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
-                   const T* dw, const T* fc1, Index B, Index N, Index prefix, Index gh, Index gw,
-                   Index C) {
+                   const T* dw, Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
   const ConvThreads th(B, N, prefix, gh, gw, C);
   if (th.total() <= 0) return;
-  if (dinp) {
-    dwconv3x3_backward_input_kernel<T, kLocal>
-        <<<grid_stride_blocks(th.total()), kBlock, 0, stream()>>>(
-            dinp, dout, weight, dw, fc1, th.columns, th.prefix_total, int(N), int(prefix), int(gh),
-            int(gw), int(C));
+  if (dinp && th.prefix_total > 0) {
+    dwconv3x3_backward_prefix_kernel<T, kLocal>
+        <<<grid_stride_blocks(th.prefix_total), kBlock, 0, stream()>>>(dinp, inp, th.prefix_total,
+                                                                       int(N), int(prefix), int(C));
     VIT_CUDA_LAUNCHED();
   }
-  if (!dweight || th.columns == 0) return;
+  if (th.columns == 0 || (!dinp && !dweight)) return;
   // Column chunks: about 8 blocks per SM in all, each lane at least one (b, x) column. Fixed
-  // for a shape, so the sums are deterministic.
+  // for a shape, so the weight gradient's sums are deterministic.
   const Index units = B * gw, col_blocks = (C + 31) / 32;
   Index chunks = (8 * Index(num_sms()) + col_blocks - 1) / col_blocks;
   chunks = std::min(chunks, (units + kRows - 1) / kRows);
   chunks = std::max<Index>(1, std::min<Index>(chunks, 65535));
   const Index cols_per_chunk = (units + chunks - 1) / chunks;
-  auto* partial =
-      static_cast<float*>(scratch(size_t(chunks * 9 * C) * sizeof(float), kScratchDwconv));
-  dwconv3x3_weight_partial_kernel<T, kLocal>
+  float* partial =
+      dweight ? static_cast<float*>(scratch(size_t(chunks * 9 * C) * sizeof(float), kScratchDwconv))
+              : nullptr;
+  dwconv3x3_backward_kernel<T, kLocal>
       <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, kRows), 0, stream()>>>(
-          partial, dout, inp, dw, int(B), int(N), int(prefix), int(gh), int(gw), int(C),
-          int(cols_per_chunk));
+          dinp, partial, dout, inp, weight, dw, int(B), int(N), int(prefix), int(gh), int(gw),
+          int(C), int(cols_per_chunk));
   VIT_CUDA_LAUNCHED();
+  if (!dweight) return;
   dwconv3x3_weight_finish_kernel<<<blocks_for(9 * C), kBlock, 0, stream()>>>(dweight, partial,
                                                                              chunks, C);
   VIT_CUDA_LAUNCHED();
@@ -98,8 +102,7 @@ void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, 
 template <typename T>
 void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                         Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
-  conv_backward<T, false>(dinp, dweight, dout, inp, weight, nullptr, nullptr, B, N, prefix, gh, gw,
-                          C);
+  conv_backward<T, false>(dinp, dweight, dout, inp, weight, nullptr, B, N, prefix, gh, gw, C);
 }
 
 namespace {
@@ -142,8 +145,7 @@ void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T*
   // act1 is recomputed from fc1 where the weight gradient reads it. dact2 stays as it was (the
   // host backends' version overwrites it).
   if (local_ffn_fused())
-    return conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, fc1, B, N, prefix, gh, gw,
-                                  M);
+    return conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, B, N, prefix, gh, gw, M);
   // The separate ops (dfc1 holds ddw until the last one; act1 and d(act1) in scratch, so dact2
   // stays as it was here too).
   const Index n = B * N * M;

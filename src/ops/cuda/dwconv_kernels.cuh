@@ -112,79 +112,86 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
   }
 }
 
+// dinp of a backward pass: kLocal turns d(act1) into dfc1 = hswish'(fc1) * d(act1).
 template <typename T, bool kLocal>
-__global__ void dwconv3x3_backward_input_kernel(T* dinp, const T* dout, const T* weight,
-                                                const T* dw, const T* fc1, int columns,
-                                                int prefix_total, int N, int prefix, int gh, int gw,
-                                                int C) {
-  // dinp, dout (B, N, C); gather form: input (y, x) fed output (y - dy, x - dx) via tap (dy, dx).
-  // kLocal: dout is dact2, dw the conv's output, and dinp = dfc1 = hswish'(fc1) * d(act1).
-  // Threads as in the forward; prefix rows get the gradient of a zero sum.
-  const auto finish = [&](Index i, float acc) {
-    if constexpr (kLocal)
-      dinp[i] = from_f32<T>(HswishBackward{}(stored<T>(acc), to_f32(fc1[i])));
-    else
-      dinp[i] = from_f32<T>(acc);
-  };
-  VIT_GRID_STRIDE(t, Index(columns) + prefix_total) {
-    if (t >= columns) {
-      finish(prefix_element(int(t - columns), N, prefix, C), 0.0f);
-      continue;
-    }
-    const Column q(int(t), N, prefix, gh, gw, C);
-    float w[9];
-#pragma unroll
-    for (int k = 0; k < 9; ++k) w[k] = to_f32(weight[q.c * 9 + k]);
-    const auto load = [&](Index j) { return conv_grad<T, kLocal>(dout, dw, j); };
-    float up[3] = {0.0f, 0.0f, 0.0f}, mid[3], down[3];  // gradient rows y - 1, y, y + 1
-    window_row(mid, q, 0, load);
-    for (int y = 0; y < gh; ++y) {
-      window_row(down, q, y + 1, load);
-      // Tap (dy, dx) = weight k = (dy + 1) * 3 + (dx + 1) reads the gradient at (y - dy, x - dx):
-      // rows down, mid, up for dy = -1, 0, 1 and columns x + 1, x, x - 1 for dx = -1, 0, 1.
-      const float* rows[3] = {down, mid, up};
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < 9; ++k) acc = __fmaf_rn(w[k], rows[k / 3][2 - k % 3], acc);
-      finish(q.at(y, q.x), acc);
-#pragma unroll
-      for (int k = 0; k < 3; ++k) up[k] = mid[k], mid[k] = down[k];
-    }
+__device__ __forceinline__ void store_input_grad(T* dinp, const T* fc1, Index i, float acc) {
+  if constexpr (kLocal)
+    dinp[i] = from_f32<T>(HswishBackward{}(stored<T>(acc), to_f32(fc1[i])));
+  else
+    dinp[i] = from_f32<T>(acc);
+}
+
+template <typename T, bool kLocal>
+__global__ void dwconv3x3_backward_prefix_kernel(T* dinp, const T* fc1, int prefix_total, int N,
+                                                 int prefix, int C) {
+  // dinp (B, N, C): the prefix (class-token) rows, which bypass the conv, get the gradient of
+  // a zero sum.
+  VIT_GRID_STRIDE(t, prefix_total) {
+    store_input_grad<T, kLocal>(dinp, fc1, prefix_element(int(t), N, prefix, C), 0.0f);
   }
 }
 
 constexpr int kRows = 8;  // block (32 channels, kRows column lanes)
 
+// 4 blocks of 256 threads per SM: at most 64 registers (ptxas chose 66 unbounded).
 template <typename T, bool kLocal>
-__global__ void dwconv3x3_weight_partial_kernel(float* partial, const T* dout, const T* inp,
-                                                const T* dw, int B, int N, int prefix, int gh,
-                                                int gw, int C, int cols_per_chunk) {
-  // partial (chunks, 9, C): sum over this chunk's (b, x) columns and their rows of
-  // dout[pixel] * inp[pixel + tap] (kLocal: dout is dact2, turned into the conv's output
-  // gradient with dw; inp is fc1, whose h-swish is the conv's input act1, recomputed rather
-  // than stored). Each lane walks its columns down with the window of inputs in registers.
+__global__ void __launch_bounds__(32 * kRows, 4)
+    dwconv3x3_backward_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* weight,
+                              const T* dw, int B, int N, int prefix, int gh, int gw, int C,
+                              int cols_per_chunk) {
+  // dinp, dout, inp (B, N, C) grid rows; partial (chunks, 9, C) or nullptr. Block (32
+  // channels, kRows lanes), grid (channel blocks, chunks of (b, x) columns): each lane walks its
+  // columns down with two 3x3 windows in registers, the output gradient's and the input's, and
+  // in one pass forms
+  //  * dinp (unless nullptr), gather form: input (y, x) fed output (y - dy, x - dx) via tap
+  //    (dy, dx);
+  //  * the weight gradient's partial sums over the chunk: dout[pixel] * inp[pixel + tap].
+  // kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is fc1, whose
+  // h-swish is the conv's input act1 (recomputed rather than stored), and dinp = dfc1.
   __shared__ float sm[kRows][9][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int u0 = blockIdx.y * cols_per_chunk;
   const int u1 = min(u0 + cols_per_chunk, B * gw);
   float acc[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (c < C) {
-    const auto load = [&](Index j) { return conv_input<T, kLocal>(inp[j]); };
+    float w[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) w[k] = to_f32(weight[c * 9 + k]);
+    const auto grad = [&](Index j) { return conv_grad<T, kLocal>(dout, dw, j); };
+    const auto input = [&](Index j) { return conv_input<T, kLocal>(inp[j]); };
     for (int u = u0 + threadIdx.y; u < u1; u += kRows) {
       const Column q(u * C + c, N, prefix, gh, gw, C);
-      float up[3] = {0.0f, 0.0f, 0.0f}, mid[3], down[3];  // input rows y - 1, y, y + 1
-      window_row(mid, q, 0, load);
+      float g_up[3] = {0.0f, 0.0f, 0.0f}, g_mid[3], g_down[3];  // gradient rows y - 1, y, y + 1
+      float x_up[3] = {0.0f, 0.0f, 0.0f}, x_mid[3], x_down[3];  // input rows y - 1, y, y + 1
+      window_row(g_mid, q, 0, grad);
+      window_row(x_mid, q, 0, input);
       for (int y = 0; y < gh; ++y) {
-        window_row(down, q, y + 1, load);
-        const float g = conv_grad<T, kLocal>(dout, dw, q.at(y, q.x));
-        const float* rows[3] = {up, mid, down};  // tap t reads rows[t / 3][t % 3]
+        window_row(g_down, q, y + 1, grad);
+        window_row(x_down, q, y + 1, input);
+        if (dinp) {
+          // Tap (dy, dx) = weight k = (dy + 1) * 3 + (dx + 1) reads the gradient at (y - dy,
+          // x - dx): rows down, mid, up for dy = -1, 0, 1 and columns x + 1, x, x - 1.
+          const float* g_rows[3] = {g_down, g_mid, g_up};
+          float s = 0.0f;
 #pragma unroll
-        for (int t = 0; t < 9; ++t) acc[t] = __fmaf_rn(g, rows[t / 3][t % 3], acc[t]);
+          for (int k = 0; k < 9; ++k) s = __fmaf_rn(w[k], g_rows[k / 3][2 - k % 3], s);
+          store_input_grad<T, kLocal>(dinp, inp, q.at(y, q.x), s);
+        }
+        if (partial) {
+          const float g = g_mid[1];                        // the output gradient at (y, x)
+          const float* x_rows[3] = {x_up, x_mid, x_down};  // tap t reads x_rows[t / 3][t % 3]
 #pragma unroll
-        for (int k = 0; k < 3; ++k) up[k] = mid[k], mid[k] = down[k];
+          for (int t = 0; t < 9; ++t) acc[t] = __fmaf_rn(g, x_rows[t / 3][t % 3], acc[t]);
+        }
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+          g_up[k] = g_mid[k], g_mid[k] = g_down[k];
+          x_up[k] = x_mid[k], x_mid[k] = x_down[k];
+        }
       }
     }
   }
+  if (!partial) return;  // the same for the whole block
 #pragma unroll
   for (int t = 0; t < 9; ++t) sm[threadIdx.y][t][threadIdx.x] = acc[t];
   __syncthreads();
