@@ -1,7 +1,7 @@
 // The depthwise 3x3 kernels (dwconv.cu launches them): plain CUDA C++ with no intrinsics beyond
 // to_f32/from_f32, __fmaf_rn, shared memory and __syncthreads, so that tests/cuda_host_sim.h
 // can also compile them for the CPU and run them with one host thread per CUDA thread
-// (tests/test_cuda_kernels_on_host.cpp): their indexing and rounding are checked in CI, where
+// (tests/test_kernels_on_host.cpp): their indexing and rounding are checked in CI, where
 // no GPU is. Under that simulation VIT_CUDA_HOST_SIM is defined and the shim provides what
 // common.cuh would.
 #pragma once
@@ -65,7 +65,7 @@ __device__ __forceinline__ void window_row(float v[3], const Column& q, int y, F
   if (q.x + 1 < q.gw) v[2] = f(q.at(y, q.x + 1));
 }
 
-// The prefix element i - columns of the prefix rows: (b, p, c) with p < prefix.
+// The k-th element of the prefix rows, (b, p, c) with p < prefix, in (B, N, C).
 __device__ __forceinline__ Index prefix_element(int k, int N, int prefix, int C) {
   const int c = k % C, bp = k / C;
   return (Index(bp / prefix) * N + bp % prefix) * C + c;
