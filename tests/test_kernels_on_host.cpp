@@ -8,12 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "cuda_host_sim.h"
+#include "emu_test_util.h"
 #include "ops/cpu/ops.h"
 #include "ops/cuda/dwconv_kernels.cuh"
 
@@ -22,6 +21,11 @@ namespace {
 using vit::Index;
 namespace cu = vit::cuda;
 namespace k = vit::cuda::dwconv_kernels;
+using vit::emu_test::Bf16s;
+using vit::emu_test::Floats;
+using vit::emu_test::Gen;
+using vit::emu_test::nans;
+using vit::emu_test::widen;
 
 struct Shape {
   int B, prefix, gh, gw, C;
@@ -37,20 +41,8 @@ struct Shape {
 // multiple of 32.
 const Shape kShapes[] = {{2, 1, 4, 4, 37}, {3, 0, 3, 5, 70}, {1, 1, 7, 7, 64}, {2, 1, 1, 1, 3}};
 
-template <typename T>
-std::vector<T> random_values(Index n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<T> v(static_cast<size_t>(n));
-  for (T& x : v) x = cu::from_f32<T>(u(rng));
-  return v;
-}
-template <typename T>
-std::vector<double> widen(const std::vector<T>& v) {
-  std::vector<double> out;
-  out.reserve(v.size());
-  for (const T& x : v) out.push_back(cu::to_f32(x));
-  return out;
+std::vector<double> to_doubles(const Floats& v) {
+  return std::vector<double>(v.begin(), v.end());
 }
 
 // The launches of dwconv.cu with small grids (the grid-stride loops then take several turns) and
@@ -100,15 +92,10 @@ void expect_close(const std::string& what, const std::vector<double>& got,
                      << " of the largest; worst [" << worst << "] " << got[worst] << " vs "
                      << want[worst];
 }
-template <typename T>
-void expect_same_bits(const std::string& what, const std::vector<T>& got,
-                      const std::vector<T>& want) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t differ = 0, first = got.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && differ++ == 0) first = i;
-  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << got.size()
-                        << " elements differ, first [" << first << "]";
+// emu_test::expect_same_bits, named (bf16 values compare through their exact fp32 widening).
+void expect_same_bits(const char* what, const Floats& got, const Floats& ref) {
+  SCOPED_TRACE(what);
+  vit::emu_test::expect_same_bits(got, ref);
 }
 
 // fp32 kernels against the fp64 CPU reference, with one and several weight-gradient chunks
@@ -118,41 +105,39 @@ TEST(DwconvKernelsOnHost, MatchTheCpuReference) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(s.str());
     const Index n = s.n();
-    const auto x = random_values<float>(n, ++seed, 2.0f),
-               dout = random_values<float>(n, ++seed, 1.0f);
-    const auto w = random_values<float>(9 * s.C, ++seed, 0.4f);
-    const auto dw0 = random_values<float>(9 * s.C, ++seed, 0.1f);
-    std::vector<double> xd = widen(x), doutd = widen(dout), wd = widen(w);
-    std::vector<double> ref_out(n), ref_dx(n), ref_dw = widen(dw0);
+    Gen gen(++seed);
+    const Floats x = gen.floats(n, -2, 2), dout = gen.floats(n, -1, 1);
+    const Floats w = gen.floats(9 * s.C, -0.4, 0.4), dw0 = gen.floats(9 * s.C, -0.1, 0.1);
+    std::vector<double> xd = to_doubles(x), doutd = to_doubles(dout), wd = to_doubles(w);
+    std::vector<double> ref_out(n), ref_dx(n), ref_dw = to_doubles(dw0);
     vit::cpu::dwconv3x3_forward(ref_out.data(), xd.data(), wd.data(), s.B, s.N(), s.prefix, s.gh,
                                 s.gw, s.C);
     vit::cpu::dwconv3x3_backward(ref_dx.data(), ref_dw.data(), doutd.data(), xd.data(), wd.data(),
                                  s.B, s.N(), s.prefix, s.gh, s.gw, s.C);
     const Launch run{s};
-    std::vector<float> out(n, 7.0f), dx(n, 7.0f);
+    Floats out(n, 7.0f), dx(n, 7.0f);
     run.forward<float, false>(out.data(), x.data(), w.data(), nullptr, nullptr);
-    expect_close("out", widen(out), ref_out, 1e-6);
+    expect_close("out", to_doubles(out), ref_out, 1e-6);
     for (int chunks : {1, 3}) {
       SCOPED_TRACE("chunks " + std::to_string(chunks));
-      std::vector<float> dweight = dw0;
+      Floats dweight = dw0;
       run.backward<float, false>(dx.data(), dweight.data(), dout.data(), x.data(), w.data(),
                                  nullptr, chunks);
-      expect_close("dinp", widen(dx), ref_dx, 1e-6);
-      expect_close("dweight", widen(dweight), ref_dw, 1e-5);
+      expect_close("dinp", to_doubles(dx), ref_dx, 1e-6);
+      expect_close("dweight", to_doubles(dweight), ref_dw, 1e-5);
     }
   }
 }
 
 // bf16 h-swish as the elementwise maps store it (activations.cu).
-std::vector<cu::bf16> hswish(const std::vector<cu::bf16>& x) {
-  std::vector<cu::bf16> y(x.size());
+Bf16s hswish(const Bf16s& x) {
+  Bf16s y(x.size());
   for (size_t i = 0; i < x.size(); ++i)
     y[i] = cu::from_f32<cu::bf16>(cu::HswishForward{}(cu::to_f32(x[i])));
   return y;
 }
-std::vector<cu::bf16> hswish_grad(const std::vector<cu::bf16>& dout,
-                                  const std::vector<cu::bf16>& x) {
-  std::vector<cu::bf16> d(x.size());
+Bf16s hswish_grad(const Bf16s& dout, const Bf16s& x) {
+  Bf16s d(x.size());
   for (size_t i = 0; i < x.size(); ++i)
     d[i] = cu::from_f32<cu::bf16>(cu::HswishBackward{}(cu::to_f32(dout[i]), cu::to_f32(x[i])));
   return d;
@@ -167,32 +152,34 @@ TEST(DwconvKernelsOnHost, LocalFfnFusedIsTheThreeOpsBitwise) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(s.str());
     const Index n = s.n();
-    const auto fc1 = random_values<T>(n, ++seed, 4.0f), dact2 = random_values<T>(n, ++seed, 1.0f);
-    const auto w = random_values<T>(9 * s.C, ++seed, 0.4f);
-    const auto dw0 = random_values<float>(9 * s.C, ++seed, 0.1f);
+    Gen gen(++seed);
+    const Bf16s fc1 = gen.bf16s(n, -4, 4), dact2 = gen.bf16s(n, -1, 1);
+    const Bf16s w = gen.bf16s(9 * s.C, -0.4, 0.4);
+    const Floats dw0 = gen.floats(9 * s.C, -0.1, 0.1);
     const Launch run{s};
     // The three ops.
     const auto act1 = hswish(fc1);
-    std::vector<T> dw(n), dact1(n);
+    Bf16s dw = nans(n), dact1 = nans(n);  // NaN: an element a kernel skips shows
     run.forward<T, false>(dw.data(), act1.data(), w.data(), nullptr, nullptr);
     const auto act2 = hswish(dw), ddw = hswish_grad(dact2, dw);
-    std::vector<float> dweight = dw0;
+    Floats dweight = dw0;
     run.backward<T, false>(dact1.data(), dweight.data(), ddw.data(), act1.data(), w.data(), nullptr,
                            3);
     const auto dfc1 = hswish_grad(dact1, fc1);
     // The fused passes.
-    std::vector<T> f_act1(n), f_dw(n), f_act2(n), g_dw(n), g_act2(n), f_dfc1(n);
+    Bf16s f_act1 = nans(n), f_dw = nans(n), f_act2 = nans(n), g_dw = nans(n), g_act2 = nans(n),
+          f_dfc1 = nans(n);
     run.forward<T, true>(f_dw.data(), fc1.data(), w.data(), f_act1.data(), f_act2.data());
     run.forward<T, true>(g_dw.data(), fc1.data(), w.data(), nullptr, g_act2.data());
-    std::vector<float> f_dweight = dw0;
+    Floats f_dweight = dw0;
     run.backward<T, true>(f_dfc1.data(), f_dweight.data(), dact2.data(), fc1.data(), w.data(),
                           f_dw.data(), 3);
-    expect_same_bits("act1", f_act1, act1);
-    expect_same_bits("dw", f_dw, dw);
-    expect_same_bits("act2", f_act2, act2);
-    expect_same_bits("dw (no act1)", g_dw, dw);
-    expect_same_bits("act2 (no act1)", g_act2, act2);
-    expect_same_bits("dfc1", f_dfc1, dfc1);
+    expect_same_bits("act1", widen(f_act1), widen(act1));
+    expect_same_bits("dw", widen(f_dw), widen(dw));
+    expect_same_bits("act2", widen(f_act2), widen(act2));
+    expect_same_bits("dw (no act1)", widen(g_dw), widen(dw));
+    expect_same_bits("act2 (no act1)", widen(g_act2), widen(act2));
+    expect_same_bits("dfc1", widen(f_dfc1), widen(dfc1));
     expect_same_bits("dweight", f_dweight, dweight);
   }
 }
