@@ -54,6 +54,11 @@
 #                                                     (default: DEFAULT_SWEEP below), GPU_CHECK_SEEDS
 #                                                     (default "1 2 3 4"); ~11 s a run on an H200;
 #                                                     the summary's table gives mean, min and max
+#   bash scripts/gpu_check.sh limits [DEST]       (k) Nsight Compute on the hot kernels of a ViT-S/16
+#                                                     step (flash, LayerNorm, GELU, a GEMM, the
+#                                                     depthwise conv): what bounds each (SM and
+#                                                     memory throughput, occupancy, registers);
+#                                                     ~80 s; the session runs it after recipes
 #   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
 #   in fp32 and with --fp32-residual).
@@ -98,10 +103,10 @@ for p in ${phases//,/ }; do
     train-bench) groups+=" train bench" ;;
     all) groups+=" ops model train bench data compile" ;;
     info) ;;
-    ops | model | train | repeat | bench | data | compile | recipes | sweep | session) groups+=" $p" ;;
+    ops | model | train | repeat | bench | limits | data | compile | recipes | sweep | session) groups+=" $p" ;;
     *)
       echo "gpu_check: unknown phase '$p' (session, tests, train-bench, all, info, ops, model," \
-        "train, repeat, bench, data, compile, recipes, sweep)" >&2
+        "train, repeat, bench, limits, data, compile, recipes, sweep)" >&2
       exit 2
       ;;
   esac
@@ -527,6 +532,54 @@ s_vprofile() {
   return "$rc"
 }
 
+# Args: model, batch, then kernels as "name[:skip[:train flags]]" (name: a regex of the kernel's
+# function name; skip: matching launches passed over first, default 1). What bounds each of a
+# step's hot kernels, for choosing the next optimisation by measurement rather than by guess:
+# one Nsight Compute run per kernel (`vitrain bench` of one step, that kernel's launch after
+# `skip` others profiled with the speed-of-light, occupancy, launch, warp-state and workload
+# sections; clocks left alone). The whole report goes to the logs; the note has, per kernel, its
+# duration, SM and memory throughput (% of peak), achieved occupancy and registers per thread.
+s_ncu_limits() {
+  need_bin vitrain
+  local ncu m="$1" b="$2" spec name skip flags out="$LOGS/$STEP_ID.ncu.txt" sum="" rc=0
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [ ! -x "$ncu" ]; then
+    note "ncu (Nsight Compute) not found"
+    echo "ncu not found"
+    return 3
+  fi
+  shift 2
+  : >"$out"
+  for spec in "$@"; do
+    IFS=: read -r name skip flags <<<"$spec"
+    echo "===== $name (skip ${skip:-1}) ${flags:+[$flags]}" >>"$out"
+    # shellcheck disable=SC2086  # flags: split on purpose
+    LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" timeout 90 "$ncu" --clock-control none \
+      --kernel-name-base function -k "regex:$name" -s "${skip:-1}" -c 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis \
+      "$BUNDLE/bin/vitrain" bench --device "$DEVICE" --model "$m" -b "$b" --steps 1 --warmup 0 \
+      $flags >>"$out" 2>&1 || rc=$?
+    # ncu's tables: "    Metric Name    Unit    Value"; the value is the last field.
+    # Compact for the summary's note: "label duration SM/memory/occupancy% registers".
+    local label=${name%%[|:]*}
+    label=${label#flash_mma_}
+    sum+="$label $(awk -v n="$name" '
+      /^ *Duration /                  { d = sprintf("%.0f%s", $NF, $(NF-1)) }
+      /^ *Compute \(SM\) Throughput / { sm = sprintf("%.0f", $NF) }
+      /^ *Memory Throughput /         { mem = sprintf("%.0f", $NF) }
+      /^ *Achieved Occupancy /        { occ = sprintf("%.0f", $NF) }
+      /^ *Registers Per Thread /      { reg = $NF }
+      /^=====/                        { if (index($0, "===== " n " ") == 1) d = sm = mem = occ = reg = "" }
+      END { printf "%s %s/%s/%s%% r%s", d, sm, mem, occ, reg }
+    ' "$out"); "
+  done
+  cat "$out"
+  note "duration SM/mem/occupancy%: $sum"
+  return "$rc"
+}
+
 # Args: model, batch, mode (eager|compile), torch.compile's mode (default max-autotune).
 s_tbench() {
   local out="$WORK/$STEP_ID.out" rc extra=()
@@ -549,7 +602,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -1035,6 +1088,19 @@ steps_profile() {
   fi
 }
 
+# What bounds the hot kernels of a ViT-S/16 step (issue 13: the profile says where the time goes,
+# this says why): Nsight Compute on the flash kernels, the LayerNorm and GELU passes, a forward
+# GEMM (fc1's, the fourth of layer 0 after the patch embedding's, qkv's and proj's) and the
+# locality FFN's depthwise kernels. About 5-8 s a kernel.
+steps_limits() {
+  local m b
+  read -r m b <<<"${BENCH_MODELS[0]}"
+  step "k_limits_$(short "$m")" limits 150 "Nsight Compute: what bounds each hot kernel, $m b$b" \
+    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq layernorm_backward \
+    layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
+    "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local"
+}
+
 # timm under torch.compile (mode $1, default max-autotune) beside vitrain; the last (smallest)
 # model first: max-autotune's compile time grows with the model, and the budget is what the
 # steps before left.
@@ -1077,6 +1143,7 @@ if want session; then
   # issues they close outrank the second round and the remaining sanitizers.
   want recipes && steps_recipes
   want sweep && steps_sweep
+  steps_limits
   steps_ops_sanitizers flash kernels
   steps_train_checks
   steps_bench_round 2
@@ -1090,6 +1157,7 @@ else
   want recipes && steps_recipes
   want sweep && steps_sweep
   want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
+  want limits && steps_limits
   if want data; then
     # shellcheck source=scripts/gpu_check_data.sh
     source "$(pick scripts/gpu_check_data.sh gpu_check_data.sh)"
