@@ -1,0 +1,525 @@
+// The mma.sync fused attention kernels, launched by flash_attention_mma.cu. The PTX primitives
+// (ldmatrix, mma.sync, cp.async) are the only inline assembly: tests/cuda_host_sim.h defines
+// VIT_CUDA_HOST_SIM and supplies them as host functions over a warp's 32 threads, so the
+// kernels' indexing, fragment layouts, masks and tile streaming also run on the CPU in CI
+// (tests/test_flash_on_host.cpp).
+//
+// Fused attention on mma.sync (bf16 m16n8k16, fp32 accumulation), FlashAttention-2 style: each
+// warp keeps its 16 rows' scores, probabilities and dS in registers (the accumulator layout of
+// one product is the operand layout of the next), so no score tile goes through shared memory,
+// unlike the WMMA kernels of flash_attention.cu, whose opaque fragments force that round trip.
+// Same blocks (64 rows, 4 warps), same 64-row streamed tiles and the same rounding points as
+// those kernels and the CPU emulation (src/ops/emu/flash_attention.cpp): the unnormalised tile
+// probabilities rounded to bf16 for P @ V, the running sum over the unrounded ones; dS rounded
+// for dQ and dK, P rounded for dV. The streamed tiles are double-buffered through cp.async
+// (below; 1.08x the synchronous loads, VIT_FLASH_ASYNC=0, in a ViT-S/16 step on the H200,
+// 2026-11-26).
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
+//  * A (16 x 16, row): a0a1 (g, 2t..2t+1), a2a3 (g + 8, 2t..), a4a5 (g, 8 + 2t..), a6a7 (g + 8,
+//    8 + 2t..); loaded by ldmatrix.x4 with lane l addressing row l % 16, column 8 (l / 16).
+//  * B (16 x 8, col): b0b1 (k = 2t..2t+1, n = g), b2b3 (k = 8 + 2t..): for B = Y^T with Y
+//    row-major (n, k) a plain ldmatrix of Y's rows; for B = Z with Z row-major (k, n),
+//    ldmatrix.trans of Z's rows.
+//  * C (16 x 8): c0c1 (g, 2t..2t+1), c2c3 (g + 8, 2t..). Two C tiles side by side (16 columns)
+//    are, packed to bf16 pairs, exactly one A fragment: the FA2 register trick.
+#pragma once
+#ifndef VIT_CUDA_HOST_SIM
+#include <cuda_bf16.h>
+#endif
+
+#include <cmath>
+#include <cstdint>
+
+#include "ops/cuda/flash_tiles.cuh"
+
+namespace vit::cuda::flash_mma_kernels {
+
+using namespace flash;
+
+constexpr int kNT = kCols / 8;  // 8-column C tiles across a streamed 64-row tile
+
+#ifndef VIT_CUDA_HOST_SIM
+// ---------------------------------------------------------------------------------------------
+// Warp-level primitives
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// c (16 x 8 fp32) += a (16 x 16 bf16) b (16 x 8 bf16).
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16 pair (round to nearest even), x in the low half.
+__device__ __forceinline__ uint32_t pack_bf16(float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous tile loads (cp.async, sm_80+). The kernels hold only 2-4 blocks (8-16 warps) per
+// SM, too few to hide a synchronous tile load's global latency behind other warps' work, so the
+// streamed tiles are double-buffered: the next tile is copied into the second buffer while the
+// warps compute on the first. The copies zero-fill rows past `valid` themselves (source size 0,
+// nothing read). VIT_FLASH_ASYNC=0 loads synchronously into the same buffers (for comparison);
+// both give the same bits.
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(fill ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(fill ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits for this thread's copies but the newest kPending groups; __syncthreads() after it makes
+// every thread's copies visible to the block.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+#endif  // VIT_CUDA_HOST_SIM
+
+// The A fragments (D / 16 of them) of the warp's 16 rows of a (kRows, D) shared tile.
+template <int D>
+__device__ __forceinline__ void load_rows(uint32_t (&a)[D / 16][4], const bf16* tile, int warp) {
+  constexpr int ld = kTileLd<bf16, D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(a[kk], tile + (warp * 16 + lane % 16) * ld + kk * 16 + (lane / 16) * 8);
+}
+
+// s (16 x kCols, C tiles) = a (16 x D) @ y^T, y the (kCols, D) shared tile (row-major), whose
+// rows from `ncols` on are padding (zeros): the C tiles of only padding columns are left 0
+// without their products (the callers mask those columns). ncols is the same in every lane.
+template <int D>
+__device__ __forceinline__ void rows_times_tile_t(float (&s)[kNT][4],
+                                                  const uint32_t (&a)[D / 16][4], const bf16* y,
+                                                  int ncols) {
+  constexpr int ld = kTileLd<bf16, D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int jp = 0; jp < kNT / 2; ++jp) {  // two C tiles (16 rows of y) per ldmatrix.x4
+      if (jp * 16 >= ncols) break;
+      uint32_t b[4];
+      ldmatrix_x4(b,
+                  y + (jp * 16 + lane % 8 + (lane / 16) * 8) * ld + kk * 16 + ((lane / 8) % 2) * 8);
+      mma(s[2 * jp], a[kk], b[0], b[1]);
+      mma(s[2 * jp + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 x D, C tiles) += p (16 x kCols, given as A fragments) @ z, z the (kCols, D) shared
+// tile (row-major). Columns of p from `ncols` on are 0 (masked) and z's rows there are zeros,
+// so their 16-column steps, which would add exact zeros, are skipped (ncols: same in every
+// lane).
+template <int D>
+__device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
+                                                      const uint32_t (&p)[kCols / 16][4],
+                                                      const bf16* z, int ncols) {
+  constexpr int ld = kTileLd<bf16, D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kCols / 16; ++kk) {
+    if (kk * 16 >= ncols) break;
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {  // two C tiles (16 columns of z) per ldmatrix.x4
+      uint32_t b[4];
+      ldmatrix_x4_trans(
+          b, z + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * ld + dp * 16 + (lane / 16) * 8);
+      mma(acc[2 * dp], p[kk], b[0], b[1]);
+      mma(acc[2 * dp + 1], p[kk], b[2], b[3]);
+    }
+  }
+}
+
+// C tiles (16 x kCols fp32) rounded to bf16 as A fragments of the next product.
+__device__ __forceinline__ void to_operand(uint32_t (&a)[kCols / 16][4], const float (&c)[kNT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kCols / 16; ++kk) {
+    a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+// load_tile (flash_common.cuh) as cp.async copies when `async` and `vec` allow 16-byte ones,
+// else the synchronous load. valid >= 1 (row 0 stands in as the unread source of zero fills).
+template <int D>
+__device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, int ldg, int valid,
+                                                bool vec, bool async) {
+  if (!(vec && async)) return load_tile<bf16, D>(s, g, ldg, valid, vec);
+  constexpr int kChunks = D / 8, ld = kTileLd<bf16, D>;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    const bool inside = r < valid;
+    cp_async16(s + r * ld + c, inside ? g + r * ldg + c : g, inside);
+  }
+}
+
+// s (kCols) = v [0, valid), the rest 0: a streamed tile's per-query statistics.
+__device__ __forceinline__ void load_stats_async(float* s, const float* v, int valid, bool async) {
+  for (int t = threadIdx.x; t < kCols; t += kThreads) {
+    if (async)
+      cp_async4(s + t, t < valid ? v + t : v, t < valid);
+    else
+      s[t] = t < valid ? v[t] : 0.0f;
+  }
+}
+
+// Max / sum over the 4 lanes that share a row (lanes 4g .. 4g + 3).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// The tile column of C element e of tile j for this lane (e: 0, 1 row g; 2, 3 row g + 8).
+__device__ __forceinline__ int col_of(int j, int e) {
+  return j * 8 + 2 * (threadIdx.x % 4) + (e & 1);
+}
+
+// g rows [row0, row0 + 16) (row stride ldg, rows from `valid` on skipped) = acc (16 x D) * the
+// row factor (rows g, g + 8), as bf16.
+template <int D>
+__device__ __forceinline__ void store_acc(bf16* g, int ldg, const float (&acc)[D / 8][4], float f0,
+                                          float f8, int valid, bool vec) {
+  const int lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = r + 8 * half;
+      if (row >= valid) continue;
+      const float f = half ? f8 : f0;
+      bf16* dst = g + row * ldg + n * 8 + 2 * t;
+      const float x = acc[n][2 * half] * f, y = acc[n][2 * half + 1] * f;
+      if (vec) {
+        *reinterpret_cast<uint32_t*>(dst) = pack_bf16(x, y);
+      } else {
+        dst[0] = from_f32<bf16>(x);
+        dst[1] = from_f32<bf16>(y);
+      }
+    }
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void zero_acc(float (&acc)[D / 8][4]) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+// The block's head: q, k, v (N, D) at row stride 3C of qkv (B, N, 3C), and dO (N, D) at row
+// stride C of dout (B, N, C) when given.
+struct Head {
+  const bf16 *q, *k, *v, *dO;
+  __device__ Head(const bf16* qkv, const bf16* dout, const BlockPos& pos, int N, int C, int D)
+      : q(qkv + Index(pos.b) * N * 3 * C + pos.h * D),
+        k(q + C),
+        v(q + 2 * C),
+        dO(dout ? dout + Index(pos.b) * N * C + pos.h * D : nullptr) {}
+};
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_mma_forward_kernel(bf16* out, float* lse, const bf16* qkv, int N, int H, int tiles,
+                             float scale_log2, bool vec, bool async) {
+  // qkv (B, N, 3C) -> out (B, N, C), lse (B, H, N); block: (b, h), queries [row0, row0 + 64)
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  VIT_DYNAMIC_SHARED(smem);
+  bf16* sq = reinterpret_cast<bf16*>(smem);  // (kRows, ld) queries
+  bf16* skv = sq + kTile;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
+  const BlockPos pos(H, tiles);
+  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Head hd(qkv, nullptr, pos, N, C, D);
+  const bf16 *q = hd.q, *k = hd.k, *v = hd.v;
+  auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
+  auto load_kv = [&](int j0) {
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async);
+  };
+
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_kv(0);
+  cp_async_commit();
+  uint32_t qa[D / 16][4];
+  float o[D / 8][4];
+  zero_acc<D>(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units)
+
+  // A warp whose 16 rows are all past N (the last tile's, e.g. 3 of 4 warps at N = 197) loads
+  // tiles with the others but computes nothing.
+  const int first = pos.row0 + warp * 16;  // the warp's first row
+  const bool idle = first >= N;
+  for (int j0 = 0; j0 < N; j0 += kCols) {
+    if (j0 + kCols < N) load_kv(j0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and the queries) have landed
+    __syncthreads();
+    if (j0 == 0) load_rows<D>(qa, sq, warp);
+    if (!idle) {
+      const bf16 *sk = stage(j0), *sv = sk + kTile;
+      const int nk = min(kCols, N - j0);  // valid keys in the tile
+      float s[kNT][4];
+      rows_times_tile_t<D>(s, qa, sk, nk);
+      float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = j0 + col_of(j, e) < N ? s[j][e] * scale_log2 : -INFINITY;
+          mt[e / 2] = fmaxf(mt[e / 2], s[j][e]);
+        }
+      float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float mn = fmaxf(m[r], quad_max(mt[r]));  // finite: the tile has a valid key
+        alpha[r] = exp2f(m[r] - mn);                    // 0 on the first tile
+        m[r] = mn;
+      }
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(s[j][e] - m[e / 2]);  // masked keys: exp2(-inf) = 0
+          sum[e / 2] += s[j][e];
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      uint32_t pa[kCols / 16][4];
+      to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
+      accumulate_times_tile<D>(o, pa, sv, nk);
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+
+  const int g = lane / 4;
+  if (lane % 4 == 0) {
+    if (first + g < N) lse[Index(pos.bh) * N + first + g] = (m[0] + log2f(l[0])) * kLn2;
+    if (first + g + 8 < N) lse[Index(pos.bh) * N + first + g + 8] = (m[1] + log2f(l[1])) * kLn2;
+  }
+  store_acc<D>(out + (Index(pos.b) * N + first) * C + pos.h * D, C, o, 1.0f / l[0], 1.0f / l[1],
+               N - first, vec);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_mma_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                        const float* drow, int N, int H, int tiles, float scale, bool vec,
+                        bool async) {
+  // dq (B, N, D) at column h*D of dqkv (B, N, 3C); block: (b, h), queries [row0, row0 + 64)
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  VIT_DYNAMIC_SHARED(smem);
+  bf16* sq = reinterpret_cast<bf16*>(smem);  // (kRows, ld) queries
+  bf16* sdo = sq + kTile;                    // (kRows, ld) dO
+  bf16* skv = sdo + kTile;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
+  const BlockPos pos(H, tiles);
+  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Head hd(qkv, dout, pos, N, C, D);
+  const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
+  const float scale_log2 = scale * kLog2e;
+  auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
+  auto load_kv = [&](int j0) {
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async);
+  };
+
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_tile_async<D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec, async);
+  load_kv(0);
+  cp_async_commit();
+  const int first = pos.row0 + warp * 16, g = lane / 4;
+  float lse2[2], dr[2];  // rows g, g + 8; rows past N: any finite value (never written)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = first + g + 8 * r;
+    lse2[r] = row < N ? lse[Index(pos.bh) * N + row] * kLog2e : 0.0f;
+    dr[r] = row < N ? drow[Index(pos.bh) * N + row] : 0.0f;
+  }
+  uint32_t qa[D / 16][4], da[D / 16][4];
+  float dq[D / 8][4];
+  zero_acc<D>(dq);
+  const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
+
+  for (int j0 = 0; j0 < N; j0 += kCols) {
+    if (j0 + kCols < N) load_kv(j0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and the queries and dO) have landed
+    __syncthreads();
+    if (j0 == 0) {
+      load_rows<D>(qa, sq, warp);
+      load_rows<D>(da, sdo, warp);
+    }
+    if (!idle) {
+      const bf16 *sk = stage(j0), *sv = sk + kTile;
+      const int nk = min(kCols, N - j0);  // valid keys in the tile
+      float s[kNT][4], dp[kNT][4];
+      rows_times_tile_t<D>(s, qa, sk, nk);   // S = Q K^T
+      rows_times_tile_t<D>(dp, da, sv, nk);  // dP = dO V^T
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = j0 + col_of(j, e) < N ? exp2f(s[j][e] * scale_log2 - lse2[e / 2]) : 0.0f;
+          s[j][e] = p * (dp[j][e] - dr[e / 2]) * scale;  // dS, rounded by to_operand
+        }
+      uint32_t dsa[kCols / 16][4];
+      to_operand(dsa, s);
+      accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
+               vec);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_mma_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                         const float* drow, int N, int H, int tiles, float scale, bool vec,
+                         bool async) {
+  // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
+  // [row0, row0 + 64); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
+  // kCols queries) in registers.
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  VIT_DYNAMIC_SHARED(smem);
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // (kRows, ld) keys
+  bf16* sv = sk + kTile;                     // (kRows, ld) values
+  bf16* sqd = sv + kTile;  // 2 stages of [(kCols, ld) queries, (kCols, ld) dO] of a tile
+  float* sstat = reinterpret_cast<float*>(sqd + 4 * kTile);  // 2 stages of [(kCols) lse, Drow]
+  const BlockPos pos(H, tiles);
+  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
+  const Head hd(qkv, dout, pos, N, C, D);
+  const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
+  const float* lse_bh = lse + Index(pos.bh) * N;  // (N)
+  const float* dr_bh = drow + Index(pos.bh) * N;  // (N)
+  const float scale_log2 = scale * kLog2e;
+  auto stage = [&](int i0) { return (i0 / kCols) % 2; };
+  auto load_q_do = [&](int i0) {
+    bf16* s = sqd + stage(i0) * 2 * kTile;
+    float* st = sstat + stage(i0) * 2 * kCols;
+    load_tile_async<D>(s, q + Index(i0) * ld3, ld3, N - i0, vec, async);
+    load_tile_async<D>(s + kTile, dO + Index(i0) * C, C, N - i0, vec, async);
+    load_stats_async(st, lse_bh + i0, N - i0, async);
+    load_stats_async(st + kCols, dr_bh + i0, N - i0, async);
+  };
+
+  load_tile_async<D>(sk, k + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_tile_async<D>(sv, v + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_q_do(0);
+  cp_async_commit();
+  uint32_t ka[D / 16][4], va[D / 16][4];
+  float dk[D / 8][4], dv[D / 8][4];
+  zero_acc<D>(dk);
+  zero_acc<D>(dv);
+  const int first = pos.row0 + warp * 16;  // the warp's first key
+  const bool idle = first >= N;            // all 16 keys past N: load, compute nothing
+
+  for (int i0 = 0; i0 < N; i0 += kCols) {
+    if (i0 + kCols < N) load_q_do(i0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and the keys and values) have landed
+    __syncthreads();
+    if (i0 == 0) {
+      load_rows<D>(ka, sk, warp);
+      load_rows<D>(va, sv, warp);
+    }
+    if (!idle) {
+      const bf16 *sq = sqd + stage(i0) * 2 * kTile, *sdo = sq + kTile;
+      const float *slse = sstat + stage(i0) * 2 * kCols, *sdr = slse + kCols;
+      const int nv = min(kCols, N - i0);  // valid queries in the tile
+      float st[kNT][4], dpt[kNT][4];
+      rows_times_tile_t<D>(st, ka, sq, nv);    // S^T = K Q^T
+      rows_times_tile_t<D>(dpt, va, sdo, nv);  // dP^T = V dO^T
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = col_of(j, e);  // the query
+          // lse in log2 units, the product rounded on its own (no fma with the score's)
+          const float p = i < nv ? exp2f(st[j][e] * scale_log2 - __fmul_rn(slse[i], kLog2e)) : 0.0f;
+          st[j][e] = p;                                  // P^T, rounded by to_operand
+          dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
+        }
+      uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
+      to_operand(pa, st);
+      to_operand(dsa, dpt);
+      accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
+      accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
+  store_acc<D>(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
+  store_acc<D>(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);
+}
+
+template <int D>
+constexpr size_t tile_bytes() {
+  return size_t(kRows) * kTileLd<bf16, D> * sizeof(bf16);
+}
+
+// Dynamic shared memory of each kernel: forward: queries, 2 x (keys, values); dq: queries, dO,
+// 2 x (keys, values); dkv: keys, values, 2 x (queries, dO, lse, Drow).
+template <int D>
+constexpr size_t forward_smem_bytes() {
+  return 5 * tile_bytes<D>();
+}
+template <int D>
+constexpr size_t dq_smem_bytes() {
+  return 6 * tile_bytes<D>();
+}
+template <int D>
+constexpr size_t dkv_smem_bytes() {
+  return 6 * tile_bytes<D>() + 4 * kCols * sizeof(float);
+}
+
+}  // namespace vit::cuda::flash_mma_kernels
