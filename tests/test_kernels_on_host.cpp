@@ -1,12 +1,15 @@
 // CUDA kernel source run on the CPU (tests/cuda_host_sim.h): the depthwise 3x3 kernels of the
 // locality FFN (ops/cuda/dwconv_kernels.cuh) against the fp64 CPU reference, and their fused
 // locality-FFN passes against the three separate ops bit for bit in bf16, as the GPU test
-// CudaOps/*.LocalFfnFusedIsTheThreeOpsBitwise requires on the device. CI has no GPU, so this is
+// CudaOps/*.LocalFfnFusedIsTheThreeOpsBitwise requires on the device; and the activation
+// formulas of ops/cuda/activation_math.cuh that have no CPU twin (the one-exponential GELU). CI has no GPU, so this is
 // where a kernel's indexing (columns, class-token rows, chunked weight-gradient sums) is first
 // checked; the GPU tests still check what the simulation cannot (the device's own arithmetic,
 // memory, timing).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -182,6 +185,43 @@ TEST(DwconvKernelsOnHost, LocalFfnFusedIsTheThreeOpsBitwise) {
     expect_same_bits("dfc1", widen(f_dfc1), widen(dfc1));
     expect_same_bits("dweight", f_dweight, dweight);
   }
+}
+
+// The one-exponential exact GELU (VIT_GELU_FAST=1) within the error its comment states, against
+// the exact GELU in fp64, on a dense grid: forward relative error under 1e-6 for |x| < 3 and
+// 2e-6 for |x| < 5, the derivative's absolute error under 5e-7 (the host's exp2f and division
+// are correctly rounded; the device's approximate ones add about 2 ulps each, inside the
+// margins). Outside |x| < 5 the values are under 3e-7 or within 5e-7 of x: judged absolutely.
+TEST(ActivationMathOnHost, FastExactGeluIsWithinItsStatedError) {
+  const cu::GeluForwardFast fwd;
+  const cu::GeluBackwardFast bwd;
+  double worst3 = 0, worst5 = 0, worst_abs = 0, worst_d = 0;
+  for (int i = -1200000; i <= 1200000; ++i) {
+    const float x = float(i) * 1e-5f;
+    const double xd = x, cdf = 0.5 * std::erfc(-xd / std::sqrt(2.0));
+    const double gelu = xd * cdf, dgelu = cdf + xd * std::exp(-xd * xd / 2) / std::sqrt(2 * M_PI);
+    const double err = std::fabs(double(fwd(x)) - gelu);
+    const double rel = gelu == 0 ? err : err / std::fabs(gelu);
+    if (std::fabs(x) < 3) worst3 = std::max(worst3, rel);
+    if (std::fabs(x) < 5) worst5 = std::max(worst5, rel);
+    else worst_abs = std::max(worst_abs, err);
+    worst_d = std::max(worst_d, std::fabs(double(bwd(1.0f, x)) - dgelu));
+  }
+  std::printf("worst: rel %.3g (|x| < 3), %.3g (|x| < 5); abs %.3g beyond; derivative abs %.3g\n",
+              worst3, worst5, worst_abs, worst_d);
+  EXPECT_LT(worst3, 1e-6);
+  EXPECT_LT(worst5, 2e-6);
+  EXPECT_LT(worst_abs, 5e-7);
+  EXPECT_LT(worst_d, 5e-7);
+  // Not the erff formula in disguise: the two differ (in the last bits) somewhere on the grid.
+  int differ = 0;
+  for (int i = -3000; i <= 3000; ++i)
+    differ += cu::GeluForward{}(float(i) * 1e-3f) != fwd(float(i) * 1e-3f);
+  EXPECT_GT(differ, 0);
+  // Special values: NaN stays NaN, the tails are 0 and x.
+  EXPECT_TRUE(std::isnan(fwd(std::nanf(""))));
+  EXPECT_EQ(fwd(-30.0f), -0.0f);
+  EXPECT_EQ(fwd(30.0f), 30.0f);
 }
 
 }  // namespace

@@ -1,20 +1,37 @@
 // Elementwise activations: exact (erf) GELU, tanh-approximation GELU, h-swish and ReLU (the conv
 // stem), fp32 math on any storage type, through the 16-byte packed maps of elementwise.cuh.
+#include <cstdlib>
+
 #include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/elementwise.cuh"
 
 namespace vit::cuda {
 
+namespace {
+// VIT_GELU_FAST=1: the exact GELU through gelu_cdf_fast (activation_math.cuh) instead of erff.
+// Opt-in, read at every call (a bench compares both in one process).
+bool gelu_fast() {
+  const char* e = std::getenv("VIT_GELU_FAST");
+  return e && e[0] == '1';
+}
+}  // namespace
+
 // out, inp (n)
 template <typename T>
 void gelu_forward(T* out, const T* inp, Index n) {
-  map1(out, inp, n, GeluForward{});
+  if (gelu_fast())
+    map1(out, inp, n, GeluForwardFast{});
+  else
+    map1(out, inp, n, GeluForward{});
 }
 
 // dinp, dout, inp (n)
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, Index n) {
-  map2(dinp, dout, inp, n, GeluBackward{});
+  if (gelu_fast())
+    map2(dinp, dout, inp, n, GeluBackwardFast{});
+  else
+    map2(dinp, dout, inp, n, GeluBackward{});
 }
 
 // out, inp (n)
@@ -44,7 +61,10 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
 // dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
 template <typename T>
 void gelu_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C) {
-  map2_colsum(dinp, dbias, dout, inp, R, C, GeluBackward{});
+  if (gelu_fast())
+    map2_colsum(dinp, dbias, dout, inp, R, C, GeluBackwardFast{});
+  else
+    map2_colsum(dinp, dbias, dout, inp, R, C, GeluBackward{});
 }
 
 // dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
