@@ -503,6 +503,11 @@ s_vbench_tanh() {
 s_vbench_tanhsep() {
   VIT_GELU_EPILOGUE=0 VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
 }
+# Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
+# instead of erff: what it pays where the GELU passes are arithmetic-bound.
+s_vbench_gelufast() {
+  VIT_GELU_FAST=1 s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with each residual add and the LayerNorm after it as two
 # ops (VIT_FUSE_RESIDUAL_NORM=0): what the fused pass pays.
 s_vbench_unfusedrn() {
@@ -602,7 +607,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -914,6 +919,13 @@ steps_model() {
   step d_model_wmma model 120 "test_cuda_model bf16 vs emulation, WMMA attention" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_MMA=0
   step d_nccl model 90 "test_cuda_nccl (NCCL world of one)" s_gtest test_cuda_nccl ""
+  # The one-exponential GELU (opt-in until this passes and f_gelufast_* pays): the op against
+  # the CPU, its packed and fused paths, and the bf16 model against the emulation with it.
+  step d_gelufast_ops model 60 "VIT_GELU_FAST=1: GELU ops vs CPU, packed and fused paths" \
+    s_gtest test_cuda_ops 'CudaOps/*.Activations:CudaOps/*.ElementwisePacksMatchTheScalarPath:CudaOps/*.ActivationBiasGradMatchesTheUnfusedOps' \
+    env VIT_GELU_FAST=1
+  step d_gelufast_model model 90 "VIT_GELU_FAST=1: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_GELU_FAST=1
 }
 
 # The default recipe on the device, its export, and its bf16 logits against PyTorch.
@@ -1023,6 +1035,7 @@ variant_label() {
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
+    gelufast) echo "VIT_GELU_FAST=1" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -1045,7 +1058,7 @@ steps_bench_round() {
     variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
     [ "$mb" = "${BENCH_MODELS[0]}" ] &&
-      variants=(sync tune fp32res unfusedrn local unfusedffn tanh tanhsep)
+      variants=(sync tune fp32res unfusedrn local unfusedffn tanh tanhsep gelufast)
     variants+=(graph)
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)
