@@ -76,20 +76,6 @@ struct Launch {
       k::flash_mma_dq_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, s.tiles(), scale, vec, async);
     });
   }
-  // f(std::integral_constant<int, D>) for the shape's head dim.
-  template <typename F>
-  void with_head_dim(F&& f) const {
-    switch (s.D) {
-      case 32:
-        return f(std::integral_constant<int, 32>());
-      case 48:
-        return f(std::integral_constant<int, 48>());
-      case 64:
-        return f(std::integral_constant<int, 64>());
-      default:
-        return f(std::integral_constant<int, 96>());
-    }
-  }
 };
 
 // Drow (B, H, N) = rowsum(dO * out) over the stored bf16 values (flash_drow's job on the device).
@@ -121,7 +107,7 @@ Result run_kernels(const Launch& run, const Bf16s& qkv, const Bf16s& dout, const
   Result r{nans(Index(s.B) * s.N * s.C()), nans(Index(s.B) * s.N * 3 * s.C()),
            std::vector<float>(size_t(s.B) * s.H * s.N, -1.0f)};
   const std::vector<float> drow = drow_of(s, dout, e_out);
-  run.with_head_dim([&](auto d) {
+  k::with_head_dim(s.D, [&](auto d) {
     constexpr int D = decltype(d)::value;
     run.forward<D>(r.out.data(), r.lse.data(), qkv.data());
     run.backward<D>(r.dqkv.data(), dout.data(), qkv.data(), e_lse.data(), drow.data());

@@ -23,23 +23,6 @@ void allow_smem(size_t bytes) {
   done_on = dev;
 }
 
-// Calls f(std::integral_constant<int, D>) for the supported head dims.
-template <typename F>
-void with_head_dim(Index D, F&& f) {
-  switch (D) {
-    case 32:
-      return f(std::integral_constant<int, 32>());
-    case 48:
-      return f(std::integral_constant<int, 48>());
-    case 64:
-      return f(std::integral_constant<int, 64>());
-    case 96:
-      return f(std::integral_constant<int, 96>());
-    default:
-      VIT_CHECK(false, "flash attention: head dim " + std::to_string(D) + " not supported");
-  }
-}
-
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

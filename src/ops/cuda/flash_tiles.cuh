@@ -1,10 +1,13 @@
-// The fused attention kernels' block geometry and tile loads (flash_common.cuh's device half):
-// plain CUDA C++, so tests/cuda_host_sim.h can compile the mma.sync kernels that use it for the
-// CPU (tests/test_flash_on_host.cpp). Under that simulation VIT_CUDA_HOST_SIM is defined and the
+// The fused attention kernels' block geometry, tile loads and head-dim dispatch (what of
+// flash_common.cuh the kernels need): plain CUDA C++, so tests/cuda_host_sim.h can compile the
+// mma.sync kernels that use it for the CPU (tests/test_flash_on_host.cpp). Under that simulation VIT_CUDA_HOST_SIM is defined and the
 // shim provides what common.cuh would.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "core/common.h"
 #include "ops/attention_choice.h"
 #ifndef VIT_CUDA_HOST_SIM
 #include "ops/cuda/common.cuh"
@@ -62,5 +65,22 @@ struct BlockPos {
     h = bh % H;
   }
 };
+
+// Calls f(std::integral_constant<int, D>) for the supported head dims.
+template <typename F>
+void with_head_dim(Index D, F&& f) {
+  switch (D) {
+    case 32:
+      return f(std::integral_constant<int, 32>());
+    case 48:
+      return f(std::integral_constant<int, 48>());
+    case 64:
+      return f(std::integral_constant<int, 64>());
+    case 96:
+      return f(std::integral_constant<int, 96>());
+    default:
+      VIT_CHECK(false, "flash attention: head dim " + std::to_string(D) + " not supported");
+  }
+}
 
 }  // namespace vit::cuda::flash
