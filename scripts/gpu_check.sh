@@ -503,6 +503,12 @@ s_vbench_tanh() {
 s_vbench_tanhsep() {
   VIT_GELU_EPILOGUE=0 VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
 }
+# Args: model, batch. The flash backward's dQ from the dS^T the dK/dV kernel stores
+# (VIT_FLASH_STORED_DS=1) instead of recomputing S, P and dP: what skipping 2 of the dQ
+# kernel's 3 products pays against writing and reading dS.
+s_vbench_storedds() {
+  VIT_FLASH_STORED_DS=1 s_vbench "$@"
+}
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
 s_vbench_gelufast() {
@@ -607,7 +613,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_storedds s_vbench_graph s_vbench_before s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -926,6 +932,10 @@ steps_model() {
     env VIT_GELU_FAST=1
   step d_gelufast_model model 90 "VIT_GELU_FAST=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_GELU_FAST=1
+  # dQ from the stored dS (opt-in until this passes and f_storedds_* pays; the op's own tests
+  # are b_flash's).
+  step d_storedds_model model 90 "VIT_FLASH_STORED_DS=1: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_STORED_DS=1
 }
 
 # The default recipe on the device, its export, and its bf16 logits against PyTorch.
@@ -1036,6 +1046,7 @@ variant_label() {
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
     gelufast) echo "VIT_GELU_FAST=1" ;;
+    storedds) echo "VIT_FLASH_STORED_DS=1" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -1058,7 +1069,7 @@ steps_bench_round() {
     variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
     [ "$mb" = "${BENCH_MODELS[0]}" ] &&
-      variants=(sync tune fp32res unfusedrn local unfusedffn tanh tanhsep gelufast)
+      variants=(sync tune fp32res unfusedrn local unfusedffn tanh tanhsep gelufast storedds)
     variants+=(graph)
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)

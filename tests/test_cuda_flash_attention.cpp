@@ -203,11 +203,14 @@ DeviceResult run_bf16(const Shape& s, DevBuf<bf16>& d_qkv, DevBuf<bf16>& d_dout)
 
 TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
   using T = bf16;
-  for (const char* mma : {"0", "1"}) {
-    ScopedEnv env("VIT_FLASH_MMA", mma);
+  // The WMMA kernels, the mma.sync ones, and the mma.sync ones with dQ from the stored dS.
+  for (const char* mode : {"0", "1", "1 stored"}) {
+    const std::string m = mode;
+    ScopedEnv env("VIT_FLASH_MMA", m.substr(0, 1).c_str());
+    ScopedEnv stored("VIT_FLASH_STORED_DS", m.size() > 1 ? "1" : "0");
     uint64_t seed = 1000;
     for (const Shape& s : kShapes) {
-      SCOPED_TRACE(str(s) + " VIT_FLASH_MMA=" + mma);
+      SCOPED_TRACE(str(s) + " VIT_FLASH_MMA=" + m);
       const Index C = s.H * s.D;
       const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
       DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
@@ -251,6 +254,31 @@ TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
       }
       expect_within_ulps("dv (N = 1)", dv, e_dv);
     }
+  }
+}
+
+// VIT_FLASH_STORED_DS=1 forms dQ from the dS^T the dK/dV kernel stored instead of recomputing S,
+// P and dP from Q, K, V and dO. The forward is the same; dQ is formed from the same bf16 dS
+// values where the tensor cores sum S^T = K Q^T as they sum S = Q K^T (on the CPU simulation,
+// FlashKernelsOnHost.StoredDsGivesTheRecomputedBits, it has every bit), so at most 1% of dqkv
+// may differ in its bits, each within 2 bf16 spacings.
+TEST_F(FlashAttentionBf16, StoredDsMatchesTheRecomputation) {
+  using T = bf16;
+  ScopedEnv mma("VIT_FLASH_MMA", "1");
+  uint64_t seed = 3000;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(str(s));
+    const Index C = s.H * s.D;
+    const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
+    DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
+    auto run = [&](const char* stored) {
+      ScopedEnv env("VIT_FLASH_STORED_DS", stored);
+      return run_bf16(s, d_qkv, d_dout);
+    };
+    const DeviceResult recomputed = run("0"), stored = run("1");
+    expect_same_bits("out", stored.out, recomputed.out);
+    expect_same_bits("lse", stored.lse, recomputed.lse);
+    expect_within_bf16_ulps("dqkv", stored.dqkv, recomputed.dqkv, 2, 0.01);
   }
 }
 

@@ -9,7 +9,8 @@
 // 37,824 with other bits at N = 197, which a wrong fragment or mask turns into most). CI has no
 // GPU: this is where a change to the kernels' fragment layouts, masks, tile streaming or
 // padding skips is first checked. What the simulation cannot check (the device's arithmetic,
-// memory model, timing) stays with the GPU tests.
+// memory model, timing) stays with the GPU tests. The stored-dS backward (VIT_FLASH_STORED_DS=1)
+// is checked against the recomputing one, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -53,6 +54,7 @@ const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50
 struct Launch {
   Shape s;
   bool vec = true, async = true;
+  bool stored_ds = false;  // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
 
   template <int D>
   void forward(vit::bf16* out, float* lse, const vit::bf16* qkv) const {
@@ -68,6 +70,20 @@ struct Launch {
                 const float* drow) const {
     const float scale = 1.0f / std::sqrt(float(D));
     const unsigned grid = unsigned(s.B * s.H * s.tiles());
+    if (stored_ds) {
+      // (B * H, N, ldq) as backward_stored_ds allocates it; NaN where the kernel never writes
+      const int ldq = s.tiles() * k::kCols;
+      Bf16s ds = nans(Index(s.B) * s.H * s.N * ldq);
+      const k::DsTiles tiles{ds.data(), ldq};
+      cu::launch({grid}, {unsigned(k::kThreads)}, k::dkv_smem_bytes<D>(), [&] {
+        k::flash_mma_dkv_kernel<D, true>(dqkv, dout, qkv, lse, drow, s.N, s.H, s.tiles(), scale,
+                                         vec, async, tiles);
+      });
+      cu::launch({grid}, {unsigned(k::kThreads)}, k::dq_stored_smem_bytes<D>(), [&] {
+        k::flash_mma_dq_stored_kernel<D>(dqkv, qkv, tiles, s.N, s.H, s.tiles(), vec, async);
+      });
+      return;
+    }
     cu::launch({grid}, {unsigned(k::kThreads)}, k::dkv_smem_bytes<D>(), [&] {
       k::flash_mma_dkv_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, s.tiles(), scale, vec,
                                  async);
@@ -164,6 +180,23 @@ TEST(FlashKernelsOnHost, TileLoadPathsGiveTheSameBits) {
     vit::emu_test::expect_same_bits(widen(other.out), widen(with.out));
     vit::emu_test::expect_same_bits(other.lse, with.lse);
     vit::emu_test::expect_same_bits(widen(other.dqkv), widen(with.dqkv));
+  }
+}
+
+// VIT_FLASH_STORED_DS=1: dQ formed from the dS^T the dK/dV kernel stored instead of from a
+// recomputed S, P and dP. The two form dS from the same products in the same order (S^T = K Q^T
+// there, S = Q K^T here: the same sums), so dQ must have the same bits; every shape, including
+// the ragged last tiles whose padding the stored tiles must hold as zeros.
+TEST(FlashKernelsOnHost, StoredDsGivesTheRecomputedBits) {
+  uint64_t seed = 700;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(s.str());
+    const Case c = make_case(s, ++seed);
+    const Result recomputed = run_kernels(Launch{s}, c.qkv, c.dout, c.e_out, c.e_lse);
+    Launch stored{s};
+    stored.stored_ds = true;
+    const Result r = run_kernels(stored, c.qkv, c.dout, c.e_out, c.e_lse);
+    vit::emu_test::expect_same_bits(widen(r.dqkv), widen(recomputed.dqkv));
   }
 }
 

@@ -4,6 +4,7 @@
 // ViT-S/16 b256 1.19x the WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu
 // dispatches).
 #include <cmath>
+#include <cstdlib>
 
 #include "ops/cuda/flash_common.cuh"
 #include "ops/cuda/flash_mma.cuh"
@@ -36,6 +37,39 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
   });
 }
 
+// VIT_FLASH_STORED_DS=1: the dK/dV kernel stores dS^T (bf16, B * H * N * 64 ceil(N / 64)
+// elements of scratch: 119 MB at ViT-S/16 b256) and dQ is formed from it, without the dQ
+// kernel's recomputation of S, P and dP (2 of its 3 products and its exponentials). Opt-in until
+// a GPU run measures it (FlashKernelsOnHost checks it gives the recomputing kernel's bits).
+bool flash_mma_stored_ds() {
+  const char* e = std::getenv("VIT_FLASH_STORED_DS");
+  return e && e[0] == '1';
+}
+
+namespace {
+
+// The backward through the stored dS: the dK/dV kernel writing it, then dQ = dS K.
+template <int kD>
+void backward_stored_ds(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                        const float* drow, Index B, Index N, Index H, int tiles, float scale,
+                        bool vec, bool async) {
+  const int ldq = tiles * kCols;
+  const DsTiles ds{
+      static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)), ldq};
+  const unsigned grid = unsigned(B * H * tiles);
+  constexpr size_t dkv_bytes = dkv_smem_bytes<kD>(), dq_bytes = dq_stored_smem_bytes<kD>();
+  allow_smem<flash_mma_dkv_kernel<kD, true>>(dkv_bytes);
+  flash_mma_dkv_kernel<kD, true><<<grid, kThreads, dkv_bytes, stream()>>>(
+      dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec, async, ds);
+  VIT_CUDA_LAUNCHED();
+  allow_smem<flash_mma_dq_stored_kernel<kD>>(dq_bytes);
+  flash_mma_dq_stored_kernel<kD>
+      <<<grid, kThreads, dq_bytes, stream()>>>(dqkv, qkv, ds, int(N), int(H), tiles, vec, async);
+  VIT_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, int tiles,
                         bool vec) {
@@ -43,6 +77,8 @@ void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const flo
   const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
+    if (flash_mma_stored_ds())
+      return backward_stored_ds<kD>(dqkv, dout, qkv, lse, drow, B, N, H, tiles, scale, vec, async);
     constexpr size_t dq_bytes = dq_smem_bytes<kD>(), dkv_bytes = dkv_smem_bytes<kD>();
     const unsigned grid = unsigned(B * H * tiles);
     allow_smem<flash_mma_dkv_kernel<kD>>(dkv_bytes);

@@ -247,6 +247,47 @@ __device__ __forceinline__ void zero_acc(float (&acc)[D / 8][4]) {
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
+// dS^T of every head, bf16, key-major: ds (B * H, N, ldq), ldq = the query tiles' rows (a
+// multiple of kCols), so a (keys, queries) tile starts 16-byte aligned. Rows (keys) from N on are
+// never written; columns (queries) from N on hold exact zeros (p = 0 there).
+struct DsTiles {
+  bf16* ds = nullptr;
+  int ldq = 0;
+};
+
+// The warp's 16 keys (first ..) of dS^T over the queries [i0, i0 + kCols), from the A
+// fragments to_operand packed (a[kk]: rows g, g + 8 by columns kk*16 + 2t, kk*16 + 8 + 2t, two
+// bf16 a register), into ds_out; keys from N on are skipped.
+__device__ __forceinline__ void store_ds_t(const DsTiles& ds_out, int bh, int N, int first, int i0,
+                                           const uint32_t (&a)[kCols / 16][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  bf16* ds = ds_out.ds + Index(bh) * N * ds_out.ldq + i0 + 2 * t;
+#pragma unroll
+  for (int kk = 0; kk < kCols / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = first + g + (r & 1) * 8;
+      if (key < N)
+        *reinterpret_cast<uint32_t*>(ds + Index(key) * ds_out.ldq + kk * 16 + (r >> 1) * 8) =
+            a[kk][r];
+    }
+}
+
+// The A fragments (16 queries x kCols keys of dS) of the warp's queries from a (kCols keys,
+// kCols queries) shared tile of dS^T (row stride ldt): dS is the tile transposed, so each 8x8
+// part is loaded with ldmatrix.trans (lanes 8m .. 8m + 7 address the rows of part m: keys
+// kk*16 + 8 (m / 2), queries warp*16 + 8 (m % 2)). Steps from ncols on are not loaded.
+__device__ __forceinline__ void load_ds_fragments(uint32_t (&a)[kCols / 16][4], const bf16* st,
+                                                  int ldt, int warp, int ncols) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kCols / 16; ++kk) {
+    if (kk * 16 >= ncols) break;
+    ldmatrix_x4_trans(a[kk], st + (kk * 16 + lane % 8 + (lane / 16) * 8) * ldt + warp * 16 +
+                                 ((lane / 8) % 2) * 8);
+  }
+}
+
 // The block's head: q, k, v (N, D) at row stride 3C of qkv (B, N, 3C), and dO (N, D) at row
 // stride C of dout (B, N, C) when given.
 struct Head {
@@ -421,11 +462,13 @@ __global__ void __launch_bounds__(kThreads)
                vec);
 }
 
-template <int D>
+// kStoreDs: the kernel also writes the bf16 dS^T it forms to ds_out (B * H, N, ldq), for
+// flash_mma_dq_stored_kernel (VIT_FLASH_STORED_DS=1); otherwise ds_out is not read.
+template <int D, bool kStoreDs = false>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                          const float* drow, int N, int H, int tiles, float scale, bool vec,
-                         bool async) {
+                         bool async, DsTiles ds_out = {}) {
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
   // [row0, row0 + 64); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
   // kCols queries) in registers.
@@ -492,6 +535,7 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
       to_operand(pa, st);
       to_operand(dsa, dpt);
+      if constexpr (kStoreDs) store_ds_t(ds_out, pos.bh, N, first, i0, dsa);
       accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
       accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
     }
@@ -500,6 +544,55 @@ __global__ void __launch_bounds__(kThreads)
   bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
   store_acc<D>(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
   store_acc<D>(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);
+}
+
+// dQ = dS K from the dS^T the dK/dV kernel stored (kStoreDs): the recomputation of S, P and
+// dP that flash_mma_dq_kernel does is skipped, and dQ gets the very dS values dK got.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_mma_dq_stored_kernel(bf16* dqkv, const bf16* qkv, DsTiles ds_in, int N, int H, int tiles,
+                               bool vec, bool async) {
+  // dq (B, N, D) at column h*D of dqkv (B, N, 3C) from ds (B * H, N, ldq) and k (at column C
+  // + h*D of qkv (B, N, 3C)); block: (b, h), queries [row0, row0 + 64)
+  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  constexpr int ldt = kTileLd<bf16, kCols>, kDsTile = kCols * ldt;
+  VIT_DYNAMIC_SHARED(smem);
+  // 2 stages of [(kCols, ld) keys, (kCols, ldt) dS^T: keys x this block's queries] of a tile
+  bf16* sbuf = reinterpret_cast<bf16*>(smem);
+  const BlockPos pos(H, tiles);
+  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
+  const bf16* k = qkv + Index(pos.b) * N * ld3 + C + pos.h * D;
+  const bf16* ds = ds_in.ds + Index(pos.bh) * N * ds_in.ldq + pos.row0;  // (N, ldq)
+  auto stage = [&](int j0) { return sbuf + ((j0 / kCols) % 2) * (kTile + kDsTile); };
+  auto load = [&](int j0) {
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
+    // ds rows are 16-byte aligned (ldq and row0 multiples of kCols): always vector loads
+    load_tile_async<kCols>(stage(j0) + kTile, ds + Index(j0) * ds_in.ldq, ds_in.ldq, N - j0, true,
+                           async);
+  };
+
+  load(0);
+  cp_async_commit();
+  const int first = pos.row0 + warp * 16;
+  const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
+  float dq[D / 8][4];
+  zero_acc<D>(dq);
+  for (int j0 = 0; j0 < N; j0 += kCols) {
+    if (j0 + kCols < N) load(j0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile has landed
+    __syncthreads();
+    if (!idle) {
+      const bf16* sk = stage(j0);
+      const int nk = min(kCols, N - j0);  // valid keys in the tile
+      uint32_t dsa[kCols / 16][4];
+      load_ds_fragments(dsa, sk + kTile, ldt, warp, nk);
+      accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
+               vec);
 }
 
 template <int D>
@@ -520,6 +613,11 @@ constexpr size_t dq_smem_bytes() {
 template <int D>
 constexpr size_t dkv_smem_bytes() {
   return 6 * tile_bytes<D>() + 4 * kCols * sizeof(float);
+}
+// dq from the stored dS: 2 x (keys, dS^T tile).
+template <int D>
+constexpr size_t dq_stored_smem_bytes() {
+  return 2 * (tile_bytes<D>() + tile_bytes<kCols>());
 }
 
 }  // namespace vit::cuda::flash_mma_kernels

@@ -60,7 +60,8 @@ enum ScratchSlot : int {
   kScratchPixelSteps = 8,     // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
   kScratchLocalFfn = 9,       // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1, d(act1) (B, N, M)
   kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
-  kScratchSlots = 11,
+  kScratchFlashDs = 11,       // VIT_FLASH_STORED_DS=1: dS^T of every head (B * H, N, 64 tiles) bf16
+  kScratchSlots = 12,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
