@@ -2,10 +2,10 @@
 // locality FFN (ops/cuda/dwconv_kernels.cuh) against the fp64 CPU reference, and their fused
 // locality-FFN passes against the three separate ops bit for bit in bf16, as the GPU test
 // CudaOps/*.LocalFfnFusedIsTheThreeOpsBitwise requires on the device; and the activation
-// formulas of ops/cuda/activation_math.cuh that have no CPU twin (the one-exponential GELU). CI has no GPU, so this is
-// where a kernel's indexing (columns, class-token rows, chunked weight-gradient sums) is first
-// checked; the GPU tests still check what the simulation cannot (the device's own arithmetic,
-// memory, timing).
+// formulas of ops/cuda/activation_math.cuh that have no CPU twin (the one-exponential GELU).
+// CI has no GPU, so this is where a kernel's indexing (columns, class-token rows, chunked
+// weight-gradient sums) is first checked; the GPU tests still check what the simulation cannot
+// (the device's own arithmetic, memory, timing).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -203,8 +203,10 @@ TEST(ActivationMathOnHost, FastExactGeluIsWithinItsStatedError) {
     const double err = std::fabs(double(fwd(x)) - gelu);
     const double rel = gelu == 0 ? err : err / std::fabs(gelu);
     if (std::fabs(x) < 3) worst3 = std::max(worst3, rel);
-    if (std::fabs(x) < 5) worst5 = std::max(worst5, rel);
-    else worst_abs = std::max(worst_abs, err);
+    if (std::fabs(x) < 5)
+      worst5 = std::max(worst5, rel);
+    else
+      worst_abs = std::max(worst_abs, err);
     worst_d = std::max(worst_d, std::fabs(double(bwd(1.0f, x)) - dgelu));
   }
   std::printf("worst: rel %.3g (|x| < 3), %.3g (|x| < 5); abs %.3g beyond; derivative abs %.3g\n",

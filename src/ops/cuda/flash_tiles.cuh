@@ -1,7 +1,7 @@
 // The fused attention kernels' block geometry, tile loads and head-dim dispatch (what of
 // flash_common.cuh the kernels need): plain CUDA C++, so tests/cuda_host_sim.h can compile the
-// mma.sync kernels that use it for the CPU (tests/test_flash_on_host.cpp). Under that simulation VIT_CUDA_HOST_SIM is defined and the
-// shim provides what common.cuh would.
+// mma.sync kernels that use it for the CPU (tests/test_flash_on_host.cpp). Under that simulation
+// VIT_CUDA_HOST_SIM is defined and the shim provides what common.cuh would.
 #pragma once
 #include <cstdint>
 #include <string>
