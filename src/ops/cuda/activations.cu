@@ -1,8 +1,7 @@
 // Elementwise activations: exact (erf) GELU, tanh-approximation GELU, h-swish and ReLU (the conv
 // stem), fp32 math on any storage type, through the 16-byte packed maps of elementwise.cuh.
-#include <cstdlib>
-
 #include "ops/cuda/activation_math.cuh"
+#include "ops/cuda/common.cuh"
 #include "ops/cuda/elementwise.cuh"
 
 namespace vit::cuda {
@@ -11,8 +10,7 @@ namespace {
 // VIT_GELU_FAST=1: the exact GELU through gelu_cdf_fast (activation_math.cuh) instead of erff.
 // Opt-in, read at every call (a bench compares both in one process).
 bool gelu_fast() {
-  const char* e = std::getenv("VIT_GELU_FAST");
-  return e && e[0] == '1';
+  return env_opt_in("VIT_GELU_FAST");
 }
 }  // namespace
 

@@ -138,10 +138,7 @@ constexpr int kTuneCandidates = 8;  // algorithms timed per shape when autotunin
 constexpr int kTuneRuns = 3;        // timed runs of each, after one untimed
 
 std::atomic<bool>& autotune_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("VIT_GEMM_AUTOTUNE");
-    return e && *e && *e != '0';
-  }()};
+  static std::atomic<bool> on{env_opt_in("VIT_GEMM_AUTOTUNE")};
   return on;
 }
 
@@ -385,10 +382,7 @@ void gemm_fallback(bool trans_a, bool trans_b, Index M, Index N, Index K, float 
 }
 
 bool force_fallback() {
-  static const bool on = [] {
-    const char* e = std::getenv("VIT_GEMM_FALLBACK");
-    return e && *e && *e != '0';
-  }();
+  static const bool on = env_opt_in("VIT_GEMM_FALLBACK");
   return on;
 }
 

@@ -32,6 +32,11 @@ inline bool env_switch_on(const char* name) {
   const char* env = std::getenv(name);
   return !(env && env[0] == '0');
 }
+// An opt-in switch (off by default): on when set to a value that does not start with '0'.
+inline bool env_opt_in(const char* name) {
+  const char* env = std::getenv(name);
+  return env && env[0] != '\0' && env[0] != '0';
+}
 
 // Arithmetic is fp32 whatever the storage type.
 __device__ __forceinline__ float to_f32(float x) {

@@ -4,7 +4,6 @@
 // ViT-S/16 b256 1.19x the WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu
 // dispatches).
 #include <cmath>
-#include <cstdlib>
 
 #include "ops/cuda/flash_common.cuh"
 #include "ops/cuda/flash_mma.cuh"
@@ -42,8 +41,7 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
 // kernel's recomputation of S, P and dP (2 of its 3 products and its exponentials). Opt-in until
 // a GPU run measures it (FlashKernelsOnHost checks it gives the recomputing kernel's bits).
 bool flash_mma_stored_ds() {
-  const char* e = std::getenv("VIT_FLASH_STORED_DS");
-  return e && e[0] == '1';
+  return env_opt_in("VIT_FLASH_STORED_DS");
 }
 
 namespace {
