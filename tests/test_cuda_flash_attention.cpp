@@ -257,29 +257,38 @@ TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
   }
 }
 
+// For each shape, the mma.sync kernels on one set of random inputs with the switch `name` set
+// to `a`, then to `b`: check(result a, result b).
+template <typename Check>
+void compare_switch(const char* name, const char* a, const char* b, uint64_t seed, Check&& check) {
+  using T = bf16;
+  ScopedEnv mma("VIT_FLASH_MMA", "1");
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(str(s));
+    const Index C = s.H * s.D;
+    const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
+    DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
+    auto run = [&](const char* value) {
+      ScopedEnv env(name, value);
+      return run_bf16(s, d_qkv, d_dout);
+    };
+    const DeviceResult with_a = run(a), with_b = run(b);
+    check(with_a, with_b);
+  }
+}
+
 // VIT_FLASH_STORED_DS=1 forms dQ from the dS^T the dK/dV kernel stored instead of recomputing S,
 // P and dP from Q, K, V and dO. The forward is the same; dQ is formed from the same bf16 dS
 // values where the tensor cores sum S^T = K Q^T as they sum S = Q K^T (on the CPU simulation,
 // FlashKernelsOnHost.StoredDsGivesTheRecomputedBits, it has every bit), so at most 1% of dqkv
 // may differ in its bits, each within 2 bf16 spacings.
 TEST_F(FlashAttentionBf16, StoredDsMatchesTheRecomputation) {
-  using T = bf16;
-  ScopedEnv mma("VIT_FLASH_MMA", "1");
-  uint64_t seed = 3000;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(str(s));
-    const Index C = s.H * s.D;
-    const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
-    DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
-    auto run = [&](const char* stored) {
-      ScopedEnv env("VIT_FLASH_STORED_DS", stored);
-      return run_bf16(s, d_qkv, d_dout);
-    };
-    const DeviceResult recomputed = run("0"), stored = run("1");
-    expect_same_bits("out", stored.out, recomputed.out);
-    expect_same_bits("lse", stored.lse, recomputed.lse);
-    expect_within_bf16_ulps("dqkv", stored.dqkv, recomputed.dqkv, 2, 0.01);
-  }
+  compare_switch("VIT_FLASH_STORED_DS", "0", "1", 3000,
+                 [](const DeviceResult& recomputed, const DeviceResult& stored) {
+                   expect_same_bits("out", stored.out, recomputed.out);
+                   expect_same_bits("lse", stored.lse, recomputed.lse);
+                   expect_within_bf16_ulps("dqkv", stored.dqkv, recomputed.dqkv, 2, 0.01);
+                 });
 }
 
 // The mma.sync kernels' two ways of loading tiles, cp.async double buffering (the default) and
@@ -287,23 +296,12 @@ TEST_F(FlashAttentionBf16, StoredDsMatchesTheRecomputation) {
 // same order, so every output must have the same bits; the misaligned shapes (synchronous tile
 // loads either way, cp.async statistics in the dK/dV kernel) included.
 TEST_F(FlashAttentionBf16, AsyncTileLoadsGiveTheSynchronousBits) {
-  using T = bf16;
-  ScopedEnv mma("VIT_FLASH_MMA", "1");
-  uint64_t seed = 2000;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(str(s));
-    const Index C = s.H * s.D;
-    const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
-    DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
-    auto run = [&](const char* async) {
-      ScopedEnv env("VIT_FLASH_ASYNC", async);
-      return run_bf16(s, d_qkv, d_dout);
-    };
-    const DeviceResult with = run("1"), without = run("0");
-    expect_same_bits("out", with.out, without.out);
-    expect_same_bits("lse", with.lse, without.lse);
-    expect_same_bits("dqkv", with.dqkv, without.dqkv);
-  }
+  compare_switch("VIT_FLASH_ASYNC", "1", "0", 2000,
+                 [](const DeviceResult& with, const DeviceResult& without) {
+                   expect_same_bits("out", with.out, without.out);
+                   expect_same_bits("lse", with.lse, without.lse);
+                   expect_same_bits("dqkv", with.dqkv, without.dqkv);
+                 });
 }
 
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
