@@ -299,6 +299,23 @@ struct Head {
         dO(dout ? dout + Index(pos.b) * N * C + pos.h * D : nullptr) {}
 };
 
+// The tile pipeline every kernel here runs over the N streamed rows (keys, or queries in the
+// dK/dV kernel), double-buffered: the first tile's copies are issued and committed by the caller
+// (with the block's own rows); while tile t0 is computed the next one's copies are in flight.
+// compute(t0) runs once the whole block sees tile t0, and no stage is refilled before every warp
+// is done with it.
+template <typename Load, typename Compute>
+__device__ __forceinline__ void stream_tiles(int N, Load&& load, Compute&& compute) {
+  for (int t0 = 0; t0 < N; t0 += kCols) {
+    if (t0 + kCols < N) load(t0 + kCols);  // the next tile streams in meanwhile
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and, the first time, the caller's rows) have landed
+    __syncthreads();
+    compute(t0);
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
@@ -333,11 +350,7 @@ __global__ void __launch_bounds__(kThreads)
   // tiles with the others but computes nothing.
   const int first = pos.row0 + warp * 16;  // the warp's first row
   const bool idle = first >= N;
-  for (int j0 = 0; j0 < N; j0 += kCols) {
-    if (j0 + kCols < N) load_kv(j0 + kCols);  // the next tile streams in meanwhile
-    cp_async_commit();
-    cp_async_wait<1>();  // this tile (and the queries) have landed
-    __syncthreads();
+  stream_tiles(N, load_kv, [&](int j0) {
     if (j0 == 0) load_rows<D>(qa, sq, warp);
     if (!idle) {
       const bf16 *sk = stage(j0), *sv = sk + kTile;
@@ -379,8 +392,7 @@ __global__ void __launch_bounds__(kThreads)
       to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
       accumulate_times_tile<D>(o, pa, sv, nk);
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
+  });
 
   const int g = lane / 4;
   if (lane % 4 == 0) {
@@ -430,11 +442,7 @@ __global__ void __launch_bounds__(kThreads)
   zero_acc<D>(dq);
   const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
 
-  for (int j0 = 0; j0 < N; j0 += kCols) {
-    if (j0 + kCols < N) load_kv(j0 + kCols);  // the next tile streams in meanwhile
-    cp_async_commit();
-    cp_async_wait<1>();  // this tile (and the queries and dO) have landed
-    __syncthreads();
+  stream_tiles(N, load_kv, [&](int j0) {
     if (j0 == 0) {
       load_rows<D>(qa, sq, warp);
       load_rows<D>(da, sdo, warp);
@@ -456,8 +464,7 @@ __global__ void __launch_bounds__(kThreads)
       to_operand(dsa, s);
       accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
+  });
   store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
                vec);
 }
@@ -506,11 +513,7 @@ __global__ void __launch_bounds__(kThreads)
   const int first = pos.row0 + warp * 16;  // the warp's first key
   const bool idle = first >= N;            // all 16 keys past N: load, compute nothing
 
-  for (int i0 = 0; i0 < N; i0 += kCols) {
-    if (i0 + kCols < N) load_q_do(i0 + kCols);  // the next tile streams in meanwhile
-    cp_async_commit();
-    cp_async_wait<1>();  // this tile (and the keys and values) have landed
-    __syncthreads();
+  stream_tiles(N, load_q_do, [&](int i0) {
     if (i0 == 0) {
       load_rows<D>(ka, sk, warp);
       load_rows<D>(va, sv, warp);
@@ -539,8 +542,7 @@ __global__ void __launch_bounds__(kThreads)
       accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
       accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
+  });
   bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
   store_acc<D>(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
   store_acc<D>(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);
@@ -577,20 +579,14 @@ __global__ void __launch_bounds__(kThreads)
   const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
   float dq[D / 8][4];
   zero_acc<D>(dq);
-  for (int j0 = 0; j0 < N; j0 += kCols) {
-    if (j0 + kCols < N) load(j0 + kCols);  // the next tile streams in meanwhile
-    cp_async_commit();
-    cp_async_wait<1>();  // this tile has landed
-    __syncthreads();
-    if (!idle) {
-      const bf16* sk = stage(j0);
-      const int nk = min(kCols, N - j0);  // valid keys in the tile
-      uint32_t dsa[kCols / 16][4];
-      load_ds_fragments(dsa, sk + kTile, ldt, warp, nk);
-      accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
-    }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
+  stream_tiles(N, load, [&](int j0) {
+    if (idle) return;
+    const bf16* sk = stage(j0);
+    const int nk = min(kCols, N - j0);  // valid keys in the tile
+    uint32_t dsa[kCols / 16][4];
+    load_ds_fragments(dsa, sk + kTile, ldt, warp, nk);
+    accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
+  });
   store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
                vec);
 }
