@@ -568,10 +568,8 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N,
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
     constexpr size_t bytes = Layout<T, kD>::forward_bytes;
-    allow_smem<flash_forward_kernel<T, kD>>(bytes);
-    flash_forward_kernel<T, kD><<<unsigned(B * H * tiles), kThreads, bytes, stream()>>>(
-        out, lse, qkv, int(N), int(H), tiles, scale_log2, vec);
-    VIT_CUDA_LAUNCHED();
+    launch_flash<flash_forward_kernel<T, kD>>(unsigned(B * H * tiles), bytes, out, lse, qkv, int(N),
+                                              int(H), tiles, scale_log2, vec);
   });
 }
 
@@ -591,14 +589,10 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
     constexpr int kD = decltype(d)::value;
     constexpr size_t dkv_bytes = Layout<T, kD>::dkv_bytes, dq_bytes = Layout<T, kD>::dq_bytes;
     const unsigned grid = unsigned(B * H * tiles);
-    allow_smem<flash_dkv_kernel<T, kD>>(dkv_bytes);
-    flash_dkv_kernel<T, kD><<<grid, kThreads, dkv_bytes, stream()>>>(
-        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec);
-    VIT_CUDA_LAUNCHED();
-    allow_smem<flash_dq_kernel<T, kD>>(dq_bytes);
-    flash_dq_kernel<T, kD><<<grid, kThreads, dq_bytes, stream()>>>(
-        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec);
-    VIT_CUDA_LAUNCHED();
+    launch_flash<flash_dkv_kernel<T, kD>>(grid, dkv_bytes, dqkv, dout, qkv, lse, drow, int(N),
+                                          int(H), tiles, scale, vec);
+    launch_flash<flash_dq_kernel<T, kD>>(grid, dq_bytes, dqkv, dout, qkv, lse, drow, int(N), int(H),
+                                         tiles, scale, vec);
   });
 }
 

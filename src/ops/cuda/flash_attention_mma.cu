@@ -28,11 +28,9 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
   const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    constexpr size_t bytes = forward_smem_bytes<kD>();
-    allow_smem<flash_mma_forward_kernel<kD>>(bytes);
-    flash_mma_forward_kernel<kD><<<unsigned(B * H * tiles), kThreads, bytes, stream()>>>(
-        out, lse, qkv, int(N), int(H), tiles, scale_log2, vec, async);
-    VIT_CUDA_LAUNCHED();
+    launch_flash<flash_mma_forward_kernel<kD>>(unsigned(B * H * tiles), forward_smem_bytes<kD>(),
+                                               out, lse, qkv, int(N), int(H), tiles, scale_log2,
+                                               vec, async);
   });
 }
 
@@ -44,30 +42,6 @@ bool flash_mma_stored_ds() {
   return env_opt_in("VIT_FLASH_STORED_DS");
 }
 
-namespace {
-
-// The backward through the stored dS: the dK/dV kernel writing it, then dQ = dS K.
-template <int kD>
-void backward_stored_ds(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                        const float* drow, Index B, Index N, Index H, int tiles, float scale,
-                        bool vec, bool async) {
-  const int ldq = tiles * kCols;
-  const DsTiles ds{
-      static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)), ldq};
-  const unsigned grid = unsigned(B * H * tiles);
-  constexpr size_t dkv_bytes = dkv_smem_bytes<kD>(), dq_bytes = dq_stored_smem_bytes<kD>();
-  allow_smem<flash_mma_dkv_kernel<kD, true>>(dkv_bytes);
-  flash_mma_dkv_kernel<kD, true><<<grid, kThreads, dkv_bytes, stream()>>>(
-      dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec, async, ds);
-  VIT_CUDA_LAUNCHED();
-  allow_smem<flash_mma_dq_stored_kernel<kD>>(dq_bytes);
-  flash_mma_dq_stored_kernel<kD>
-      <<<grid, kThreads, dq_bytes, stream()>>>(dqkv, qkv, ds, int(N), int(H), tiles, vec, async);
-  VIT_CUDA_LAUNCHED();
-}
-
-}  // namespace
-
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, int tiles,
                         bool vec) {
@@ -75,18 +49,23 @@ void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const flo
   const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    if (flash_mma_stored_ds())
-      return backward_stored_ds<kD>(dqkv, dout, qkv, lse, drow, B, N, H, tiles, scale, vec, async);
-    constexpr size_t dq_bytes = dq_smem_bytes<kD>(), dkv_bytes = dkv_smem_bytes<kD>();
     const unsigned grid = unsigned(B * H * tiles);
-    allow_smem<flash_mma_dkv_kernel<kD>>(dkv_bytes);
-    flash_mma_dkv_kernel<kD><<<grid, kThreads, dkv_bytes, stream()>>>(
-        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
-    VIT_CUDA_LAUNCHED();
-    allow_smem<flash_mma_dq_kernel<kD>>(dq_bytes);
-    flash_mma_dq_kernel<kD><<<grid, kThreads, dq_bytes, stream()>>>(
-        dqkv, dout, qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
-    VIT_CUDA_LAUNCHED();
+    if (flash_mma_stored_ds()) {
+      const int ldq = tiles * kCols;
+      const DsTiles ds{
+          static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)),
+          ldq};
+      launch_flash<flash_mma_dkv_kernel<kD, true>>(grid, dkv_smem_bytes<kD>(), dqkv, dout, qkv, lse,
+                                                   drow, int(N), int(H), tiles, scale, vec, async,
+                                                   ds);
+      launch_flash<flash_mma_dq_stored_kernel<kD>>(grid, dq_stored_smem_bytes<kD>(), dqkv, qkv, ds,
+                                                   int(N), int(H), tiles, vec, async);
+      return;
+    }
+    launch_flash<flash_mma_dkv_kernel<kD>>(grid, dkv_smem_bytes<kD>(), dqkv, dout, qkv, lse, drow,
+                                           int(N), int(H), tiles, scale, vec, async, DsTiles{});
+    launch_flash<flash_mma_dq_kernel<kD>>(grid, dq_smem_bytes<kD>(), dqkv, dout, qkv, lse, drow,
+                                          int(N), int(H), tiles, scale, vec, async);
   });
 }
 

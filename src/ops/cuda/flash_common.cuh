@@ -23,6 +23,15 @@ void allow_smem(size_t bytes) {
   done_on = dev;
 }
 
+// kKernel<<<grid, kThreads, bytes>>>(args...) on the op stream, opted into its `bytes` of
+// dynamic shared memory first, and checked: every fused attention kernel's launch.
+template <auto kKernel, typename... Args>
+void launch_flash(unsigned grid, size_t bytes, Args... args) {
+  allow_smem<kKernel>(bytes);
+  kKernel<<<grid, kThreads, bytes, stream()>>>(args...);
+  VIT_CUDA_LAUNCHED();
+}
+
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
