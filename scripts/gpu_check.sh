@@ -553,7 +553,7 @@ s_vprofile() {
 # duration, SM and memory throughput (% of peak), achieved occupancy and registers per thread.
 s_ncu_limits() {
   need_bin vitrain
-  local ncu m="$1" b="$2" spec name skip flags out="$LOGS/$STEP_ID.ncu.txt" sum="" rc=0
+  local ncu m="$1" b="$2" spec name skip flags label out="$LOGS/$STEP_ID.ncu.txt" sum="" rc=0
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ ! -x "$ncu" ]; then
     note "ncu (Nsight Compute) not found"
@@ -575,7 +575,7 @@ s_ncu_limits() {
       $flags >>"$out" 2>&1 || rc=$?
     # ncu's tables: "    Metric Name    Unit    Value"; the value is the last field.
     # Compact for the summary's note: "label duration SM/memory/occupancy% registers".
-    local label=${name%%[|:]*}
+    label=${name%%|*}
     label=${label#flash_mma_}
     sum+="$label $(awk -v n="$name" '
       /^ *Duration /                  { d = sprintf("%.0f%s", $NF, $(NF-1)) }
@@ -1123,7 +1123,7 @@ steps_limits() {
   local m b
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "k_limits_$(short "$m")" limits 150 "Nsight Compute: what bounds each hot kernel, $m b$b" \
-    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq layernorm_backward \
+    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_kernel layernorm_backward \
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local"
 }
