@@ -510,6 +510,12 @@ s_vbench_tanhsep() {
 s_vbench_storedds() {
   VIT_FLASH_STORED_DS=1 s_vbench "$@"
 }
+# Args: model, batch. The flash kernels' blocks as high as the occupancy model picks for each
+# kernel and N (VIT_FLASH_WARPS=auto: choose_block_warps) instead of 4 warps: what fitting the
+# blocks to N and to the registers pays (ViT-Ti/4's N = 65, the dK/dV kernel at N = 197).
+s_vbench_flashauto() {
+  VIT_FLASH_WARPS=auto s_vbench "$@"
+}
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
 s_vbench_gelufast() {
@@ -614,7 +620,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_storedds s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_storedds s_vbench_flashauto s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -1053,6 +1059,7 @@ variant_label() {
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
     gelufast) echo "VIT_GELU_FAST=1" ;;
     storedds) echo "VIT_FLASH_STORED_DS=1" ;;
+    flashauto) echo "VIT_FLASH_WARPS=auto" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -1063,8 +1070,8 @@ variant_label() {
 # two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
 # pair also show the run-to-run spread. The switches of BENCH_VARIANTS (s_vbench_<name>; the
 # WMMA kernels and the unfused attention, s_vbench_wmma and s_vbench_unfused, measured, no
-# longer run) on the first model only (ViT-S); CUDA graphs and the BEFORE build (when bundled)
-# on every model.
+# longer run) on the first model only (ViT-S); the flash block heights (flashauto: their N
+# differs), CUDA graphs and the BEFORE build (when bundled) on every model.
 steps_bench_round() {
   local r="$1" mb m b s var variants
   for mb in "${BENCH_MODELS[@]}"; do
@@ -1073,7 +1080,7 @@ steps_bench_round() {
     variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
     [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=("${BENCH_VARIANTS[@]}")
-    variants+=(graph)
+    variants+=(flashauto graph)
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)
       [ "$mb" = "${BENCH_MODELS[0]}" ] && variants+=(localbefore)

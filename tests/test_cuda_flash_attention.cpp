@@ -304,6 +304,23 @@ TEST_F(FlashAttentionBf16, AsyncTileLoadsGiveTheSynchronousBits) {
                  });
 }
 
+// VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps, or the occupancy model's choice per kernel and N
+// ("auto"), instead of 4. Each warp computes its 16 rows over the same streamed tiles whatever
+// the block's height, so every output must have the 4-warp blocks' bits (on the CPU simulation,
+// FlashKernelsOnHost.BlockHeightsGiveTheSameBits).
+TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
+  uint64_t seed = 4000;
+  for (const char* warps : {"auto", "3", "2", "1"}) {
+    SCOPED_TRACE(std::string("VIT_FLASH_WARPS=") + warps);
+    compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100,
+                   [](const DeviceResult& four, const DeviceResult& other) {
+                     expect_same_bits("out", other.out, four.out);
+                     expect_same_bits("lse", other.lse, four.lse);
+                     expect_same_bits("dqkv", other.dqkv, four.dqkv);
+                   });
+  }
+}
+
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
 // their tolerances of each other), and the time of each, printed for the record.
 TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {

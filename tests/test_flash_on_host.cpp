@@ -39,7 +39,7 @@ using vit::test::expect_within_bf16_ulps;
 struct Shape {
   int B, N, H, D;
   int C() const { return H * D; }
-  int tiles() const { return (N + k::kRows - 1) / k::kRows; }
+  int tiles(int warps = k::kWarps) const { return (N + 16 * warps - 1) / (16 * warps); }
   std::string str() const {
     char buf[64];
     std::snprintf(buf, sizeof buf, "B%d N%d H%d D%d", B, N, H, D);
@@ -50,46 +50,50 @@ struct Shape {
 // the curriculum's 17, 65 (a last tile of one row) and 50, and every head dim.
 const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50, 2, 96}};
 
-// The launches of flash_attention_mma.cu: one block of kThreads per (b, h, 64-row tile).
+// The launches of flash_attention_mma.cu: one block of `warps` warps per (b, h, tile of 16
+// `warps` rows); the stored-dS dQ kernel's always of kWarps.
 struct Launch {
   Shape s;
   bool vec = true, async = true;
   bool stored_ds = false;  // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
+  int warps = k::kWarps;   // VIT_FLASH_WARPS
+
+  unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
+  unsigned threads() const { return unsigned(32 * warps); }
 
   template <int D>
   void forward(vit::bf16* out, float* lse, const vit::bf16* qkv) const {
     const float scale_log2 = k::kLog2e / std::sqrt(float(D));
-    cu::launch({unsigned(s.B * s.H * s.tiles())}, {unsigned(k::kThreads)},
-               k::forward_smem_bytes<D>(), [&] {
-                 k::flash_mma_forward_kernel<D>(out, lse, qkv, s.N, s.H, s.tiles(), scale_log2, vec,
-                                                async);
-               });
+    cu::launch({grid()}, {threads()}, k::forward_smem_bytes<D>(warps), [&] {
+      k::flash_mma_forward_kernel<D>(out, lse, qkv, s.N, s.H, s.tiles(warps), scale_log2, vec,
+                                     async);
+    });
   }
   template <int D>
   void backward(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv, const float* lse,
                 const float* drow) const {
     const float scale = 1.0f / std::sqrt(float(D));
-    const unsigned grid = unsigned(s.B * s.H * s.tiles());
+    const int tiles = s.tiles(warps);
     if (stored_ds) {
-      // (B * H, N, ldq) as backward_stored_ds allocates it; NaN where the kernel never writes
+      // (B * H, N, ldq) as flash_mma_backward allocates it; NaN where the kernel never writes
       const int ldq = s.tiles() * k::kCols;
       Bf16s ds = nans(Index(s.B) * s.H * s.N * ldq);
-      const k::DsTiles tiles{ds.data(), ldq};
-      cu::launch({grid}, {unsigned(k::kThreads)}, k::dkv_smem_bytes<D>(), [&] {
-        k::flash_mma_dkv_kernel<D, true>(dqkv, dout, qkv, lse, drow, s.N, s.H, s.tiles(), scale,
-                                         vec, async, tiles);
+      const k::DsTiles ds_tiles{ds.data(), ldq};
+      cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
+        k::flash_mma_dkv_kernel<D, true>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec,
+                                         async, ds_tiles);
       });
-      cu::launch({grid}, {unsigned(k::kThreads)}, k::dq_stored_smem_bytes<D>(), [&] {
-        k::flash_mma_dq_stored_kernel<D>(dqkv, qkv, tiles, s.N, s.H, s.tiles(), vec, async);
+      const unsigned grid4 = unsigned(s.B * s.H * s.tiles());
+      cu::launch({grid4}, {unsigned(k::kThreads)}, k::dq_stored_smem_bytes<D>(), [&] {
+        k::flash_mma_dq_stored_kernel<D>(dqkv, qkv, ds_tiles, s.N, s.H, s.tiles(), vec, async);
       });
       return;
     }
-    cu::launch({grid}, {unsigned(k::kThreads)}, k::dkv_smem_bytes<D>(), [&] {
-      k::flash_mma_dkv_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, s.tiles(), scale, vec,
-                                 async);
+    cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
+      k::flash_mma_dkv_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec, async);
     });
-    cu::launch({grid}, {unsigned(k::kThreads)}, k::dq_smem_bytes<D>(), [&] {
-      k::flash_mma_dq_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, s.tiles(), scale, vec, async);
+    cu::launch({grid()}, {threads()}, k::dq_smem_bytes<D>(warps), [&] {
+      k::flash_mma_dq_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec, async);
     });
   }
 };
@@ -198,6 +202,58 @@ TEST(FlashKernelsOnHost, StoredDsGivesTheRecomputedBits) {
     const Result r = run_kernels(stored, c.qkv, c.dout, c.e_out, c.e_lse);
     vit::emu_test::expect_same_bits(widen(r.dqkv), widen(recomputed.dqkv));
   }
+}
+
+// VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps instead of 4. Each warp computes its 16 rows over
+// the same streamed tiles whatever the block's height, so every output must have the 4-warp
+// blocks' bits: N = 197 in 5 blocks of 3 warps (the last with 5 rows), 65 in 3 of 2 and 5 of 1,
+// 17 and 50 in blocks that end past N, the stored-dS backward's dK/dV kernel at 3.
+TEST(FlashKernelsOnHost, BlockHeightsGiveTheSameBits) {
+  const struct {
+    Shape s;
+    int warps;
+    bool stored_ds;
+  } cases[] = {{kShapes[0], 3, false},
+               {kShapes[1], 3, false},
+               {kShapes[2], 2, false},
+               {kShapes[2], 1, false},
+               {kShapes[3], 3, true}};
+  uint64_t seed = 800;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.s.str() + " warps " + std::to_string(c.warps));
+    const Case in = make_case(c.s, ++seed);
+    Launch four{c.s}, other{c.s};
+    four.stored_ds = other.stored_ds = c.stored_ds;
+    other.warps = c.warps;
+    const Result want = run_kernels(four, in.qkv, in.dout, in.e_out, in.e_lse);
+    const Result got = run_kernels(other, in.qkv, in.dout, in.e_out, in.e_lse);
+    vit::emu_test::expect_same_bits(widen(got.out), widen(want.out));
+    vit::emu_test::expect_same_bits(got.lse, want.lse);
+    vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
+  }
+}
+
+// The launchers' block height ("auto"): the fewest waves, ties to fewer blocks, then to fewer
+// warp slots. resident(w) stands in for the occupancy calculator.
+TEST(FlashBlockHeight, FewestWavesThenFewestBlocks) {
+  // Registers bound at 16 warps an SM (the forward at D = 64, 128 a thread) and shared memory
+  // at 5 blocks: N = 65 (5 warp rows) fills 2 blocks of 3 warps, 5 of them an SM (0.4 of an SM's
+  // turn a head) where 4 warps take 2 blocks, 4 an SM (0.5).
+  auto forward = [](int w) { return std::min<Index>(16 / w, 5); };
+  EXPECT_EQ(k::choose_block_warps(65, forward), 3);
+  // N = 197 (13 warp rows): 4 blocks of 4 (4 an SM) and 5 of 3 (5 an SM) tie; fewer blocks win.
+  EXPECT_EQ(k::choose_block_warps(197, forward), 4);
+  EXPECT_EQ(k::choose_block_warps(17, forward), 2);  // one block of 2: 5 an SM beat 4
+  EXPECT_EQ(k::choose_block_warps(50, forward), 4);  // one block of 4
+  EXPECT_EQ(k::choose_block_warps(1, forward), 1);
+  // The dK/dV kernel's 226 registers: 2 blocks of 4 or 3 warps an SM, 4 of 2 (shared memory):
+  // N = 197 takes 7 blocks of 2 (1.75 turns) over 4 of 4 (2.0) and 5 of 3 (2.5).
+  auto dkv = [](int w) -> Index { return w >= 3 ? 2 : 4; };
+  EXPECT_EQ(k::choose_block_warps(197, dkv), 2);
+  // Heights that cannot run (0 blocks an SM) are never chosen.
+  auto only_two = [](int w) -> Index { return w == 2 ? 1 : 0; };
+  EXPECT_EQ(k::choose_block_warps(197, only_two), 2);
+  EXPECT_THROW(k::choose_block_warps(197, [](int) -> Index { return 0; }), std::exception);
 }
 
 }  // namespace

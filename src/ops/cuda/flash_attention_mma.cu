@@ -4,6 +4,10 @@
 // ViT-S/16 b256 1.19x the WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu
 // dispatches).
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unordered_map>
 
 #include "ops/cuda/flash_common.cuh"
 #include "ops/cuda/flash_mma.cuh"
@@ -22,15 +26,69 @@ bool flash_mma_async() {
   return env_switch_on("VIT_FLASH_ASYNC");
 }
 
+// VIT_FLASH_WARPS: the warps (16 rows each) of the kernels' blocks, but the stored-dS dQ
+// kernel's: unset, kWarps (64 rows, as the H200 runs measured); 1 .. kWarps for every kernel;
+// "auto": each kernel's choose_block_warps (flash_tiles.cuh) over this GPU's occupancy at the
+// run's N. Opt-in until a GPU run measures it; the height never changes a result's bits.
+int flash_warps_setting() {  // 0: auto
+  const char* env = std::getenv("VIT_FLASH_WARPS");
+  if (!env || !*env) return kWarps;
+  const std::string value(env);
+  if (value == "auto") return 0;
+  char* end = nullptr;
+  const long warps = std::strtol(env, &end, 10);
+  VIT_CHECK(*end == '\0' && warps >= 1 && warps <= kWarps,
+            "VIT_FLASH_WARPS=" + value + ": expected 1 to " + std::to_string(kWarps) + " or auto");
+  return int(warps);
+}
+
+// The warps of kKernel (`name`, head dim D) blocks at N rows; bytes(warps): its dynamic shared
+// memory. The "auto" choice asks the occupancy calculator once per device and N, and says what
+// it chose on stderr (once), so a benchmark's log shows the heights it ran.
+template <auto kKernel, typename Bytes>
+int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
+  const int setting = flash_warps_setting();
+  if (setting > 0) return setting;
+  static thread_local std::unordered_map<Index, int> chosen;  // device << 32 | N -> warps
+  int dev = 0;
+  VIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const Index key = (Index(dev) << 32) | N;
+  if (const auto it = chosen.find(key); it != chosen.end()) return it->second;
+  allow_smem<kKernel>(bytes(kWarps));  // the calculator counts only what may be allowed
+  static_assert(kWarps == 4, "the line below names four heights");
+  int per_sm[kWarps + 1] = {};
+  const int warps = choose_block_warps(N, [&](int w) {
+    VIT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[w], kKernel, 32 * w, bytes(w)));
+    return Index(per_sm[w]);
+  });
+  std::fprintf(stderr,
+               "vitrain: flash attention %s, N=%lld D=%lld: blocks of %d warps (blocks an SM at "
+               "1/2/3/4 warps: %d/%d/%d/%d)\n",
+               name, (long long)N, (long long)D, warps, per_sm[1], per_sm[2], per_sm[3], per_sm[4]);
+  chosen.emplace(key, warps);
+  return warps;
+}
+
+// A head's blocks of 16 `warps` rows over N rows (the kernels' `tiles`); the grid they make,
+// B * H * tiles, checked against its limit.
+int row_tiles(Index B, Index N, Index H, int warps) {
+  const Index tiles = (N + 16 * warps - 1) / (16 * warps);
+  VIT_CHECK(B * H * tiles < (Index(1) << 31), "flash attention: too many blocks for one grid");
+  return int(tiles);
+}
+
 void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H, Index D,
-                       int tiles, bool vec) {
+                       bool vec) {
   const float scale_log2 = kLog2e / std::sqrt(float(D));
   const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    launch_flash<flash_mma_forward_kernel<kD>>(unsigned(B * H * tiles), forward_smem_bytes<kD>(),
-                                               out, lse, qkv, int(N), int(H), tiles, scale_log2,
-                                               vec, async);
+    constexpr auto kKernel = flash_mma_forward_kernel<kD>;
+    const int warps = block_warps<kKernel>("forward", N, kD, forward_smem_bytes<kD>);
+    const int tiles = row_tiles(B, N, H, warps);
+    launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, forward_smem_bytes<kD>(warps), out,
+                                lse, qkv, int(N), int(H), tiles, scale_log2, vec, async);
   });
 }
 
@@ -42,30 +100,40 @@ bool flash_mma_stored_ds() {
   return env_opt_in("VIT_FLASH_STORED_DS");
 }
 
+// The dK/dV kernel (storing dS^T to `ds` when kStoreDs) with its own block height.
+template <int kD, bool kStoreDs>
+void launch_dkv(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* drow,
+                Index B, Index N, Index H, float scale, bool vec, bool async, DsTiles ds) {
+  constexpr auto kKernel = flash_mma_dkv_kernel<kD, kStoreDs>;
+  const int warps = block_warps<kKernel>("dK/dV", N, kD, dkv_smem_bytes<kD>);
+  const int tiles = row_tiles(B, N, H, warps);
+  launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, dkv_smem_bytes<kD>(warps), dqkv, dout,
+                              qkv, lse, drow, int(N), int(H), tiles, scale, vec, async, ds);
+}
+
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                        const float* drow, Index B, Index N, Index H, Index D, int tiles,
-                        bool vec) {
+                        const float* drow, Index B, Index N, Index H, Index D, bool vec) {
   const float scale = 1.0f / std::sqrt(float(D));
   const bool async = flash_mma_async();
   with_head_dim(D, [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    const unsigned grid = unsigned(B * H * tiles);
     if (flash_mma_stored_ds()) {
-      const int ldq = tiles * kCols;
+      const int tiles = row_tiles(B, N, H, kWarps), ldq = tiles * kCols;
       const DsTiles ds{
           static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)),
           ldq};
-      launch_flash<flash_mma_dkv_kernel<kD, true>>(grid, dkv_smem_bytes<kD>(), dqkv, dout, qkv, lse,
-                                                   drow, int(N), int(H), tiles, scale, vec, async,
-                                                   ds);
-      launch_flash<flash_mma_dq_stored_kernel<kD>>(grid, dq_stored_smem_bytes<kD>(), dqkv, qkv, ds,
+      launch_dkv<kD, true>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, ds);
+      launch_flash<flash_mma_dq_stored_kernel<kD>>(unsigned(B * H * tiles),
+                                                   dq_stored_smem_bytes<kD>(), dqkv, qkv, ds,
                                                    int(N), int(H), tiles, vec, async);
       return;
     }
-    launch_flash<flash_mma_dkv_kernel<kD>>(grid, dkv_smem_bytes<kD>(), dqkv, dout, qkv, lse, drow,
-                                           int(N), int(H), tiles, scale, vec, async, DsTiles{});
-    launch_flash<flash_mma_dq_kernel<kD>>(grid, dq_smem_bytes<kD>(), dqkv, dout, qkv, lse, drow,
-                                          int(N), int(H), tiles, scale, vec, async);
+    launch_dkv<kD, false>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, DsTiles{});
+    constexpr auto kDq = flash_mma_dq_kernel<kD>;
+    const int warps = block_warps<kDq>("dQ", N, kD, dq_smem_bytes<kD>);
+    const int tiles = row_tiles(B, N, H, warps);
+    launch_flash_warps<kDq>(unsigned(B * H * tiles), warps, dq_smem_bytes<kD>(warps), dqkv, dout,
+                            qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
   });
 }
 

@@ -10,26 +10,34 @@
 
 namespace vit::cuda::flash {
 
-// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KB default), once per device
-// and kernel: a host-side attribute, never enqueued, so it is safe while capturing a graph.
+// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KB default), once per device,
+// kernel and size not yet allowed: a host-side attribute, never enqueued, so it is safe while
+// capturing a graph.
 template <auto kKernel>
 void allow_smem(size_t bytes) {
-  static thread_local int done_on = -1;  // the device it was set on
+  static thread_local int done_on = -1;    // the device it was set on
+  static thread_local size_t allowed = 0;  // the bytes set there
   int dev = 0;
   VIT_CUDA_CHECK(cudaGetDevice(&dev));
-  if (done_on == dev) return;
+  if (done_on == dev && bytes <= allowed) return;
   VIT_CUDA_CHECK(
       cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   done_on = dev;
+  allowed = bytes;
 }
 
-// kKernel<<<grid, kThreads, bytes>>>(args...) on the op stream, opted into its `bytes` of
+// kKernel<<<grid, 32 warps, bytes>>>(args...) on the op stream, opted into its `bytes` of
 // dynamic shared memory first, and checked: every fused attention kernel's launch.
 template <auto kKernel, typename... Args>
-void launch_flash(unsigned grid, size_t bytes, Args... args) {
+void launch_flash_warps(unsigned grid, int warps, size_t bytes, Args... args) {
   allow_smem<kKernel>(bytes);
-  kKernel<<<grid, kThreads, bytes, stream()>>>(args...);
+  kKernel<<<grid, unsigned(32 * warps), bytes, stream()>>>(args...);
   VIT_CUDA_LAUNCHED();
+}
+// The same with kWarps warps (kRows rows), as the WMMA kernels always run.
+template <auto kKernel, typename... Args>
+void launch_flash(unsigned grid, size_t bytes, Args... args) {
+  launch_flash_warps<kKernel>(grid, kWarps, bytes, args...);
 }
 
 inline bool aligned16(const void* p) {

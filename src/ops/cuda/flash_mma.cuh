@@ -1,6 +1,6 @@
 // The mma.sync fused attention (flash_attention_mma.cu), which flash_attention.cu's entry
 // points dispatch to for bf16 unless VIT_FLASH_MMA=0 (flash_mma_enabled()). Shapes are checked
-// and `tiles` = ceil(N / 64) computed by the caller; drow (B, H, N) = rowsum(dO * out) too.
+// by the caller, and drow (B, H, N) = rowsum(dO * out) computed there.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -10,9 +10,9 @@ namespace vit::cuda {
 
 bool flash_mma_enabled();
 void flash_mma_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, Index B, Index N,
-                       Index H, Index D, int tiles, bool vec);
+                       Index H, Index D, bool vec);
 void flash_mma_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                         const float* lse, const float* drow, Index B, Index N, Index H, Index D,
-                        int tiles, bool vec);
+                        bool vec);
 
 }  // namespace vit::cuda

@@ -39,6 +39,14 @@ using namespace flash;
 
 constexpr int kNT = kCols / 8;  // 8-column C tiles across a streamed 64-row tile
 
+// The rows a block owns (queries, or keys in the dK/dV kernel): 16 per warp, as launched
+// (1 .. kWarps warps, the launch bound; flash_attention_mma.cu picks). Every warp computes its 16
+// rows over the same streamed tiles whatever the block's height, so the height never changes a
+// result's bits.
+__device__ __forceinline__ int block_rows() {
+  return int(blockDim.x) / 32 * 16;
+}
+
 #ifndef VIT_CUDA_HOST_SIM
 // ---------------------------------------------------------------------------------------------
 // Warp-level primitives
@@ -107,7 +115,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif  // VIT_CUDA_HOST_SIM
 
-// The A fragments (D / 16 of them) of the warp's 16 rows of a (kRows, D) shared tile.
+// The A fragments (D / 16 of them) of the warp's 16 rows of the block's (rows, D) shared tile.
 template <int D>
 __device__ __forceinline__ void load_rows(uint32_t (&a)[D / 16][4], const bf16* tile, int warp) {
   constexpr int ld = kTileLd<bf16, D>;
@@ -177,14 +185,16 @@ __device__ __forceinline__ void to_operand(uint32_t (&a)[kCols / 16][4], const f
   }
 }
 
-// load_tile (flash_common.cuh) as cp.async copies when `async` and `vec` allow 16-byte ones,
-// else the synchronous load. valid >= 1 (row 0 stands in as the unread source of zero fills).
+// load_tile (flash_tiles.cuh) of a (rows, D) tile by the whole block, as cp.async copies when
+// `async` and `vec` allow 16-byte ones, else the synchronous load. valid >= 1 (row 0 stands in as
+// the unread source of zero fills).
 template <int D>
 __device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, int ldg, int valid,
-                                                bool vec, bool async) {
-  if (!(vec && async)) return load_tile<bf16, D>(s, g, ldg, valid, vec);
+                                                bool vec, bool async, int rows) {
+  const int threads = int(blockDim.x);
+  if (!(vec && async)) return load_tile<bf16, D>(s, g, ldg, valid, vec, rows, threads);
   constexpr int kChunks = D / 8, ld = kTileLd<bf16, D>;
-  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < rows * kChunks; idx += threads) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool inside = r < valid;
     cp_async16(s + r * ld + c, inside ? g + r * ldg + c : g, inside);
@@ -193,7 +203,7 @@ __device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, int ldg,
 
 // s (kCols) = v [0, valid), the rest 0: a streamed tile's per-query statistics.
 __device__ __forceinline__ void load_stats_async(float* s, const float* v, int valid, bool async) {
-  for (int t = threadIdx.x; t < kCols; t += kThreads) {
+  for (int t = threadIdx.x; t < kCols; t += int(blockDim.x)) {
     if (async)
       cp_async4(s + t, t < valid ? v + t : v, t < valid);
     else
@@ -323,22 +333,23 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_forward_kernel(bf16* out, float* lse, const bf16* qkv, int N, int H, int tiles,
                              float scale_log2, bool vec, bool async) {
-  // qkv (B, N, 3C) -> out (B, N, C), lse (B, H, N); block: (b, h), queries [row0, row0 + 64)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  // qkv (B, N, 3C) -> out (B, N, C), lse (B, H, N); block: (b, h), queries [row0, row0 + rows)
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
-  bf16* sq = reinterpret_cast<bf16*>(smem);  // (kRows, ld) queries
-  bf16* skv = sq + kTile;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
-  const BlockPos pos(H, tiles);
+  bf16* sq = reinterpret_cast<bf16*>(smem);  // (rows, ld) queries
+  bf16* skv = sq + rows * ld;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
+  const BlockPos pos(H, tiles, rows);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Head hd(qkv, nullptr, pos, N, C, D);
   const bf16 *q = hd.q, *k = hd.k, *v = hd.v;
   auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
   auto load_kv = [&](int j0) {
-    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
-    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
   };
 
-  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
   load_kv(0);
   cp_async_commit();
   uint32_t qa[D / 16][4];
@@ -408,25 +419,26 @@ __global__ void __launch_bounds__(kThreads)
     flash_mma_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, int N, int H, int tiles, float scale, bool vec,
                         bool async) {
-  // dq (B, N, D) at column h*D of dqkv (B, N, 3C); block: (b, h), queries [row0, row0 + 64)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  // dq (B, N, D) at column h*D of dqkv (B, N, 3C); block: (b, h), queries [row0, row0 + rows)
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
-  bf16* sq = reinterpret_cast<bf16*>(smem);  // (kRows, ld) queries
-  bf16* sdo = sq + kTile;                    // (kRows, ld) dO
-  bf16* skv = sdo + kTile;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
-  const BlockPos pos(H, tiles);
+  bf16* sq = reinterpret_cast<bf16*>(smem);  // (rows, ld) queries
+  bf16* sdo = sq + rows * ld;                // (rows, ld) dO
+  bf16* skv = sdo + rows * ld;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
+  const BlockPos pos(H, tiles, rows);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Head hd(qkv, dout, pos, N, C, D);
   const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
   const float scale_log2 = scale * kLog2e;
   auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
   auto load_kv = [&](int j0) {
-    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
-    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
   };
 
-  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
-  load_tile_async<D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec, async);
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
+  load_tile_async<D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec, async, rows);
   load_kv(0);
   cp_async_commit();
   const int first = pos.row0 + warp * 16, g = lane / 4;
@@ -477,15 +489,16 @@ __global__ void __launch_bounds__(kThreads)
                          const float* drow, int N, int H, int tiles, float scale, bool vec,
                          bool async, DsTiles ds_out = {}) {
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
-  // [row0, row0 + 64); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
+  // [row0, row0 + rows); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
   // kCols queries) in registers.
-  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
-  bf16* sk = reinterpret_cast<bf16*>(smem);  // (kRows, ld) keys
-  bf16* sv = sk + kTile;                     // (kRows, ld) values
-  bf16* sqd = sv + kTile;  // 2 stages of [(kCols, ld) queries, (kCols, ld) dO] of a tile
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // (rows, ld) keys
+  bf16* sv = sk + rows * ld;                 // (rows, ld) values
+  bf16* sqd = sv + rows * ld;  // 2 stages of [(kCols, ld) queries, (kCols, ld) dO] of a tile
   float* sstat = reinterpret_cast<float*>(sqd + 4 * kTile);  // 2 stages of [(kCols) lse, Drow]
-  const BlockPos pos(H, tiles);
+  const BlockPos pos(H, tiles, rows);
   const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
   const Head hd(qkv, dout, pos, N, C, D);
   const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
@@ -496,14 +509,14 @@ __global__ void __launch_bounds__(kThreads)
   auto load_q_do = [&](int i0) {
     bf16* s = sqd + stage(i0) * 2 * kTile;
     float* st = sstat + stage(i0) * 2 * kCols;
-    load_tile_async<D>(s, q + Index(i0) * ld3, ld3, N - i0, vec, async);
-    load_tile_async<D>(s + kTile, dO + Index(i0) * C, C, N - i0, vec, async);
+    load_tile_async<D>(s, q + Index(i0) * ld3, ld3, N - i0, vec, async, kCols);
+    load_tile_async<D>(s + kTile, dO + Index(i0) * C, C, N - i0, vec, async, kCols);
     load_stats_async(st, lse_bh + i0, N - i0, async);
     load_stats_async(st + kCols, dr_bh + i0, N - i0, async);
   };
 
-  load_tile_async<D>(sk, k + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
-  load_tile_async<D>(sv, v + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async);
+  load_tile_async<D>(sk, k + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
+  load_tile_async<D>(sv, v + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
   load_q_do(0);
   cp_async_commit();
   uint32_t ka[D / 16][4], va[D / 16][4];
@@ -549,14 +562,16 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dQ = dS K from the dS^T the dK/dV kernel stored (kStoreDs): the recomputation of S, P and
-// dP that flash_mma_dq_kernel does is skipped, and dQ gets the very dS values dK got.
+// dP that flash_mma_dq_kernel does is skipped, and dQ gets the very dS values dK got. Its blocks
+// are kWarps warps (kRows = kCols queries: whole dS^T tiles), whatever the other kernels' are.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dq_stored_kernel(bf16* dqkv, const bf16* qkv, DsTiles ds_in, int N, int H, int tiles,
                                bool vec, bool async) {
   // dq (B, N, D) at column h*D of dqkv (B, N, 3C) from ds (B * H, N, ldq) and k (at column C
-  // + h*D of qkv (B, N, 3C)); block: (b, h), queries [row0, row0 + 64)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kRows * ld;
+  // + h*D of qkv (B, N, 3C)); block: (b, h), queries [row0, row0 + kRows)
+  static_assert(kRows == kCols, "a block's queries are one dS^T tile's columns");
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
   constexpr int ldt = kTileLd<bf16, kCols>, kDsTile = kCols * ldt;
   VIT_DYNAMIC_SHARED(smem);
   // 2 stages of [(kCols, ld) keys, (kCols, ldt) dS^T: keys x this block's queries] of a tile
@@ -567,10 +582,10 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* ds = ds_in.ds + Index(pos.bh) * N * ds_in.ldq + pos.row0;  // (N, ldq)
   auto stage = [&](int j0) { return sbuf + ((j0 / kCols) % 2) * (kTile + kDsTile); };
   auto load = [&](int j0) {
-    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async);
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
     // ds rows are 16-byte aligned (ldq and row0 multiples of kCols): always vector loads
     load_tile_async<kCols>(stage(j0) + kTile, ds + Index(j0) * ds_in.ldq, ds_in.ldq, N - j0, true,
-                           async);
+                           async, kCols);
   };
 
   load(0);
@@ -591,26 +606,28 @@ __global__ void __launch_bounds__(kThreads)
                vec);
 }
 
+// Bytes of a (rows, D) shared tile.
 template <int D>
-constexpr size_t tile_bytes() {
-  return size_t(kRows) * kTileLd<bf16, D> * sizeof(bf16);
+constexpr size_t tile_bytes(int rows = kCols) {
+  return size_t(rows) * kTileLd<bf16, D> * sizeof(bf16);
 }
 
-// Dynamic shared memory of each kernel: forward: queries, 2 x (keys, values); dq: queries, dO,
-// 2 x (keys, values); dkv: keys, values, 2 x (queries, dO, lse, Drow).
+// Dynamic shared memory of each kernel with blocks of `warps` warps: forward: queries, 2 x
+// (keys, values); dq: queries, dO, 2 x (keys, values); dkv: keys, values, 2 x (queries, dO, lse,
+// Drow); the block's own rows 16 a warp, the streamed tiles kCols.
 template <int D>
-constexpr size_t forward_smem_bytes() {
-  return 5 * tile_bytes<D>();
+constexpr size_t forward_smem_bytes(int warps = kWarps) {
+  return tile_bytes<D>(16 * warps) + 4 * tile_bytes<D>();
 }
 template <int D>
-constexpr size_t dq_smem_bytes() {
-  return 6 * tile_bytes<D>();
+constexpr size_t dq_smem_bytes(int warps = kWarps) {
+  return 2 * tile_bytes<D>(16 * warps) + 4 * tile_bytes<D>();
 }
 template <int D>
-constexpr size_t dkv_smem_bytes() {
-  return 6 * tile_bytes<D>() + 4 * kCols * sizeof(float);
+constexpr size_t dkv_smem_bytes(int warps = kWarps) {
+  return 2 * tile_bytes<D>(16 * warps) + 4 * tile_bytes<D>() + 4 * kCols * sizeof(float);
 }
-// dq from the stored dS: 2 x (keys, dS^T tile).
+// dq from the stored dS (kWarps warps): 2 x (keys, dS^T tile).
 template <int D>
 constexpr size_t dq_stored_smem_bytes() {
   return 2 * (tile_bytes<D>() + tile_bytes<kCols>());
