@@ -516,6 +516,16 @@ s_vbench_storedds() {
 s_vbench_flashauto() {
   VIT_FLASH_WARPS=auto s_vbench "$@"
 }
+# Args: model, batch. The flash backward's kernels over half tiles (VIT_FLASH_HALF_TILES=1: 32
+# of a streamed tile's 64 rows at a time): fewer registers (dK/dV at D = 64: 168 instead of 226,
+# 3 blocks an SM instead of 2), the same bits.
+s_vbench_halftiles() {
+  VIT_FLASH_HALF_TILES=1 s_vbench "$@"
+}
+# Args: model, batch. Both: the block heights chosen for the half-tile kernels' occupancy.
+s_vbench_halfauto() {
+  VIT_FLASH_HALF_TILES=1 VIT_FLASH_WARPS=auto s_vbench "$@"
+}
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
 s_vbench_gelufast() {
@@ -620,7 +630,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_storedds s_vbench_flashauto s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_storedds s_vbench_flashauto s_vbench_halftiles s_vbench_halfauto s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash
 
 # ---------------------------------------------------------------------------------------------
@@ -1045,7 +1055,7 @@ fi
 # space-separated): by default those not yet measured on a GPU or changed since. Measured on the
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
 # time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep.
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local unfusedffn gelufast storedds}"
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local unfusedffn gelufast storedds halftiles}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
   case "$1" in
@@ -1060,6 +1070,8 @@ variant_label() {
     gelufast) echo "VIT_GELU_FAST=1" ;;
     storedds) echo "VIT_FLASH_STORED_DS=1" ;;
     flashauto) echo "VIT_FLASH_WARPS=auto" ;;
+    halftiles) echo "VIT_FLASH_HALF_TILES=1" ;;
+    halfauto) echo "VIT_FLASH_HALF_TILES=1, VIT_FLASH_WARPS=auto" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -1071,7 +1083,8 @@ variant_label() {
 # pair also show the run-to-run spread. The switches of BENCH_VARIANTS (s_vbench_<name>; the
 # WMMA kernels and the unfused attention, s_vbench_wmma and s_vbench_unfused, measured, no
 # longer run) on the first model only (ViT-S); the flash block heights (flashauto: their N
-# differs), CUDA graphs and the BEFORE build (when bundled) on every model.
+# differs; alone and over half tiles), CUDA graphs and the BEFORE build (when bundled) on every
+# model.
 steps_bench_round() {
   local r="$1" mb m b s var variants
   for mb in "${BENCH_MODELS[@]}"; do
@@ -1080,7 +1093,7 @@ steps_bench_round() {
     variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
     [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=("${BENCH_VARIANTS[@]}")
-    variants+=(flashauto graph)
+    variants+=(flashauto halfauto graph)
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)
       [ "$mb" = "${BENCH_MODELS[0]}" ] && variants+=(localbefore)

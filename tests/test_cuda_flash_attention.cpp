@@ -321,6 +321,22 @@ TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
   }
 }
 
+// VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile 32 rows at a time (fewer
+// registers), the same products in the same order: the same bits (on the CPU simulation,
+// FlashKernelsOnHost.HalfTilesGiveTheSameBits), alone and with the block heights' choice.
+TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
+  for (const char* warps : {"4", "auto"}) {
+    SCOPED_TRACE(std::string("VIT_FLASH_WARPS=") + warps);
+    ScopedEnv height("VIT_FLASH_WARPS", warps);
+    compare_switch("VIT_FLASH_HALF_TILES", "0", "1", 5000,
+                   [](const DeviceResult& whole, const DeviceResult& half) {
+                     expect_same_bits("out", half.out, whole.out);
+                     expect_same_bits("lse", half.lse, whole.lse);
+                     expect_same_bits("dqkv", half.dqkv, whole.dqkv);
+                   });
+  }
+}
+
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
 // their tolerances of each other), and the time of each, printed for the record.
 TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {

@@ -55,8 +55,9 @@ const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50
 struct Launch {
   Shape s;
   bool vec = true, async = true;
-  bool stored_ds = false;  // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
-  int warps = k::kWarps;   // VIT_FLASH_WARPS
+  bool stored_ds = false;   // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
+  int warps = k::kWarps;    // VIT_FLASH_WARPS
+  bool half_tiles = false;  // VIT_FLASH_HALF_TILES=1: the backward kernels' kGroups = 2
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
@@ -72,6 +73,14 @@ struct Launch {
   template <int D>
   void backward(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv, const float* lse,
                 const float* drow) const {
+    if (half_tiles)
+      backward_groups<D, 2>(dqkv, dout, qkv, lse, drow);
+    else
+      backward_groups<D, 1>(dqkv, dout, qkv, lse, drow);
+  }
+  template <int D, int kGroups>
+  void backward_groups(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv,
+                       const float* lse, const float* drow) const {
     const float scale = 1.0f / std::sqrt(float(D));
     const int tiles = s.tiles(warps);
     if (stored_ds) {
@@ -80,8 +89,8 @@ struct Launch {
       Bf16s ds = nans(Index(s.B) * s.H * s.N * ldq);
       const k::DsTiles ds_tiles{ds.data(), ldq};
       cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
-        k::flash_mma_dkv_kernel<D, true>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec,
-                                         async, ds_tiles);
+        k::flash_mma_dkv_kernel<D, true, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles,
+                                                  scale, vec, async, ds_tiles);
       });
       const unsigned grid4 = unsigned(s.B * s.H * s.tiles());
       cu::launch({grid4}, {unsigned(k::kThreads)}, k::dq_stored_smem_bytes<D>(), [&] {
@@ -90,10 +99,12 @@ struct Launch {
       return;
     }
     cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
-      k::flash_mma_dkv_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec, async);
+      k::flash_mma_dkv_kernel<D, false, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale,
+                                                 vec, async);
     });
     cu::launch({grid()}, {threads()}, k::dq_smem_bytes<D>(warps), [&] {
-      k::flash_mma_dq_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec, async);
+      k::flash_mma_dq_kernel<D, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec,
+                                         async);
     });
   }
 };
@@ -230,6 +241,26 @@ TEST(FlashKernelsOnHost, BlockHeightsGiveTheSameBits) {
     vit::emu_test::expect_same_bits(widen(got.out), widen(want.out));
     vit::emu_test::expect_same_bits(got.lse, want.lse);
     vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
+  }
+}
+
+// VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile 32 rows at a time, the
+// same products in the same order, so dqkv must have the whole tiles' bits: every shape (the
+// ragged last tiles, whose second half is padding, or partly), with the stored dS too (N = 197,
+// 65).
+TEST(FlashKernelsOnHost, HalfTilesGiveTheSameBits) {
+  uint64_t seed = 900;
+  for (const Shape& s : kShapes) {
+    for (const bool stored : {false, s.N == 197 || s.N == 65}) {
+      SCOPED_TRACE(s.str() + (stored ? " stored dS" : ""));
+      const Case in = make_case(s, ++seed);
+      Launch whole{s}, half{s};
+      whole.stored_ds = half.stored_ds = stored;
+      half.half_tiles = true;
+      const Result want = run_kernels(whole, in.qkv, in.dout, in.e_out, in.e_lse);
+      const Result got = run_kernels(half, in.qkv, in.dout, in.e_out, in.e_lse);
+      vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
+    }
   }
 }
 

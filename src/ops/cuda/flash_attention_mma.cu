@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "ops/cuda/flash_common.cuh"
@@ -100,40 +101,60 @@ bool flash_mma_stored_ds() {
   return env_opt_in("VIT_FLASH_STORED_DS");
 }
 
+// VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile's 64 rows 32 at a time
+// (kGroups = 2): the same products in the same order, so the same bits, with half the score and
+// dS registers live (dK/dV 226 -> 170 a thread at D = 64: 3 blocks of 4 warps an SM instead of 2;
+// dQ 163 -> 128: 4 instead of 3, by ptxas for sm_90). Opt-in until a GPU run measures it.
+bool flash_mma_half_tiles() {
+  return env_opt_in("VIT_FLASH_HALF_TILES");
+}
+
 // The dK/dV kernel (storing dS^T to `ds` when kStoreDs) with its own block height.
-template <int kD, bool kStoreDs>
+template <int kD, bool kStoreDs, int kGroups>
 void launch_dkv(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* drow,
                 Index B, Index N, Index H, float scale, bool vec, bool async, DsTiles ds) {
-  constexpr auto kKernel = flash_mma_dkv_kernel<kD, kStoreDs>;
+  constexpr auto kKernel = flash_mma_dkv_kernel<kD, kStoreDs, kGroups>;
   const int warps = block_warps<kKernel>("dK/dV", N, kD, dkv_smem_bytes<kD>);
   const int tiles = row_tiles(B, N, H, warps);
   launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, dkv_smem_bytes<kD>(warps), dqkv, dout,
                               qkv, lse, drow, int(N), int(H), tiles, scale, vec, async, ds);
 }
 
+// The dQ kernel that recomputes S, P and dP, with its own block height.
+template <int kD, int kGroups>
+void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* drow,
+               Index B, Index N, Index H, float scale, bool vec, bool async) {
+  constexpr auto kKernel = flash_mma_dq_kernel<kD, kGroups>;
+  const int warps = block_warps<kKernel>("dQ", N, kD, dq_smem_bytes<kD>);
+  const int tiles = row_tiles(B, N, H, warps);
+  launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, dq_smem_bytes<kD>(warps), dqkv, dout,
+                              qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
+}
+
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, bool vec) {
   const float scale = 1.0f / std::sqrt(float(D));
-  const bool async = flash_mma_async();
-  with_head_dim(D, [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    if (flash_mma_stored_ds()) {
-      const int tiles = row_tiles(B, N, H, kWarps), ldq = tiles * kCols;
-      const DsTiles ds{
-          static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)),
-          ldq};
-      launch_dkv<kD, true>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, ds);
-      launch_flash<flash_mma_dq_stored_kernel<kD>>(unsigned(B * H * tiles),
-                                                   dq_stored_smem_bytes<kD>(), dqkv, qkv, ds,
-                                                   int(N), int(H), tiles, vec, async);
+  const bool async = flash_mma_async(), stored_ds = flash_mma_stored_ds();
+  auto run = [&](auto head_dim, auto groups) {
+    constexpr int kD = decltype(head_dim)::value, kGroups = decltype(groups)::value;
+    if (!stored_ds) {
+      launch_dkv<kD, false, kGroups>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, {});
+      launch_dq<kD, kGroups>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async);
       return;
     }
-    launch_dkv<kD, false>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, DsTiles{});
-    constexpr auto kDq = flash_mma_dq_kernel<kD>;
-    const int warps = block_warps<kDq>("dQ", N, kD, dq_smem_bytes<kD>);
-    const int tiles = row_tiles(B, N, H, warps);
-    launch_flash_warps<kDq>(unsigned(B * H * tiles), warps, dq_smem_bytes<kD>(warps), dqkv, dout,
-                            qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
+    const int tiles = row_tiles(B, N, H, kWarps), ldq = tiles * kCols;
+    const DsTiles ds{
+        static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)), ldq};
+    launch_dkv<kD, true, kGroups>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, ds);
+    launch_flash<flash_mma_dq_stored_kernel<kD>>(unsigned(B * H * tiles),
+                                                 dq_stored_smem_bytes<kD>(), dqkv, qkv, ds, int(N),
+                                                 int(H), tiles, vec, async);
+  };
+  with_head_dim(D, [&](auto d) {
+    if (flash_mma_half_tiles())
+      run(d, std::integral_constant<int, 2>());
+    else
+      run(d, std::integral_constant<int, 1>());
   });
 }
 

@@ -125,21 +125,21 @@ __device__ __forceinline__ void load_rows(uint32_t (&a)[D / 16][4], const bf16* 
     ldmatrix_x4(a[kk], tile + (warp * 16 + lane % 16) * ld + kk * 16 + (lane / 16) * 8);
 }
 
-// s (16 x kCols, C tiles) = a (16 x D) @ y^T, y the (kCols, D) shared tile (row-major), whose
-// rows from `ncols` on are padding (zeros): the C tiles of only padding columns are left 0
-// without their products (the callers mask those columns). ncols is the same in every lane.
-template <int D>
-__device__ __forceinline__ void rows_times_tile_t(float (&s)[kNT][4],
-                                                  const uint32_t (&a)[D / 16][4], const bf16* y,
-                                                  int ncols) {
+// s (16 x 8 NT, C tiles) = a (16 x D) @ y^T, y the (8 NT, D) shared tile (row-major: a streamed
+// tile's rows, or a group of them), whose rows from `ncols` on are padding (zeros): the C tiles
+// of only padding columns are left 0 without their products (the callers mask those columns).
+// ncols is the same in every lane.
+template <int D, int NT>
+__device__ __forceinline__ void rows_times_tile_t(float (&s)[NT][4], const uint32_t (&a)[D / 16][4],
+                                                  const bf16* y, int ncols) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int j = 0; j < kNT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-    for (int jp = 0; jp < kNT / 2; ++jp) {  // two C tiles (16 rows of y) per ldmatrix.x4
+    for (int jp = 0; jp < NT / 2; ++jp) {  // two C tiles (16 rows of y) per ldmatrix.x4
       if (jp * 16 >= ncols) break;
       uint32_t b[4];
       ldmatrix_x4(b,
@@ -150,18 +150,18 @@ __device__ __forceinline__ void rows_times_tile_t(float (&s)[kNT][4],
   }
 }
 
-// acc (16 x D, C tiles) += p (16 x kCols, given as A fragments) @ z, z the (kCols, D) shared
-// tile (row-major). Columns of p from `ncols` on are 0 (masked) and z's rows there are zeros,
-// so their 16-column steps, which would add exact zeros, are skipped (ncols: same in every
-// lane).
-template <int D>
+// acc (16 x D, C tiles) += p (16 x 16 KK, given as A fragments) @ z, z the (16 KK, D) shared
+// tile (row-major: a streamed tile, or a group of its rows). Columns of p from `ncols` on are 0
+// (masked) and z's rows there are zeros, so their 16-column steps, which would add exact zeros,
+// are skipped (ncols: same in every lane).
+template <int D, int KK>
 __device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
-                                                      const uint32_t (&p)[kCols / 16][4],
-                                                      const bf16* z, int ncols) {
+                                                      const uint32_t (&p)[KK][4], const bf16* z,
+                                                      int ncols) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kk = 0; kk < kCols / 16; ++kk) {
+  for (int kk = 0; kk < KK; ++kk) {
     if (kk * 16 >= ncols) break;
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {  // two C tiles (16 columns of z) per ldmatrix.x4
@@ -174,10 +174,11 @@ __device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
   }
 }
 
-// C tiles (16 x kCols fp32) rounded to bf16 as A fragments of the next product.
-__device__ __forceinline__ void to_operand(uint32_t (&a)[kCols / 16][4], const float (&c)[kNT][4]) {
+// C tiles (16 x 16 KK fp32) rounded to bf16 as A fragments of the next product.
+template <int KK>
+__device__ __forceinline__ void to_operand(uint32_t (&a)[KK][4], const float (&c)[2 * KK][4]) {
 #pragma unroll
-  for (int kk = 0; kk < kCols / 16; ++kk) {
+  for (int kk = 0; kk < KK; ++kk) {
     a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
     a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
     a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
@@ -265,15 +266,16 @@ struct DsTiles {
   int ldq = 0;
 };
 
-// The warp's 16 keys (first ..) of dS^T over the queries [i0, i0 + kCols), from the A
+// The warp's 16 keys (first ..) of dS^T over the queries [i0, i0 + 16 KK), from the A
 // fragments to_operand packed (a[kk]: rows g, g + 8 by columns kk*16 + 2t, kk*16 + 8 + 2t, two
 // bf16 a register), into ds_out; keys from N on are skipped.
+template <int KK>
 __device__ __forceinline__ void store_ds_t(const DsTiles& ds_out, int bh, int N, int first, int i0,
-                                           const uint32_t (&a)[kCols / 16][4]) {
+                                           const uint32_t (&a)[KK][4]) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   bf16* ds = ds_out.ds + Index(bh) * N * ds_out.ldq + i0 + 2 * t;
 #pragma unroll
-  for (int kk = 0; kk < kCols / 16; ++kk)
+  for (int kk = 0; kk < KK; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int key = first + g + (r & 1) * 8;
@@ -414,13 +416,17 @@ __global__ void __launch_bounds__(kThreads)
                N - first, vec);
 }
 
-template <int D>
+// kGroups: the streamed tile's keys taken kCols / kGroups at a time (scores, dS and their
+// operands for a group, then the next): the same products in the same order, so the same bits,
+// in fewer registers (VIT_FLASH_HALF_TILES=1: 2 groups).
+template <int D, int kGroups = 1>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, int N, int H, int tiles, float scale, bool vec,
                         bool async) {
   // dq (B, N, D) at column h*D of dqkv (B, N, 3C); block: (b, h), queries [row0, row0 + rows)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, kGroupCols = kCols / kGroups;
+  static_assert(kGroupCols % 16 == 0, "a group is whole 16-column steps");
   const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem);  // (rows, ld) queries
@@ -462,19 +468,25 @@ __global__ void __launch_bounds__(kThreads)
     if (!idle) {
       const bf16 *sk = stage(j0), *sv = sk + kTile;
       const int nk = min(kCols, N - j0);  // valid keys in the tile
-      float s[kNT][4], dp[kNT][4];
-      rows_times_tile_t<D>(s, qa, sk, nk);   // S = Q K^T
-      rows_times_tile_t<D>(dp, da, sv, nk);  // dP = dO V^T
 #pragma unroll
-      for (int j = 0; j < kNT; ++j)
+      for (int g = 0; g < kGroups; ++g) {             // the tile's keys a group at a time
+        const int c0 = g * kGroupCols, ng = nk - c0;  // the group's valid keys (may be <= 0)
+        const bf16 *gk = sk + c0 * ld, *gv = sv + c0 * ld;
+        float s[kGroupCols / 8][4], dp[kGroupCols / 8][4];
+        rows_times_tile_t<D>(s, qa, gk, ng);   // S = Q K^T
+        rows_times_tile_t<D>(dp, da, gv, ng);  // dP = dO V^T
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = j0 + col_of(j, e) < N ? exp2f(s[j][e] * scale_log2 - lse2[e / 2]) : 0.0f;
-          s[j][e] = p * (dp[j][e] - dr[e / 2]) * scale;  // dS, rounded by to_operand
-        }
-      uint32_t dsa[kCols / 16][4];
-      to_operand(dsa, s);
-      accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
+        for (int j = 0; j < kGroupCols / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float p =
+                j0 + c0 + col_of(j, e) < N ? exp2f(s[j][e] * scale_log2 - lse2[e / 2]) : 0.0f;
+            s[j][e] = p * (dp[j][e] - dr[e / 2]) * scale;  // dS, rounded by to_operand
+          }
+        uint32_t dsa[kGroupCols / 16][4];
+        to_operand(dsa, s);
+        accumulate_times_tile<D>(dq, dsa, gk, ng);  // dQ += dS K
+      }
     }
   });
   store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
@@ -482,16 +494,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // kStoreDs: the kernel also writes the bf16 dS^T it forms to ds_out (B * H, N, ldq), for
-// flash_mma_dq_stored_kernel (VIT_FLASH_STORED_DS=1); otherwise ds_out is not read.
-template <int D, bool kStoreDs = false>
+// flash_mma_dq_stored_kernel (VIT_FLASH_STORED_DS=1); otherwise ds_out is not read. kGroups: as
+// in flash_mma_dq_kernel, over the streamed tile's queries.
+template <int D, bool kStoreDs = false, int kGroups = 1>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                          const float* drow, int N, int H, int tiles, float scale, bool vec,
                          bool async, DsTiles ds_out = {}) {
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
   // [row0, row0 + rows); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
-  // kCols queries) in registers.
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  // kCols / kGroups queries) in registers.
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, kGroupCols = kCols / kGroups;
+  static_assert(kGroupCols % 16 == 0, "a group is whole 16-column steps");
   const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
   bf16* sk = reinterpret_cast<bf16*>(smem);  // (rows, ld) keys
@@ -535,25 +549,31 @@ __global__ void __launch_bounds__(kThreads)
       const bf16 *sq = sqd + stage(i0) * 2 * kTile, *sdo = sq + kTile;
       const float *slse = sstat + stage(i0) * 2 * kCols, *sdr = slse + kCols;
       const int nv = min(kCols, N - i0);  // valid queries in the tile
-      float st[kNT][4], dpt[kNT][4];
-      rows_times_tile_t<D>(st, ka, sq, nv);    // S^T = K Q^T
-      rows_times_tile_t<D>(dpt, va, sdo, nv);  // dP^T = V dO^T
 #pragma unroll
-      for (int j = 0; j < kNT; ++j)
+      for (int g = 0; g < kGroups; ++g) {             // the tile's queries a group at a time
+        const int c0 = g * kGroupCols, ng = nv - c0;  // the group's valid queries (may be <= 0)
+        const bf16 *gq = sq + c0 * ld, *gdo = sdo + c0 * ld;
+        float st[kGroupCols / 8][4], dpt[kGroupCols / 8][4];
+        rows_times_tile_t<D>(st, ka, gq, ng);    // S^T = K Q^T
+        rows_times_tile_t<D>(dpt, va, gdo, ng);  // dP^T = V dO^T
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = col_of(j, e);  // the query
-          // lse in log2 units, the product rounded on its own (no fma with the score's)
-          const float p = i < nv ? exp2f(st[j][e] * scale_log2 - __fmul_rn(slse[i], kLog2e)) : 0.0f;
-          st[j][e] = p;                                  // P^T, rounded by to_operand
-          dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
-        }
-      uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
-      to_operand(pa, st);
-      to_operand(dsa, dpt);
-      if constexpr (kStoreDs) store_ds_t(ds_out, pos.bh, N, first, i0, dsa);
-      accumulate_times_tile<D>(dv, pa, sdo, nv);  // dV += P^T dO
-      accumulate_times_tile<D>(dk, dsa, sq, nv);  // dK += dS^T Q
+        for (int j = 0; j < kGroupCols / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = c0 + col_of(j, e);  // the query
+            // lse in log2 units, the product rounded on its own (no fma with the score's)
+            const float p =
+                i < nv ? exp2f(st[j][e] * scale_log2 - __fmul_rn(slse[i], kLog2e)) : 0.0f;
+            st[j][e] = p;                                  // P^T, rounded by to_operand
+            dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
+          }
+        uint32_t pa[kGroupCols / 16][4], dsa[kGroupCols / 16][4];
+        to_operand(pa, st);
+        to_operand(dsa, dpt);
+        if constexpr (kStoreDs) store_ds_t(ds_out, pos.bh, N, first, i0 + c0, dsa);
+        accumulate_times_tile<D>(dv, pa, gdo, ng);  // dV += P^T dO
+        accumulate_times_tile<D>(dk, dsa, gq, ng);  // dK += dS^T Q
+      }
     }
   });
   bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
