@@ -15,7 +15,7 @@
 #                                                 under torch.compile (default mode); what the
 #                                                 budget does not reach, or cuts short, is SKIP.
 #                                                 session,recipes and session,sweep run those
-#                                                 phases' steps after the profile
+#                                                 phases' steps before the first round
 #
 # The phases below split the same steps into parts of one 10-minute call each:
 #
@@ -77,7 +77,8 @@
 # TRAIN_RECIPE (default recipes/fmnist.yaml). For dry runs without a GPU: GPU_CHECK_DEVICE
 # (default cuda; cpu or emu run the same steps on the CPU), GPU_CHECK_TRAIN_ARGS (extra train
 # flags, e.g. "--budget 20s"), GPU_CHECK_BENCH_MODELS ("model:batch ...", three entries),
-# GPU_CHECK_BENCH_VARIANTS (the ViT-S switches a bench round times; see BENCH_VARIANTS).
+# GPU_CHECK_BENCH_VARIANTS (the ViT-S switches a bench round times; see BENCH_VARIANTS),
+# GPU_CHECK_BENCH_EVERY (those it times on every bench model).
 set -uo pipefail # no -e: a failing step is recorded and the rest still run
 export LC_ALL=C   # decimal points in EPOCHREALTIME and printf
 # vitrain sets this itself and starts again (core/omp_wait.h): set here, no binary restarts
@@ -1056,6 +1057,10 @@ fi
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
 # time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep.
 read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local unfusedffn gelufast storedds halftiles}"
+# The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels'
+# block heights, whose choice depends on N (ViT-Ti/4's 65, the others' 197), alone and over half
+# tiles. CUDA graphs (graph: --cuda-graph, 0.96-0.99x in the third runs) when asked.
+read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashauto halfauto}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
   case "$1" in
@@ -1082,9 +1087,8 @@ variant_label() {
 # two in the other order, so neither always runs on a warmer (or cooler) GPU. Two samples per
 # pair also show the run-to-run spread. The switches of BENCH_VARIANTS (s_vbench_<name>; the
 # WMMA kernels and the unfused attention, s_vbench_wmma and s_vbench_unfused, measured, no
-# longer run) on the first model only (ViT-S); the flash block heights (flashauto: their N
-# differs; alone and over half tiles), CUDA graphs and the BEFORE build (when bundled) on every
-# model.
+# longer run) on the first model only (ViT-S); those of BENCH_EVERY and the BEFORE build (when
+# bundled) on every model.
 steps_bench_round() {
   local r="$1" mb m b s var variants
   for mb in "${BENCH_MODELS[@]}"; do
@@ -1093,7 +1097,7 @@ steps_bench_round() {
     variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
     [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=("${BENCH_VARIANTS[@]}")
-    variants+=(flashauto halfauto graph)
+    variants+=("${BENCH_EVERY[@]}")
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)
       [ "$mb" = "${BENCH_MODELS[0]}" ] && variants+=(localbefore)
@@ -1184,12 +1188,13 @@ if want session; then
   steps_ops_tests
   steps_model
   steps_train_recipe
-  steps_bench_round 1
-  steps_profile
-  # Runs asked for beside the session (session,recipes or session,sweep) before its tail: the
-  # issues they close outrank the second round and the remaining sanitizers.
+  # Runs asked for beside the session (session,recipes or session,sweep) before the speed
+  # rounds: the issue they may close (16's 94%) outranks measurements of one that a session
+  # cannot close (13), which a second call (limits,bench) takes.
   want recipes && steps_recipes
   want sweep && steps_sweep
+  steps_bench_round 1
+  steps_profile
   steps_limits
   steps_ops_sanitizers flash kernels
   steps_train_checks
