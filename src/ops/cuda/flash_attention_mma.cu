@@ -103,8 +103,9 @@ bool flash_mma_stored_ds() {
 
 // VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile's 64 rows 32 at a time
 // (kGroups = 2): the same products in the same order, so the same bits, with half the score and
-// dS registers live (dK/dV 226 -> 170 a thread at D = 64: 3 blocks of 4 warps an SM instead of 2;
-// dQ 163 -> 128: 4 instead of 3, by ptxas for sm_90). Opt-in until a GPU run measures it.
+// dS registers live (ptxas, sm_90, D = 64: dK/dV 226 -> 168 a thread, 3 blocks of 4 warps an SM
+// instead of 2; dQ 163 -> 128 under its launch bound, 4 instead of 3). Opt-in until a GPU run
+// measures it.
 bool flash_mma_half_tiles() {
   return env_opt_in("VIT_FLASH_HALF_TILES");
 }

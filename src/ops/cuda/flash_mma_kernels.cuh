@@ -416,11 +416,21 @@ __global__ void __launch_bounds__(kThreads)
                N - first, vec);
 }
 
+// Blocks an SM the dQ kernel's launch bound asks ptxas to fit: over half tiles at head dims up
+// to 64, 4 (128 registers; at D = 64 4 bytes spilled, against 159 registers and 3 blocks
+// unbounded); else no bound: 0, which ptxas takes as none (a bound of 1 is not: it gave the
+// whole-tile kernel 178 registers instead of 163). (The dK/dV kernel over half tiles would spill
+// ~480 bytes for 4.)
+template <int D, int kGroups>
+constexpr int dq_min_blocks() {
+  return kGroups == 2 && D <= 64 ? 4 : 0;
+}
+
 // kGroups: the streamed tile's keys taken kCols / kGroups at a time (scores, dS and their
 // operands for a group, then the next): the same products in the same order, so the same bits,
 // in fewer registers (VIT_FLASH_HALF_TILES=1: 2 groups).
 template <int D, int kGroups = 1>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
     flash_mma_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, int N, int H, int tiles, float scale, bool vec,
                         bool async) {
