@@ -27,6 +27,8 @@ bool flash_mma_async() {
   return env_switch_on("VIT_FLASH_ASYNC");
 }
 
+namespace {
+
 // VIT_FLASH_WARPS: the warps (16 rows each) of the kernels' blocks, but the stored-dS dQ
 // kernel's: unset, kWarps (64 rows, as the H200 runs measured); 1 .. kWarps for every kernel;
 // "auto": each kernel's choose_block_warps (flash_tiles.cuh) over this GPU's occupancy at the
@@ -79,6 +81,8 @@ int row_tiles(Index B, Index N, Index H, int warps) {
   return int(tiles);
 }
 
+}  // namespace
+
 void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H, Index D,
                        bool vec) {
   const float scale_log2 = kLog2e / std::sqrt(float(D));
@@ -100,6 +104,8 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
 bool flash_mma_stored_ds() {
   return env_opt_in("VIT_FLASH_STORED_DS");
 }
+
+namespace {
 
 // VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile's 64 rows 32 at a time
 // (kGroups = 2): the same products in the same order, so the same bits, with half the score and
@@ -131,6 +137,8 @@ void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, 
   launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, dq_smem_bytes<kD>(warps), dqkv, dout,
                               qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
 }
+
+}  // namespace
 
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, bool vec) {
