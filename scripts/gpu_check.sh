@@ -56,9 +56,11 @@
 #                                                     the summary's table gives mean, min and max
 #   bash scripts/gpu_check.sh limits [DEST]       (k) Nsight Compute on the hot kernels of a ViT-S/16
 #                                                     step (flash, LayerNorm, GELU, a GEMM, the
-#                                                     depthwise conv): what bounds each (SM and
-#                                                     memory throughput, occupancy, registers);
-#                                                     ~80 s; the session runs it after recipes
+#                                                     depthwise conv; the flash backward again
+#                                                     over half tiles, auto heights): what bounds
+#                                                     each (SM and memory throughput, occupancy,
+#                                                     registers); ~100 s; the session runs it
+#                                                     after the profile
 #   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
 #   in fp32 and with --fp32-residual).
@@ -566,8 +568,9 @@ s_vprofile() {
   return "$rc"
 }
 
-# Args: model, batch, then kernels as "name[:skip[:train flags]]" (name: a regex of the kernel's
-# function name; skip: matching launches passed over first, default 1). What bounds each of a
+# Args: model, batch, then kernels as "name[:skip[:bench flags[:environment]]]" (name: a regex of
+# the kernel's function name; skip: matching launches passed over first, default 1; environment:
+# VAR=value words for the run, its label then ending in "+env"). What bounds each of a
 # step's hot kernels, for choosing the next optimisation by measurement rather than by guess:
 # one Nsight Compute run per kernel (`vitrain bench` of one step, that kernel's launch after
 # `skip` others profiled with the speed-of-light, occupancy, launch, warp-state and workload
@@ -575,7 +578,8 @@ s_vprofile() {
 # duration, SM and memory throughput (% of peak), achieved occupancy and registers per thread.
 s_ncu_limits() {
   need_bin vitrain
-  local ncu m="$1" b="$2" spec name skip flags label out="$LOGS/$STEP_ID.ncu.txt" sum="" rc=0
+  local ncu m="$1" b="$2" spec name skip flags envs label out="$LOGS/$STEP_ID.ncu.txt" sum="" rc=0
+  local with_env=()
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ ! -x "$ncu" ]; then
     note "ncu (Nsight Compute) not found"
@@ -585,10 +589,12 @@ s_ncu_limits() {
   shift 2
   : >"$out"
   for spec in "$@"; do
-    IFS=: read -r name skip flags <<<"$spec"
-    echo "===== $name (skip ${skip:-1}) ${flags:+[$flags]}" >>"$out"
+    IFS=: read -r name skip flags envs <<<"$spec"
+    with_env=()
+    [ -n "$envs" ] && read -ra with_env <<<"env $envs"
+    echo "===== $name (skip ${skip:-1}) ${flags:+[$flags]} ${envs:+[$envs]}" >>"$out"
     # shellcheck disable=SC2086  # flags: split on purpose
-    LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" timeout 90 "$ncu" --clock-control none \
+    LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" timeout 90 "${with_env[@]}" "$ncu" --clock-control none \
       --kernel-name-base function -k "regex:$name" -s "${skip:-1}" -c 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section ComputeWorkloadAnalysis \
@@ -599,6 +605,7 @@ s_ncu_limits() {
     # Compact for the summary's note: "label duration SM/memory/occupancy% registers".
     label=${name%%|*}
     label=${label#flash_mma_}
+    [ -n "$envs" ] && label+="+env"
     sum+="$label $(awk -v n="$name" '
       /^ *Duration /                  { d = sprintf("%.0f%s", $NF, $(NF-1)) }
       /^ *Compute \(SM\) Throughput / { sm = sprintf("%.0f", $NF) }
@@ -1158,7 +1165,9 @@ steps_limits() {
   step "k_limits_$(short "$m")" limits 150 "Nsight Compute: what bounds each hot kernel, $m b$b" \
     s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_kernel layernorm_backward \
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
-    "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local"
+    "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
+    "flash_mma_dkv:1::VIT_FLASH_HALF_TILES=1 VIT_FLASH_WARPS=auto" \
+    "flash_mma_dq_kernel:1::VIT_FLASH_HALF_TILES=1 VIT_FLASH_WARPS=auto"
 }
 
 # timm under torch.compile (mode $1, default max-autotune) beside vitrain; the last (smallest)
