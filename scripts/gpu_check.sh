@@ -1226,8 +1226,10 @@ else
   want repeat && steps_repeat
   want recipes && steps_recipes
   want sweep && steps_sweep
-  want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
+  # limits before bench: ~100 s for what bounds each hot kernel (and the half-tile flash kernels'
+  # durations beside the defaults'), where a bench round takes longer than a short call has.
   want limits && steps_limits
+  want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
   if want data; then
     # shellcheck source=scripts/gpu_check_data.sh
     source "$(pick scripts/gpu_check_data.sh gpu_check_data.sh)"
