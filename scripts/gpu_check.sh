@@ -59,8 +59,8 @@
 #                                                     depthwise conv; the flash backward again
 #                                                     over half tiles, auto heights): what bounds
 #                                                     each (SM and memory throughput, occupancy,
-#                                                     registers); ~100 s; the session runs it
-#                                                     after the profile
+#                                                     registers); the session runs it after
+#                                                     the profile
 #   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
 #   in fp32 and with --fp32-residual).
@@ -1226,8 +1226,9 @@ else
   want repeat && steps_repeat
   want recipes && steps_recipes
   want sweep && steps_sweep
-  # limits before bench: ~100 s for what bounds each hot kernel (and the half-tile flash kernels'
-  # durations beside the defaults'), where a bench round takes longer than a short call has.
+  # limits before bench: twelve ncu runs of one bench step each for what bounds each hot kernel
+  # (and the half-tile flash kernels' durations beside the defaults'), where a bench round's
+  # ~25 steps take longer than a short second call may have.
   want limits && steps_limits
   want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
   if want data; then
