@@ -85,17 +85,18 @@ struct Launch {
     const int tiles = s.tiles(warps);
     if (stored_ds) {
       // (B * H, N, ldq) as flash_mma_backward allocates it; NaN where the kernel never writes
-      const int ldq = s.tiles() * k::kCols;
+      const int tiles4 = s.tiles(), ldq = tiles4 * k::kCols;  // the dQ kernel's kWarps blocks
       Bf16s ds = nans(Index(s.B) * s.H * s.N * ldq);
       const k::DsTiles ds_tiles{ds.data(), ldq};
       cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
         k::flash_mma_dkv_kernel<D, true, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles,
                                                   scale, vec, async, ds_tiles);
       });
-      const unsigned grid4 = unsigned(s.B * s.H * s.tiles());
-      cu::launch({grid4}, {unsigned(k::kThreads)}, k::dq_stored_smem_bytes<D>(), [&] {
-        k::flash_mma_dq_stored_kernel<D>(dqkv, qkv, ds_tiles, s.N, s.H, s.tiles(), vec, async);
-      });
+      cu::launch({unsigned(s.B * s.H * tiles4)}, {unsigned(k::kThreads)},
+                 k::dq_stored_smem_bytes<D>(), [&] {
+                   k::flash_mma_dq_stored_kernel<D>(dqkv, qkv, ds_tiles, s.N, s.H, tiles4, vec,
+                                                    async);
+                 });
       return;
     }
     cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {

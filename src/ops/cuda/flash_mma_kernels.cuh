@@ -479,8 +479,8 @@ __global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
       const bf16 *sk = stage(j0), *sv = sk + kTile;
       const int nk = min(kCols, N - j0);  // valid keys in the tile
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) {             // the tile's keys a group at a time
-        const int c0 = g * kGroupCols, ng = nk - c0;  // the group's valid keys (may be <= 0)
+      for (int group = 0; group < kGroups; ++group) {     // the tile's keys a group at a time
+        const int c0 = group * kGroupCols, ng = nk - c0;  // the group's valid keys (may be <= 0)
         const bf16 *gk = sk + c0 * ld, *gv = sv + c0 * ld;
         float s[kGroupCols / 8][4], dp[kGroupCols / 8][4];
         rows_times_tile_t<D>(s, qa, gk, ng);   // S = Q K^T
@@ -560,8 +560,8 @@ __global__ void __launch_bounds__(kThreads)
       const float *slse = sstat + stage(i0) * 2 * kCols, *sdr = slse + kCols;
       const int nv = min(kCols, N - i0);  // valid queries in the tile
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) {             // the tile's queries a group at a time
-        const int c0 = g * kGroupCols, ng = nv - c0;  // the group's valid queries (may be <= 0)
+      for (int group = 0; group < kGroups; ++group) {     // the tile's queries a group at a time
+        const int c0 = group * kGroupCols, ng = nv - c0;  // the group's valid queries (may be <= 0)
         const bf16 *gq = sq + c0 * ld, *gdo = sdo + c0 * ld;
         float st[kGroupCols / 8][4], dpt[kGroupCols / 8][4];
         rows_times_tile_t<D>(st, ka, gq, ng);    // S^T = K Q^T
