@@ -1228,7 +1228,7 @@ else
   want sweep && steps_sweep
   # limits before bench: twelve ncu runs of one bench step each for what bounds each hot kernel
   # (and the half-tile flash kernels' durations beside the defaults'), where a bench round's
-  # ~25 steps take longer than a short second call may have.
+  # 21 default steps (11 on ViT-S, 5 on each other model) take longer than a short second call may have.
   want limits && steps_limits
   want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
   if want data; then
