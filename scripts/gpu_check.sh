@@ -57,7 +57,7 @@
 #   bash scripts/gpu_check.sh limits [DEST]       (k) Nsight Compute on the hot kernels of a ViT-S/16
 #                                                     step (flash, LayerNorm, GELU, a GEMM, the
 #                                                     depthwise conv; the flash backward again
-#                                                     over half tiles, auto heights): what bounds
+#                                                     as before 2026-11-27's defaults): what bounds
 #                                                     each (SM and memory throughput, occupancy,
 #                                                     registers); the session runs it after
 #                                                     the profile
@@ -442,8 +442,10 @@ s_logits() {
 s_vbench() {
   need_bin vitrain
   local out="$WORK/$STEP_ID.out" rc
-  vt bench --device "$DEVICE" --model "$1" -b "$2" ${3:+--img-size "$3"} --steps "$BENCH_STEPS" \
-    --warmup "$BENCH_WARMUP" --json ${VBENCH_FLAGS:-} 2>&1 | tee "$out"
+  # VIT_FLASH_WARPS=auto is the default; set, it also prints each kernel's chosen block height.
+  VIT_FLASH_WARPS="${VIT_FLASH_WARPS:-auto}" vt bench --device "$DEVICE" --model "$1" -b "$2" \
+    ${3:+--img-size "$3"} --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" --json \
+    ${VBENCH_FLAGS:-} 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   last_json "$out" >"$MET/$STEP_ID.json"
   [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
@@ -496,11 +498,11 @@ s_vbench_fp32res() {
 s_vbench_local() {
   VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
-# Args: model, batch. The same with the locality FFN's middle as separate ops
-# (VIT_FUSE_LOCAL_FFN=0): what its fused passes pay (a little more than they pay against the
-# old model, which stored act1 instead of recomputing it in a pass of its own).
-s_vbench_unfusedffn() {
-  VIT_FUSE_LOCAL_FFN=0 VBENCH_FLAGS="--ffn local" s_vbench "$@"
+# Args: model, batch. The same with the locality FFN's middle fused (VIT_FUSE_LOCAL_FFN=1; the
+# default since 2026-11-27 is the separate ops, 1.25x faster on the H200 then): whether the
+# fused passes still lose.
+s_vbench_localfused() {
+  VIT_FUSE_LOCAL_FFN=1 VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
 # Args: model, batch. vitrain bench with the tanh GELU (--ffn mlp_tanh): fc1's GELU in cuBLASLt's
 # epilogues (forward, and in fc2's data-gradient GEMM backward with fc1's bias gradient).
@@ -512,27 +514,24 @@ s_vbench_tanh() {
 s_vbench_tanhsep() {
   VIT_GELU_EPILOGUE=0 VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
 }
-# Args: model, batch. The flash backward's dQ from the dS^T the dK/dV kernel stores
-# (VIT_FLASH_STORED_DS=1) instead of recomputing S, P and dP: what skipping 2 of the dQ
-# kernel's 3 products pays against writing and reading dS.
-s_vbench_storedds() {
-  VIT_FLASH_STORED_DS=1 s_vbench "$@"
+# The flash kernels' defaults since 2026-11-27: dQ from the dS^T the dK/dV kernel stores, the
+# backward over half tiles, the block heights the occupancy model picks per kernel and N. The
+# variants below take them back one by one.
+# Args: model, batch. All three off (VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0
+# VIT_FLASH_WARPS=4): the kernels the H200 runs timed as the default up to 2026-11-27.
+s_vbench_flashold() {
+  VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
 }
-# Args: model, batch. The flash kernels' blocks as high as the occupancy model picks for each
-# kernel and N (VIT_FLASH_WARPS=auto: choose_block_warps) instead of 4 warps: what fitting the
-# blocks to N and to the registers pays (ViT-Ti/4's N = 65, the dK/dV kernel at N = 197).
-s_vbench_flashauto() {
-  VIT_FLASH_WARPS=auto s_vbench "$@"
+# Args: model, batch. The stored dS alone, over whole tiles in 4-warp blocks (the fastest of
+# the H200's 2026-11-27 bench rows): what half tiles and the heights add to it.
+s_vbench_storedonly() {
+  VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
 }
-# Args: model, batch. The flash backward's kernels over half tiles (VIT_FLASH_HALF_TILES=1: 32
-# of a streamed tile's 64 rows at a time): fewer registers (dK/dV at D = 64: 168 instead of 226,
-# 3 blocks an SM instead of 2), the same bits.
-s_vbench_halftiles() {
-  VIT_FLASH_HALF_TILES=1 s_vbench "$@"
-}
-# Args: model, batch. Both: the block heights chosen for the half-tile kernels' occupancy.
-s_vbench_halfauto() {
-  VIT_FLASH_HALF_TILES=1 VIT_FLASH_WARPS=auto s_vbench "$@"
+# Args: model, batch. dQ recomputed (VIT_FLASH_STORED_DS=0) over half tiles at the chosen
+# heights (whose dQ kernel Nsight Compute timed at 190 us against 222 whole): what the stored dS
+# pays over the best recomputing kernels.
+s_vbench_recompute() {
+  VIT_FLASH_STORED_DS=0 s_vbench "$@"
 }
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
@@ -609,7 +608,7 @@ s_ncu_limits() {
     sum+="$label $(awk -v n="$name" '
       /^ *Duration /                  { d = sprintf("%.0f%s", $NF, $(NF-1)) }
       /^ *Compute \(SM\) Throughput / { sm = sprintf("%.0f", $NF) }
-      /^ *Memory Throughput /         { mem = sprintf("%.0f", $NF) }
+      /^ *Memory Throughput / && $(NF-1) == "%" { mem = sprintf("%.0f", $NF) }  # not the GB/s row
       /^ *Achieved Occupancy /        { occ = sprintf("%.0f", $NF) }
       /^ *Registers Per Thread /      { reg = $NF }
       /^=====/                        { if (index($0, "===== " n " ") == 1) d = sm = mem = occ = reg = "" }
@@ -643,7 +642,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_unfusedffn s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_storedds s_vbench_flashauto s_vbench_halftiles s_vbench_halfauto s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedonly s_vbench_recompute s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -700,7 +699,7 @@ for line in open(os.path.join(work, "steps.tsv"), errors="replace"):
 info = next((s.get("metrics", {}) for s in steps if s["id"] == "a_info"), {})
 def impl_of(s):
     """vitrain's variants by step: f_vitrain_* is the build as it is; f_unfused_*, f_wmma_*, f_sync_*, f_tune_*,
-    f_fp32res_*, f_unfusedrn_*, f_local_*, f_unfusedffn_*, f_tanh_*, f_tanhsep_* and f_before_*
+    f_fp32res_*, f_unfusedrn_*, f_local_*, f_localfused_*, f_tanh_*, f_tanhsep_* and f_before_*
     (attention variants, the fp32 residual stream, the unfused residual + LayerNorm, the locality
     FFN fused and not, the tanh GELU in the GEMM epilogues and not, the BEFORE build)
     get their own column."""
@@ -745,13 +744,20 @@ if bench:
     L.append("")
     L.append("Training-step throughput (one fixed synthetic batch; MFU = 3 x analytic forward FLOPs / 989 TFLOP/s):")
     L.append("")
-    L.append("| model | batch | impl | img/s | ms/step | MFU | peak GiB | step |")
-    L.append("|---|---:|---|---:|---:|---:|---:|---|")
+    L.append("| model | batch | impl | img/s | ms/step | MFU | peak GiB | chunks: median img/s (spread) | step |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|---|")
+    def chunks(b):
+        """vitrain's chunk rates (timm's bench has none): their median and (max - min) / median."""
+        r = b.get("chunk_img_per_s") or []
+        med = b.get("median_img_per_s")
+        if not r or not med:
+            return ""
+        return f"{med} ({100 * (max(r) - min(r)) / med:.1f}%)"
     for b in sorted(bench, key=lambda b: (b.get("model", ""), b.get("impl", ""), b["step"])):
         mfu = b.get("mfu")
         L.append(f"| {b.get('model')} | {b.get('batch')} | {b.get('impl')} | {b.get('img_per_s')} | "
                  f"{b.get('ms_per_step')} | {'' if mfu is None else f'{100 * mfu:.1f}%'} | "
-                 f"{b.get('peak_mem_gib', '')} | {b['step']} |")
+                 f"{b.get('peak_mem_gib', '')} | {chunks(b)} | {b['step']} |")
     # Medians per model and implementation, and vitrain's speed relative to each torch mode.
     med = {}
     for b in bench:
@@ -966,10 +972,10 @@ steps_model() {
     env VIT_GELU_FAST=1
   step d_gelufast_model model 90 "VIT_GELU_FAST=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_GELU_FAST=1
-  # dQ from the stored dS (opt-in until this passes and f_storedds_* pays; the op's own tests
-  # are b_flash's).
-  step d_storedds_model model 90 "VIT_FLASH_STORED_DS=1: bf16 model vs emulation" \
-    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_STORED_DS=1
+  # dQ recomputed (the default forms it from the stored dS since 2026-11-27, which passed this
+  # test then as d_storedds_model; the recomputed dQ differs in up to 1% of its bits).
+  step d_recompute_model model 90 "VIT_FLASH_STORED_DS=0: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_STORED_DS=0
 }
 
 # The default recipe on the device, its export, and its bf16 logits against PyTorch.
@@ -1072,11 +1078,11 @@ fi
 # space-separated): by default those not yet measured on a GPU or changed since. Measured on the
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
 # time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep.
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local unfusedffn gelufast storedds halftiles}"
-# The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels'
-# block heights, whose choice depends on N (ViT-Ti/4's 65, the others' 197), alone and over half
-# tiles. CUDA graphs (graph: --cuda-graph, 0.96-0.99x in the third runs) when asked.
-read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashauto halfauto}"
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local localfused gelufast storedonly recompute}"
+# The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
+# before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
+# others' 197). CUDA graphs (graph: --cuda-graph, 0.96-0.99x in the third runs) when asked.
+read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashold}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
   case "$1" in
@@ -1084,15 +1090,14 @@ variant_label() {
     fp32res) echo "--fp32-residual" ;;
     local) echo "--ffn local" ;;
     localbefore) echo "BEFORE build, --ffn local" ;;
-    unfusedffn) echo "--ffn local, VIT_FUSE_LOCAL_FFN=0" ;;
+    localfused) echo "--ffn local, VIT_FUSE_LOCAL_FFN=1" ;;
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
     gelufast) echo "VIT_GELU_FAST=1" ;;
-    storedds) echo "VIT_FLASH_STORED_DS=1" ;;
-    flashauto) echo "VIT_FLASH_WARPS=auto" ;;
-    halftiles) echo "VIT_FLASH_HALF_TILES=1" ;;
-    halfauto) echo "VIT_FLASH_HALF_TILES=1, VIT_FLASH_WARPS=auto" ;;
+    flashold) echo "VIT_FLASH_STORED_DS=0, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
+    storedonly) echo "VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
+    recompute) echo "VIT_FLASH_STORED_DS=0" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     graph) echo "--cuda-graph" ;;
@@ -1163,11 +1168,11 @@ steps_limits() {
   local m b
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "k_limits_$(short "$m")" limits 150 "Nsight Compute: what bounds each hot kernel, $m b$b" \
-    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_kernel layernorm_backward \
+    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_stored layernorm_backward \
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
-    "flash_mma_dkv:1::VIT_FLASH_HALF_TILES=1 VIT_FLASH_WARPS=auto" \
-    "flash_mma_dq_kernel:1::VIT_FLASH_HALF_TILES=1 VIT_FLASH_WARPS=auto"
+    "flash_mma_dkv:1::VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" \
+    "flash_mma_dq_kernel:1::VIT_FLASH_STORED_DS=0"
 }
 
 # timm under torch.compile (mode $1, default max-autotune) beside vitrain; the last (smallest)
@@ -1227,8 +1232,9 @@ else
   want recipes && steps_recipes
   want sweep && steps_sweep
   # limits before bench: twelve ncu runs of one bench step each for what bounds each hot kernel
-  # (and the half-tile flash kernels' durations beside the defaults'), where a bench round's
-  # 21 default steps (11 on ViT-S, 5 on each other model) take longer than a short second call may have.
+  # (and the flash backward's kernels as they were before 2026-11-27, beside the defaults'), where
+  # a bench round's 18 default steps (10 on ViT-S, 4 on each other model) take longer than a
+  # short second call may have.
   want limits && steps_limits
   want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
   if want data; then

@@ -277,8 +277,8 @@ void compare_switch(const char* name, const char* a, const char* b, uint64_t see
   }
 }
 
-// VIT_FLASH_STORED_DS=1 forms dQ from the dS^T the dK/dV kernel stored instead of recomputing S,
-// P and dP from Q, K, V and dO. The forward is the same; dQ is formed from the same bf16 dS
+// The default forms dQ from the dS^T the dK/dV kernel stored instead of recomputing S, P and dP
+// from Q, K, V and dO (VIT_FLASH_STORED_DS=0). The forward is the same; dQ is formed from the same bf16 dS
 // values where the tensor cores sum S^T = K Q^T as they sum S = Q K^T (on the CPU simulation,
 // FlashKernelsOnHost.StoredDsGivesTheRecomputedBits, it has every bit), so at most 1% of dqkv
 // may differ in its bits, each within 2 bf16 spacings.
@@ -305,35 +305,43 @@ TEST_F(FlashAttentionBf16, AsyncTileLoadsGiveTheSynchronousBits) {
 }
 
 // VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps, or the occupancy model's choice per kernel and N
-// ("auto"), instead of 4. Each warp computes its 16 rows over the same streamed tiles whatever
-// the block's height, so every output must have the 4-warp blocks' bits (on the CPU simulation,
-// FlashKernelsOnHost.BlockHeightsGiveTheSameBits).
+// ("auto", the default), instead of 4. Each warp computes its 16 rows over the same streamed
+// tiles whatever the block's height, so every output must have the 4-warp blocks' bits (on the
+// CPU simulation, FlashKernelsOnHost.BlockHeightsGiveTheSameBits); with dQ recomputed and from
+// the stored dS (the default), over the default half tiles.
 TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
   uint64_t seed = 4000;
-  for (const char* warps : {"auto", "3", "2", "1"}) {
-    SCOPED_TRACE(std::string("VIT_FLASH_WARPS=") + warps);
-    compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100,
-                   [](const DeviceResult& four, const DeviceResult& other) {
-                     expect_same_bits("out", other.out, four.out);
-                     expect_same_bits("lse", other.lse, four.lse);
-                     expect_same_bits("dqkv", other.dqkv, four.dqkv);
-                   });
+  for (const char* stored : {"0", "1"}) {
+    ScopedEnv stored_ds("VIT_FLASH_STORED_DS", stored);
+    for (const char* warps : {"auto", "3", "2", "1"}) {
+      SCOPED_TRACE(std::string("VIT_FLASH_STORED_DS=") + stored + " VIT_FLASH_WARPS=" + warps);
+      compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100,
+                     [](const DeviceResult& four, const DeviceResult& other) {
+                       expect_same_bits("out", other.out, four.out);
+                       expect_same_bits("lse", other.lse, four.lse);
+                       expect_same_bits("dqkv", other.dqkv, four.dqkv);
+                     });
+    }
   }
 }
 
-// VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile 32 rows at a time (fewer
-// registers), the same products in the same order: the same bits (on the CPU simulation,
-// FlashKernelsOnHost.HalfTilesGiveTheSameBits), alone and with the block heights' choice.
+// The backward kernels over half tiles (the default; VIT_FLASH_HALF_TILES=0: whole tiles) take
+// each streamed tile 32 rows at a time (fewer registers), the same products in the same order:
+// the same bits (on the CPU simulation, FlashKernelsOnHost.HalfTilesGiveTheSameBits), at 4-warp
+// blocks and the heights' choice, with dQ recomputed and from the stored dS.
 TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
-  for (const char* warps : {"4", "auto"}) {
-    SCOPED_TRACE(std::string("VIT_FLASH_WARPS=") + warps);
-    ScopedEnv height("VIT_FLASH_WARPS", warps);
-    compare_switch("VIT_FLASH_HALF_TILES", "0", "1", 5000,
-                   [](const DeviceResult& whole, const DeviceResult& half) {
-                     expect_same_bits("out", half.out, whole.out);
-                     expect_same_bits("lse", half.lse, whole.lse);
-                     expect_same_bits("dqkv", half.dqkv, whole.dqkv);
-                   });
+  for (const char* stored : {"0", "1"}) {
+    ScopedEnv stored_ds("VIT_FLASH_STORED_DS", stored);
+    for (const char* warps : {"4", "auto"}) {
+      SCOPED_TRACE(std::string("VIT_FLASH_STORED_DS=") + stored + " VIT_FLASH_WARPS=" + warps);
+      ScopedEnv height("VIT_FLASH_WARPS", warps);
+      compare_switch("VIT_FLASH_HALF_TILES", "0", "1", 5000,
+                     [](const DeviceResult& whole, const DeviceResult& half) {
+                       expect_same_bits("out", half.out, whole.out);
+                       expect_same_bits("lse", half.lse, whole.lse);
+                       expect_same_bits("dqkv", half.dqkv, whole.dqkv);
+                     });
+    }
   }
 }
 

@@ -215,8 +215,32 @@ TEST_F(TrainCli, OpenMpSpinningIsLimitedUnlessTheUserChose) {
   EXPECT_EQ(spin("-u OMP_WAIT_POLICY GOMP_SPINCOUNT=20000"), "20000");
   EXPECT_EQ(spin("-u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive"), "unset");
   const char* loader = "/lib64/ld-linux-x86-64.so.2";  // x86-64 glibc's
-  if (fs::exists(loader))
+  if (fs::exists(loader)) {
     EXPECT_EQ(spin(std::string("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY ") + loader), "unset");
+  }
+}
+
+// bench times its steps in up to 5 chunks, each closed by a wait for the device: the JSON gives
+// each chunk's rate (7 steps: chunks of 2, 2, 1, 1, 1), their median, and the whole run's rate,
+// which the chunks' rates bracket (it is their step-weighted harmonic mean).
+TEST_F(TrainCli, BenchReportsTheRateOfEachChunkOfItsSteps) {
+  const RunResult r =
+      run_vitrain("bench --model vit_fmnist_tiny -b 2 --steps 7 --warmup 0 --json", dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("chunk_img_per_s")) << r.out;
+  std::vector<double> rates = j["chunk_img_per_s"].get<std::vector<double>>();
+  ASSERT_EQ(rates.size(), 5u) << r.out;
+  std::sort(rates.begin(), rates.end());
+  EXPECT_GT(rates.front(), 0.0);
+  EXPECT_EQ(j.value("median_img_per_s", -1.0), rates[2]);
+  // All rates are printed to 0.01 img/s: bracket the whole rate within that rounding.
+  EXPECT_GE(j.value("img_per_s", -1.0), rates.front() - 0.01) << r.out;
+  EXPECT_LE(j.value("img_per_s", -1.0), rates.back() + 0.01) << r.out;
+  const nlohmann::json one = nlohmann::json::parse(
+      run_vitrain("bench --model vit_fmnist_tiny -b 2 --steps 1 --warmup 0 --json", dir_.string())
+          .out);
+  EXPECT_EQ(one["chunk_img_per_s"].size(), 1u);
 }
 
 // bench builds the architecture it is told (the locality FFN or the tanh GELU, the classifier)

@@ -2,6 +2,7 @@
 #include "cli/bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/omp_wait.h"
 #include "core/profile.h"
@@ -99,13 +101,28 @@ int run_bench(int argc, char** argv) {
   engine->read_stats();  // waits for the warm-up steps on the device
   const int64_t warmup_replays = engine->graph_stats().replays;
   Profile::reset();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  const TrainStats ts = engine->read_stats();  // waits for the timed steps
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  VIT_CHECK(std::isfinite(ts.loss_sum), "bench: the loss is not finite");
+  // The timed steps in up to kChunks chunks, each closed by a wait for the device: the whole
+  // time gives the figure; the chunks' rates (median, spread) say whether a moment's slowdown
+  // (a clock change, another process) moved it, which one short total cannot.
+  constexpr int kChunks = 5;
+  const int chunks = std::min(steps, kChunks);
+  std::vector<double> chunk_img_per_s;
+  double sec = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int n = steps / chunks + (c < steps % chunks ? 1 : 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) step();
+    const TrainStats ts = engine->read_stats();  // waits for the chunk's steps
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    VIT_CHECK(std::isfinite(ts.loss_sum), "bench: the loss is not finite");
+    sec += s;
+    chunk_img_per_s.push_back(double(batch) * n / s);
+  }
   if (Profile::enabled()) Profile::print(stderr, steps);
   const double img_per_s = double(batch) * steps / sec;
+  std::vector<double> sorted_rates = chunk_img_per_s;
+  std::sort(sorted_rates.begin(), sorted_rates.end());
+  const double median_img_per_s = sorted_rates[sorted_rates.size() / 2];
   const double gflops = 3.0 * cfg.forward_flops_per_image() * img_per_s / 1e9;
   const bool gpu = engine->on_gpu();
   // MFU against the dense bf16 peak of an H100/H200 SXM (989 TFLOP/s), the yardstick.
@@ -132,11 +149,13 @@ int run_bench(int argc, char** argv) {
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
         "\"gflops\":{:.2f},\"state_mib\":{:.2f},\"optimizer_mib\":{:.2f},\"ffn\":\"{}\","
-        "\"gp\":\"{}\",\"omp_spin\":{}{}{}{}}}\n",
+        "\"gp\":\"{}\",\"omp_spin\":{},\"median_img_per_s\":{:.2f},\"chunk_img_per_s\":[{:.2f}]{}{}"
+        "{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops, state.total() / kMiB,
         state.optimizer / kMiB, to_string(cfg.ffn), to_string(cfg.classifier),
-        nlohmann::json(spin.empty() ? "unset" : spin).dump(),
+        nlohmann::json(spin.empty() ? "unset" : spin).dump(), median_img_per_s,
+        fmt::join(chunk_img_per_s, ","),
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {

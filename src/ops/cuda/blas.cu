@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops/cuda/blas.cuh"
+#include "ops/cuda/device.h"
 
 namespace vit::cuda {
 
@@ -114,7 +115,7 @@ struct Lt {
   Lt(const Lt&) = delete;
   Lt& operator=(const Lt&) = delete;
   ~Lt() {  // runs only when creation fails half-way; the process-wide one is never destroyed
-    if (workspace) cudaFree(workspace);
+    device_free(workspace);
     if (handle) cublasLtDestroy(handle);
   }
 };
@@ -125,7 +126,7 @@ Lt& lt() {
   static Lt* s = [] {
     auto p = std::make_unique<Lt>();
     VIT_CUBLAS_CHECK(cublasLtCreate(&p->handle));
-    VIT_CUDA_CHECK(cudaMalloc(&p->workspace, kWorkspaceBytes));
+    p->workspace = device_alloc(kWorkspaceBytes);  // counted in the reported peak
     return p.release();
   }();
   return *s;

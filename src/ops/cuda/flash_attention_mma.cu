@@ -30,12 +30,13 @@ bool flash_mma_async() {
 namespace {
 
 // VIT_FLASH_WARPS: the warps (16 rows each) of the kernels' blocks, but the stored-dS dQ
-// kernel's: unset, kWarps (64 rows, as the H200 runs measured); 1 .. kWarps for every kernel;
-// "auto": each kernel's choose_block_warps (flash_tiles.cuh) over this GPU's occupancy at the
-// run's N. Opt-in until a GPU run measures it; the height never changes a result's bits.
+// kernel's: unset or "auto", each kernel's choose_block_warps (flash_tiles.cuh) over this GPU's
+// occupancy at the run's N; 1 .. kWarps for every kernel (4: the blocks before 2026-11-27). The
+// height never changes a result's bits. Default since an H200's Nsight Compute run (2026-11-27,
+// ViT-S/16 b256, with half tiles): dK/dV 348 -> 275 us, dQ 222 -> 190 us.
 int flash_warps_setting() {  // 0: auto
   const char* env = std::getenv("VIT_FLASH_WARPS");
-  if (!env || !*env) return kWarps;
+  if (!env || !*env) return 0;
   const std::string value(env);
   if (value == "auto") return 0;
   char* end = nullptr;
@@ -46,8 +47,9 @@ int flash_warps_setting() {  // 0: auto
 }
 
 // The warps of kKernel (`name`, head dim D) blocks at N rows; bytes(warps): its dynamic shared
-// memory. The "auto" choice asks the occupancy calculator once per device and N, and says what
-// it chose on stderr (once), so a benchmark's log shows the heights it ran.
+// memory. The "auto" choice asks the occupancy calculator once per device and N; asked for by
+// name (VIT_FLASH_WARPS=auto), it says what it chose on stderr (once), so a benchmark's log shows
+// the heights it ran while a training run's stays quiet.
 template <auto kKernel, typename Bytes>
 int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
   const int setting = flash_warps_setting();
@@ -65,10 +67,12 @@ int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[w], kKernel, 32 * w, bytes(w)));
     return Index(per_sm[w]);
   });
-  std::fprintf(stderr,
-               "vitrain: flash attention %s, N=%lld D=%lld: blocks of %d warps (blocks an SM at "
-               "1/2/3/4 warps: %d/%d/%d/%d)\n",
-               name, (long long)N, (long long)D, warps, per_sm[1], per_sm[2], per_sm[3], per_sm[4]);
+  if (const char* env = std::getenv("VIT_FLASH_WARPS"); env && *env)
+    std::fprintf(stderr,
+                 "vitrain: flash attention %s, N=%lld D=%lld: blocks of %d warps (blocks an SM at "
+                 "1/2/3/4 warps: %d/%d/%d/%d)\n",
+                 name, (long long)N, (long long)D, warps, per_sm[1], per_sm[2], per_sm[3],
+                 per_sm[4]);
   chosen.emplace(key, warps);
   return warps;
 }
@@ -97,23 +101,25 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
   });
 }
 
-// VIT_FLASH_STORED_DS=1: the dK/dV kernel stores dS^T (bf16, B * H * N * 64 ceil(N / 64)
-// elements of scratch: 119 MB at ViT-S/16 b256) and dQ is formed from it, without the dQ
-// kernel's recomputation of S, P and dP (2 of its 3 products and its exponentials). Opt-in until
-// a GPU run measures it (FlashKernelsOnHost checks it gives the recomputing kernel's bits).
+// The dK/dV kernel stores dS^T (bf16, B * H * N * 64 ceil(N / 64) elements of scratch: 119 MB
+// at ViT-S/16 b256) and dQ is formed from it, without the dQ kernel's recomputation of S, P and
+// dP (2 of its 3 products and its exponentials); VIT_FLASH_STORED_DS=0 recomputes. Default
+// since the H200 runs of 2026-11-27: ViT-S/16 b256 8,597-8,630 img/s in three runs against
+// 7,752-8,331 for the recomputing kernels in seven (FlashKernelsOnHost checks it gives the
+// recomputing kernel's bits; on the GPU at most 1% of dQ differs, by the order of S^T's sums).
 bool flash_mma_stored_ds() {
-  return env_opt_in("VIT_FLASH_STORED_DS");
+  return env_switch_on("VIT_FLASH_STORED_DS");
 }
 
 namespace {
 
-// VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile's 64 rows 32 at a time
-// (kGroups = 2): the same products in the same order, so the same bits, with half the score and
-// dS registers live (ptxas, sm_90, D = 64: dK/dV 226 -> 168 a thread, 3 blocks of 4 warps an SM
-// instead of 2; dQ 163 -> 128 under its launch bound, 4 instead of 3). Opt-in until a GPU run
-// measures it.
+// The backward kernels take each streamed tile's 64 rows 32 at a time (kGroups = 2): the same
+// products in the same order, so the same bits, with half the score and dS registers live
+// (ptxas, sm_90, D = 64: dK/dV 226 -> 168 a thread, 3 blocks of 4 warps an SM instead of 2; dQ
+// 163 -> 128 under its launch bound, 4 instead of 3). VIT_FLASH_HALF_TILES=0: whole tiles.
+// Default since the H200's kernel times of 2026-11-27 (above, VIT_FLASH_WARPS).
 bool flash_mma_half_tiles() {
-  return env_opt_in("VIT_FLASH_HALF_TILES");
+  return env_switch_on("VIT_FLASH_HALF_TILES");
 }
 
 // The dK/dV kernel (storing dS^T to `ds` when kStoreDs) with its own block height.

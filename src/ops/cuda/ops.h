@@ -58,9 +58,9 @@ enum ScratchSlot : int {
   kScratchLayernorm = 6,      // layernorm dweight/dbias partials
   kScratchColsum = 7,         // column-sum partials
   kScratchPixelSteps = 8,     // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
-  kScratchLocalFfn = 9,       // VIT_FUSE_LOCAL_FFN=0: the locality FFN's act1, d(act1) (B, N, M)
+  kScratchLocalFfn = 9,       // the locality FFN's separate ops: act1, d(act1) (B, N, M)
   kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
-  kScratchFlashDs = 11,       // VIT_FLASH_STORED_DS=1: dS^T of every head (B * H, N, 64 tiles) bf16
+  kScratchFlashDs = 11,       // the flash backward's dS^T of every head (B * H, N, 64 tiles) bf16
   kScratchSlots = 12,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
@@ -226,9 +226,9 @@ void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, I
 // act1), hswish_backward(dfc1, dact1, fc1): dfc1 (B, N, M) overwrite, dweight (M, 1, 3, 3)
 // accumulates. act1 is unused (recomputed from fc1; may be nullptr). dact2 is left as it was
 // here; the host backends' version uses it as scratch.
-// VIT_FUSE_LOCAL_FFN=0 runs the separate ops instead (what the fusion pays, for the bench);
-// act1 (and d(act1)) then go through scratch and the backward recomputes act1 in a pass of its
-// own.
+// Unless VIT_FUSE_LOCAL_FFN=1 (the fused passes, slower on an H200: dwconv.cu) these run the
+// separate ops; act1 (and d(act1)) then go through scratch and the backward recomputes act1 in a
+// pass of its own.
 template <typename T>
 void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
                         const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,

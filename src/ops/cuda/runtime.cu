@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/device.h"
 
 namespace vit::cuda {
 
@@ -82,8 +83,9 @@ void grow_locked(ScratchArena& a, ScratchBuf& b, size_t bytes) {
   if (bytes <= b.bytes) return;
   const size_t grown = std::max(bytes, b.bytes + b.bytes / 4);  // amortise slow growth
   a.retired.reserve(a.retired.size() + 1);  // so the push_back below cannot throw
-  void* p = nullptr;
-  VIT_CUDA_CHECK(cudaMalloc(&p, grown));
+  // Through device_alloc, so the run's reported peak memory counts scratch too (the stored dS is
+  // 119 MB at ViT-S/16 b256; timm's max_memory_allocated counts its cuBLAS workspaces).
+  void* p = device_alloc(grown);
   // Ops enqueued earlier may still read the old buffer: keep it until release_scratch().
   if (b.ptr) a.retired.push_back(b.ptr);
   b.ptr = p;
@@ -113,13 +115,12 @@ void release_scratch() {
   ScratchArena& a = arena();
   std::lock_guard<std::mutex> lock(a.mu);
   if (a.retired.empty()) return;
-  ++a.epoch;  // before the frees: a graph naming a freed buffer must not be replayed, also if
-              // a cudaFree below throws
+  ++a.epoch;  // before the frees: a graph naming a freed buffer must not be replayed
   std::vector<void*> dead;
   dead.swap(a.retired);  // never freed twice, even if a call below throws
   // Any stream may still have work reading them queued.
   VIT_CUDA_CHECK(cudaDeviceSynchronize());
-  for (void* p : dead) VIT_CUDA_CHECK(cudaFree(p));
+  for (void* p : dead) device_free(p);
 }
 
 uint64_t scratch_epoch() {
