@@ -449,6 +449,11 @@ s_vbench() {
   rc=${PIPESTATUS[0]}
   last_json "$out" >"$MET/$STEP_ID.json"
   [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
+  # With CUDA graphs (the GPU's default): how many timed passes were replays (fewer: the graphs
+  # turned off, and the log says why).
+  local n
+  n=$(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" 2>/dev/null | cut -d: -f2)
+  [ -n "$n" ] && note "graph replays: $n of $BENCH_STEPS timed passes"
   return "$rc"
 }
 
@@ -456,10 +461,12 @@ s_vbench() {
 s_vbench_unfused() {
   VIT_FLASH_ATTENTION=0 s_vbench "$@"
 }
-# Args: model, batch. The BEFORE build's vitrain bench (scripts/gpu_bundle.sh BEFORE=COMMIT).
+# Args: model, batch. The BEFORE build's vitrain bench (scripts/gpu_bundle.sh BEFORE=COMMIT),
+# with CUDA graphs as the build's own bench has them by default (builds before 2026-11-27 had
+# them as an option).
 s_vbench_before() {
   need_bin vitrain_before
-  VT_BIN="$BUNDLE/bin/vitrain_before" s_vbench "$@"
+  VT_BIN="$BUNDLE/bin/vitrain_before" VBENCH_FLAGS="--cuda-graph ${VBENCH_FLAGS:-}" s_vbench "$@"
 }
 s_vprofile_before() {
   need_bin vitrain_before
@@ -469,7 +476,7 @@ s_vprofile_before() {
 # (build the bundle with BEFORE=3cea84e, the last build measured with the per-output kernels).
 s_vbench_localbefore() {
   need_bin vitrain_before
-  VT_BIN="$BUNDLE/bin/vitrain_before" VBENCH_FLAGS="--ffn local" s_vbench "$@"
+  VT_BIN="$BUNDLE/bin/vitrain_before" VBENCH_FLAGS="--cuda-graph --ffn local" s_vbench "$@"
 }
 s_vprofile_local() {
   VPROFILE_FLAGS="--ffn local" s_vprofile "$@"
@@ -543,14 +550,10 @@ s_vbench_gelufast() {
 s_vbench_unfusedrn() {
   VIT_FUSE_RESIDUAL_NORM=0 s_vbench "$@"
 }
-# Args: model, batch. vitrain bench with each pass replayed as a CUDA graph (what --cuda-graph
-# pays); the note says how many timed passes were replays (0: the graphs turned off, see log).
-s_vbench_graph() {
-  VBENCH_FLAGS=--cuda-graph s_vbench "$@" || return
-  local n
-  n=$(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" | cut -d: -f2)
-  note "graph replays: ${n:-none} of $BENCH_STEPS timed passes"
-  [ "${n:-0}" = "$BENCH_STEPS" ] || return 5
+# Args: model, batch. vitrain bench launching each op (--cuda-graph=false; graphs are bench's
+# default on the GPU since 2026-11-27, as they are train's): what the graphs pay.
+s_vbench_nograph() {
+  VBENCH_FLAGS=--cuda-graph=false s_vbench "$@"
 }
 
 # Args: model, batch. The per-op table of a vitrain step (CUDA-event device times) into the
@@ -599,7 +602,7 @@ s_ncu_limits() {
       --section WarpStateStats --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis \
       "$BUNDLE/bin/vitrain" bench --device "$DEVICE" --model "$m" -b "$b" --steps 1 --warmup 0 \
-      $flags >>"$out" 2>&1 || rc=$?
+      --cuda-graph=false $flags >>"$out" 2>&1 || rc=$?
     # ncu's tables: "    Metric Name    Unit    Value"; the value is the last field.
     # Compact for the summary's note: "label duration SM/memory/occupancy% registers".
     label=${name%%|*}
@@ -642,7 +645,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedonly s_vbench_recompute s_vbench_graph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedonly s_vbench_recompute s_vbench_nograph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1081,7 +1084,8 @@ fi
 read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local localfused gelufast storedonly recompute}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
-# others' 197). CUDA graphs (graph: --cuda-graph, 0.96-0.99x in the third runs) when asked.
+# others' 197). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
+# since 2026-11-27, paid 1.01-1.04x in the third runs) when asked.
 read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashold}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
@@ -1100,7 +1104,7 @@ variant_label() {
     recompute) echo "VIT_FLASH_STORED_DS=0" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
-    graph) echo "--cuda-graph" ;;
+    nograph) echo "--cuda-graph=false" ;;
     *) echo "$1 attention" ;;
   esac
 }

@@ -243,6 +243,23 @@ TEST_F(TrainCli, BenchReportsTheRateOfEachChunkOfItsSteps) {
   EXPECT_EQ(one["chunk_img_per_s"].size(), 1u);
 }
 
+// bench replays CUDA graphs by default, as train does, and the op profile times op by op: with
+// --profile the default gives way, an explicit --cuda-graph is one clear error, and
+// --no-cuda-graph / --cuda-graph=false are accepted. On the CPU the JSON has no graph count.
+TEST_F(TrainCli, BenchGraphsGiveWayToTheProfileUnlessAskedFor) {
+  const std::string bench = "bench --model vit_fmnist_tiny -b 2 --steps 1 --warmup 0 --json ";
+  for (const char* flags : {"", "--profile", "--profile --no-cuda-graph", "--cuda-graph=false"}) {
+    SCOPED_TRACE(flags);
+    const RunResult r = run_vitrain(bench + flags, dir_.string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_FALSE(nlohmann::json::parse(r.out).contains("graph_replays")) << r.out;
+  }
+  const RunResult both = run_vitrain(bench + "--profile --cuda-graph", dir_.string());
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_NE(both.err.find("error: bench: --cuda-graph and the op profile"), std::string::npos)
+      << both.err;
+}
+
 // bench builds the architecture it is told (the locality FFN or the tanh GELU, the classifier)
 // over the preset: the JSON names them, and the parameter state follows (the local FFN has a
 // depthwise kernel and no fc biases; mlp_tanh has mlp's). A value outside the choices is one

@@ -2,7 +2,6 @@
 #include "cli/bench.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -25,7 +24,7 @@ int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
   std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem, ffn, gp;
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
-  bool json = false, profile = false, fp32_residual = false, cuda_graph = false;
+  bool json = false, profile = false, fp32_residual = false, cuda_graph = true;
   app.add_option("--model", model_name, "model preset");
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
@@ -45,10 +44,11 @@ int run_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_flag("--fp32-residual", fp32_residual,
                "bf16 modes: the residual stream and its gradient in fp32");
-  app.add_flag("--cuda-graph", cuda_graph,
-               "cuda: replay each step's forward and backward as a CUDA graph (not with "
-               "--profile); the warm-up is then at least 4 steps, so both input slots' graphs "
-               "are captured before the timing");
+  app.add_flag("--cuda-graph,!--no-cuda-graph", cuda_graph,
+               "cuda: replay each step's forward and backward as a CUDA graph, as train does "
+               "(on by default, off under --profile; --cuda-graph=false: launch each op); the "
+               "warm-up is then at least 4 steps, so both input slots' graphs are captured "
+               "before the timing");
   app.add_flag("--json", json, "print one JSON line instead of text");
   app.add_flag("--profile", profile,
                "per-op table of the timed steps on stderr: ms per step, share, achieved "
@@ -62,12 +62,11 @@ int run_bench(int argc, char** argv) {
     throw Error(fmt::format("bench: {}", e.what()));
   }
   if (threads > 0) omp_set_num_threads(threads);
-  VIT_CHECK(!(cuda_graph && (profile || Profile::enabled())),
+  const bool profiled = profile || Profile::enabled();
+  VIT_CHECK(!(cuda_graph && profiled && app.count("--cuda-graph") > 0),
             "bench: --cuda-graph and the op profile (--profile, VIT_PROFILE=1) do not go "
             "together: the profile times each op, a graph replays them all at once");
   if (profile) Profile::set_enabled(true);  // before the engine: it picks the timer
-  // Each of the two input slots' passes runs eagerly once, then is captured (pass_graphs.h).
-  if (cuda_graph) warmup = std::max(warmup, 4);
 
   ModelConfig cfg = model_preset(model_name);
   if (img_size > 0) cfg.img_size = img_size;
@@ -77,6 +76,10 @@ int run_bench(int argc, char** argv) {
   cfg.validate();
   EngineOptions eo;
   eo.device = resolve_device(device);
+  // Graphs are the CUDA backend's (train's default there); the profile times op by op.
+  cuda_graph = cuda_graph && eo.device == "cuda" && !profiled;
+  // Each of the two input slots' passes runs eagerly once, then is captured (pass_graphs.h).
+  if (cuda_graph) warmup = std::max(warmup, 4);
   eo.precision = precision;
   eo.fp32_residual = fp32_residual;
   eo.cuda_graph = cuda_graph;
@@ -123,6 +126,9 @@ int run_bench(int argc, char** argv) {
   std::vector<double> sorted_rates = chunk_img_per_s;
   std::sort(sorted_rates.begin(), sorted_rates.end());
   const double median_img_per_s = sorted_rates[sorted_rates.size() / 2];
+  std::string chunk_list;  // "r1,r2,...", each to 0.01 img/s
+  for (double r : chunk_img_per_s)
+    chunk_list += fmt::format("{}{:.2f}", chunk_list.empty() ? "" : ",", r);
   const double gflops = 3.0 * cfg.forward_flops_per_image() * img_per_s / 1e9;
   const bool gpu = engine->on_gpu();
   // MFU against the dense bf16 peak of an H100/H200 SXM (989 TFLOP/s), the yardstick.
@@ -149,13 +155,12 @@ int run_bench(int argc, char** argv) {
         "{{\"impl\":\"vitrain-{}\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
         "\"gflops\":{:.2f},\"state_mib\":{:.2f},\"optimizer_mib\":{:.2f},\"ffn\":\"{}\","
-        "\"gp\":\"{}\",\"omp_spin\":{},\"median_img_per_s\":{:.2f},\"chunk_img_per_s\":[{:.2f}]{}{}"
+        "\"gp\":\"{}\",\"omp_spin\":{},\"median_img_per_s\":{:.2f},\"chunk_img_per_s\":[{}]{}{}"
         "{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops, state.total() / kMiB,
         state.optimizer / kMiB, to_string(cfg.ffn), to_string(cfg.classifier),
-        nlohmann::json(spin.empty() ? "unset" : spin).dump(), median_img_per_s,
-        fmt::join(chunk_img_per_s, ","),
+        nlohmann::json(spin.empty() ? "unset" : spin).dump(), median_img_per_s, chunk_list,
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
   } else {
