@@ -511,6 +511,11 @@ s_vbench_local() {
 s_vbench_localfused() {
   VIT_FUSE_LOCAL_FFN=1 VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
+# Args: model, batch. The locality FFN with the depthwise kernels taking two channels a thread
+# (VIT_DWCONV_VEC=2: paired 4-byte loads and stores, half the memory instructions).
+s_vbench_dwvec() {
+  VIT_DWCONV_VEC=2 VBENCH_FLAGS="--ffn local" s_vbench "$@"
+}
 # Args: model, batch. vitrain bench with the tanh GELU (--ffn mlp_tanh): fc1's GELU in cuBLASLt's
 # epilogues (forward, and in fc2's data-gradient GEMM backward with fc1's bias gradient).
 s_vbench_tanh() {
@@ -645,7 +650,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedonly s_vbench_recompute s_vbench_nograph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedonly s_vbench_recompute s_vbench_nograph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -928,7 +933,7 @@ steps_ops_sanitizers() {
     case "$s" in
         kernels)
           step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
-            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/bf16.ResidualLayerNormIsTheTwoOpsBitwise:CudaOps/bf16.LocalFfnFusedIsTheThreeOpsBitwise:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/bf16.ResidualLayerNormIsTheTwoOpsBitwise:CudaOps/bf16.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/bf16.DwConvPairedChannelsGiveTheSameBits:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
           ;;
         gemm)
           step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
@@ -1081,7 +1086,7 @@ fi
 # space-separated): by default those not yet measured on a GPU or changed since. Measured on the
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
 # time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep.
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local localfused gelufast storedonly recompute}"
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local localfused dwvec gelufast storedonly recompute}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
@@ -1095,6 +1100,7 @@ variant_label() {
     local) echo "--ffn local" ;;
     localbefore) echo "BEFORE build, --ffn local" ;;
     localfused) echo "--ffn local, VIT_FUSE_LOCAL_FFN=1" ;;
+    dwvec) echo "--ffn local, VIT_DWCONV_VEC=2" ;;
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
@@ -1176,7 +1182,9 @@ steps_limits() {
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
     "flash_mma_dkv:1::VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" \
-    "flash_mma_dq_kernel:1::VIT_FLASH_STORED_DS=0"
+    "flash_mma_dq_kernel:1::VIT_FLASH_STORED_DS=0" \
+    "dwconv3x3_forward:1:--ffn local:VIT_DWCONV_VEC=2" \
+    "dwconv3x3_backward_kernel:1:--ffn local:VIT_DWCONV_VEC=2"
 }
 
 # timm under torch.compile (mode $1, default max-autotune) beside vitrain; the last (smallest)
@@ -1235,9 +1243,9 @@ else
   want repeat && steps_repeat
   want recipes && steps_recipes
   want sweep && steps_sweep
-  # limits before bench: twelve ncu runs of one bench step each for what bounds each hot kernel
+  # limits before bench: fourteen ncu runs of one bench step each (77 s for twelve on the H200) for what bounds each hot kernel
   # (and the flash backward's kernels as they were before 2026-11-27, beside the defaults'), where
-  # a bench round's 18 default steps (10 on ViT-S, 4 on each other model) take longer than a
+  # a bench round's 19 default steps (11 on ViT-S, 4 on each other model) take longer than a
   # short second call may have.
   want limits && steps_limits
   want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }

@@ -644,6 +644,51 @@ TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
   ::unsetenv("VIT_FUSE_LOCAL_FFN");
 }
 
+// Two channels a thread (VIT_DWCONV_VEC=2): the depthwise conv and the locality FFN's middle,
+// fused and separate, give one channel's bits, on aligned tensors (the paired kernels) and at
+// an odd element offset (where they fall back to one channel). On the CPU simulation:
+// DwconvKernelsOnHost.PairedChannelsGiveTheSameBits.
+TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
+  using T = TypeParam;
+  uint64_t seed = 580;
+  for (const TokShape& s : kTokShapes) {
+    for (size_t off : {size_t(0), size_t(1)}) {
+      for (const char* fuse : {"0", "1"}) {
+        SCOPED_TRACE(str(s) + " offset " + std::to_string(off) + " VIT_FUSE_LOCAL_FFN=" + fuse);
+        ::setenv("VIT_FUSE_LOCAL_FFN", fuse, 1);
+        const Index M = 4 * s.C + 4, n = s.B * s.N * M;
+        const Vec x = rnd<T>(n, ++seed, 2.5), w = rnd<T>(M * 9, ++seed, 0.3);
+        const Vec dout = rnd<T>(n, ++seed), dw0 = rnd<float>(M * 9, ++seed);
+        auto run = [&](const char* vec) {
+          ::setenv("VIT_DWCONV_VEC", vec, 1);
+          DevBuf<T> d_x(x, "inp", off), d_w(w, "weight"), d_dout(dout, "dout", off);
+          DevBuf<T> out(n, "out", off), dinp(n, "dinp", off), act1(n, "act1", off);
+          DevBuf<T> dw(n, "dw", off), act2(n, "act2", off), dfc1(n, "dfc1", off);
+          DevBuf<float> dweight(dw0, "dweight"), l_dweight(dw0, "dweight (local)");
+          gpu::dwconv3x3_forward(out.get(), d_x.get(), d_w.get(), s.B, s.N, s.prefix, s.g, s.g, M);
+          gpu::dwconv3x3_backward(dinp.get(), dweight.get(), d_dout.get(), d_x.get(), d_w.get(),
+                                  s.B, s.N, s.prefix, s.g, s.g, M);
+          gpu::local_ffn_forward(act1.get(), dw.get(), act2.get(), d_x.get(), d_w.get(), s.B, s.N,
+                                 s.prefix, s.g, s.g, M);
+          gpu::local_ffn_backward(dfc1.get(), l_dweight.get(), d_dout.get(), dw.get(),
+                                  static_cast<const T*>(nullptr), d_x.get(), d_w.get(), s.B, s.N,
+                                  s.prefix, s.g, s.g, M);
+          gpu::synchronize();
+          return std::vector<Vec>{out.download(),  dinp.download(),     dweight.download(),
+                                  act1.download(), dw.download(),       act2.download(),
+                                  dfc1.download(), l_dweight.download()};
+        };
+        const std::vector<Vec> one = run("1"), two = run("2");
+        const char* names[] = {"out", "dinp", "dweight", "act1",
+                               "dw",  "act2", "dfc1",    "dweight (local)"};
+        for (size_t k = 0; k < one.size(); ++k) expect_same_bits(names[k], two[k], one[k]);
+      }
+    }
+  }
+  ::unsetenv("VIT_DWCONV_VEC");
+  ::unsetenv("VIT_FUSE_LOCAL_FFN");
+}
+
 TYPED_TEST(CudaOps, Im2Patches) {
   using T = TypeParam;
   struct Case {

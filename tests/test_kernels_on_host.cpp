@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_host_sim.h"
@@ -49,32 +50,33 @@ std::vector<double> to_doubles(const Floats& v) {
 }
 
 // The launches of dwconv.cu with small grids (the grid-stride loops then take several turns) and
-// `chunks` column chunks for the weight gradient.
+// `chunks` column chunks for the weight gradient; kVec channels a thread (VIT_DWCONV_VEC).
 struct Launch {
   Shape s;
   int columns() const { return s.B * s.gw * s.C; }
   int prefix_total() const { return s.B * s.prefix * s.C; }
 
-  template <typename T, bool kLocal>
+  template <typename T, bool kLocal, int kVec = 1>
   void forward(T* out, const T* inp, const T* w, T* act1, T* act2) const {
     cu::launch({3}, {64}, [&] {
-      k::dwconv3x3_forward_kernel<T, kLocal>(out, inp, w, act1, act2, columns(), prefix_total(),
-                                             s.N(), s.prefix, s.gh, s.gw, s.C);
+      k::dwconv3x3_forward_kernel<T, kLocal, kVec>(out, inp, w, act1, act2, columns() / kVec,
+                                                   prefix_total(), s.N(), s.prefix, s.gh, s.gw,
+                                                   s.C);
     });
   }
-  template <typename T, bool kLocal>
+  template <typename T, bool kLocal, int kVec = 1>
   void backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* w, const T* dw,
                 int chunks) const {
     cu::launch({2}, {64}, [&] {
       k::dwconv3x3_backward_prefix_kernel<T, kLocal>(dinp, inp, prefix_total(), s.N(), s.prefix,
                                                      s.C);
     });
-    const int units = s.B * s.gw, col_blocks = (s.C + 31) / 32;
+    const int units = s.B * s.gw, lane_blocks = (s.C / kVec + 31) / 32;
     const int per_chunk = (units + chunks - 1) / chunks;
     std::vector<float> partial(size_t(chunks) * 9 * s.C, -1.0f);
-    cu::launch({unsigned(col_blocks), unsigned(chunks)}, {32, unsigned(k::kRows)}, [&] {
-      k::dwconv3x3_backward_kernel<T, kLocal>(dinp, partial.data(), dout, inp, w, dw, s.B, s.N(),
-                                              s.prefix, s.gh, s.gw, s.C, per_chunk);
+    cu::launch({unsigned(lane_blocks), unsigned(chunks)}, {32, unsigned(k::kRows)}, [&] {
+      k::dwconv3x3_backward_kernel<T, kLocal, kVec>(dinp, partial.data(), dout, inp, w, dw, s.B,
+                                                    s.N(), s.prefix, s.gh, s.gw, s.C, per_chunk);
     });
     cu::launch({unsigned((9 * s.C + 63) / 64)}, {64},
                [&] { k::dwconv3x3_weight_finish_kernel(dweight, partial.data(), chunks, s.C); });
@@ -184,6 +186,80 @@ TEST(DwconvKernelsOnHost, LocalFfnFusedIsTheThreeOpsBitwise) {
     expect_same_bits("act2 (no act1)", widen(g_act2), widen(act2));
     expect_same_bits("dfc1", widen(f_dfc1), widen(dfc1));
     expect_same_bits("dweight", f_dweight, dweight);
+  }
+}
+
+// Two channels a thread (VIT_DWCONV_VEC=2, where C is even) against one: every output bit for
+// bit, the plain conv in fp32 and bf16 and the fused locality-FFN passes in bf16, with two column
+// chunks. C = 70 leaves the last 32-lane block part empty; C = 130 spans three blocks of pairs.
+template <typename T>
+void expect_pairs_match_singles(bool local) {
+  const Shape shapes[] = {{3, 0, 3, 5, 70}, {1, 1, 7, 7, 64}, {2, 1, 4, 3, 130}, {2, 1, 1, 1, 2}};
+  uint32_t seed = 90;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(s.str());
+    const Index n = s.n();
+    Gen gen(++seed);
+    auto values = [&](double lo, double hi) {  // rounded to T
+      const Floats f = gen.floats(n, lo, hi);
+      std::vector<T> v(f.size());
+      for (size_t i = 0; i < f.size(); ++i) v[i] = cu::from_f32<T>(f[i]);
+      return v;
+    };
+    auto filled = [&] { return std::vector<T>(n, cu::from_f32<T>(std::nanf(""))); };
+    auto to_floats = [](const std::vector<T>& v) {
+      Floats f(v.size());
+      for (size_t i = 0; i < v.size(); ++i) f[i] = cu::to_f32(v[i]);
+      return f;
+    };
+    const std::vector<T> x = values(-4, 4), dout = values(-1, 1);
+    std::vector<T> w(9 * s.C);
+    const Floats wf = gen.floats(9 * s.C, -0.4, 0.4), dw0 = gen.floats(9 * s.C, -0.1, 0.1);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = cu::from_f32<T>(wf[i]);
+    const Launch run{s};
+    struct Result {
+      Floats out, act1, act2, dinp, dweight;
+    };
+    auto pass = [&](auto vec) {
+      constexpr int kVec = decltype(vec)::value;
+      std::vector<T> out = filled(), act1 = filled(), act2 = filled(), dinp = filled();
+      Floats dweight = dw0;
+      if (local) {
+        run.forward<T, true, kVec>(out.data(), x.data(), w.data(), act1.data(), act2.data());
+        run.backward<T, true, kVec>(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(),
+                                    out.data(), 2);
+      } else {
+        run.forward<T, false, kVec>(out.data(), x.data(), w.data(), nullptr, nullptr);
+        run.backward<T, false, kVec>(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(),
+                                     nullptr, 2);
+      }
+      return Result{to_floats(out), local ? to_floats(act1) : Floats{},
+                    local ? to_floats(act2) : Floats{}, to_floats(dinp), dweight};
+    };
+    const Result one = pass(std::integral_constant<int, 1>());
+    const Result two = pass(std::integral_constant<int, 2>());
+    expect_same_bits("out", two.out, one.out);
+    if (local) {
+      expect_same_bits("act1", two.act1, one.act1);
+      expect_same_bits("act2", two.act2, one.act2);
+    }
+    expect_same_bits("dinp", two.dinp, one.dinp);
+    expect_same_bits("dweight", two.dweight, one.dweight);
+  }
+}
+
+TEST(DwconvKernelsOnHost, PairedChannelsGiveTheSameBits) {
+  {
+    SCOPED_TRACE("fp32 conv");
+    expect_pairs_match_singles<float>(false);
+  }
+  {
+    SCOPED_TRACE("bf16 conv");
+    expect_pairs_match_singles<cu::bf16>(false);
+  }
+  {
+    SCOPED_TRACE("bf16 locality FFN");
+    expect_pairs_match_singles<cu::bf16>(true);
   }
 }
 

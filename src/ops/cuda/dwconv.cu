@@ -22,6 +22,9 @@
 // (activation_math.cuh) and explicit fmas, so the fused passes give the three ops' bits while
 // moving (B, N, M) tensors 3 times forward (not 6) and 4 times backward (not 11).
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/dwconv_kernels.cuh"
@@ -47,15 +50,38 @@ struct ConvThreads {
   Index total() const { return Index(columns) + prefix_total; }
 };
 
+// VIT_DWCONV_VEC=2: two neighbouring channels a thread, moved as one 4-byte (bf16) or 8-byte
+// (fp32) access, where C is even and every tensor 2-element aligned: half the load and store
+// instructions (Nsight Compute on the H200, 2026-11-27: the one-channel kernels at 53-57% of
+// the SMs' issue and 9-15% of memory, so instruction-bound). The same bits as one channel (each
+// channel's sums in the same order; DwconvKernelsOnHost.PairedChannelsGiveTheSameBits). Opt-in
+// until a GPU run measures it.
+template <typename T, typename... Ptrs>
+int channels_a_thread(Index C, const Ptrs*... tensors) {
+  // Read at every call, as the other switches are (a test compares both in one process).
+  const char* env = std::getenv("VIT_DWCONV_VEC");
+  const bool asked = env && std::string(env) == "2";
+  const bool aligned = ((reinterpret_cast<uintptr_t>(tensors) % (2 * sizeof(T)) == 0) && ...);
+  return asked && C % 2 == 0 && aligned ? 2 : 1;
+}
+
 template <typename T, bool kLocal>
 void conv_forward(T* out, const T* inp, const T* weight, T* act1, T* act2, Index B, Index N,
                   Index prefix, Index gh, Index gw, Index C) {
   const ConvThreads th(B, N, prefix, gh, gw, C);
   if (th.total() <= 0) return;
-  dwconv3x3_forward_kernel<T, kLocal><<<grid_stride_blocks(th.total()), kBlock, 0, stream()>>>(
-      out, inp, weight, act1, act2, th.columns, th.prefix_total, int(N), int(prefix), int(gh),
-      int(gw), int(C));
-  VIT_CUDA_LAUNCHED();
+  auto launch = [&](auto kernel, int vec) {
+    const Index threads = th.columns / vec + Index(th.prefix_total);
+    kernel<<<grid_stride_blocks(threads), kBlock, 0, stream()>>>(
+        out, inp, weight, act1, act2, th.columns / vec, th.prefix_total, int(N), int(prefix),
+        int(gh), int(gw), int(C));
+    VIT_CUDA_LAUNCHED();
+  };
+  // act1, act2: nullptr (aligned) where not written.
+  if (channels_a_thread<T>(C, out, inp, act1, act2) == 2)
+    launch(dwconv3x3_forward_kernel<T, kLocal, 2>, 2);
+  else
+    launch(dwconv3x3_forward_kernel<T, kLocal, 1>, 1);
 }
 
 template <typename T, bool kLocal>
@@ -80,11 +106,19 @@ void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T
   float* partial =
       dweight ? static_cast<float*>(scratch(size_t(chunks * 9 * C) * sizeof(float), kScratchDwconv))
               : nullptr;
-  dwconv3x3_backward_kernel<T, kLocal>
-      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, kRows), 0, stream()>>>(
-          dinp, partial, dout, inp, weight, dw, int(B), int(N), int(prefix), int(gh), int(gw),
-          int(C), int(cols_per_chunk));
-  VIT_CUDA_LAUNCHED();
+  // The chunks above are those of one channel a thread at any width, so the weight gradient's
+  // sums are too.
+  auto launch = [&](auto kernel, int vec) {
+    const Index lane_blocks = (C / vec + 31) / 32;
+    kernel<<<dim3(unsigned(lane_blocks), unsigned(chunks)), dim3(32, kRows), 0, stream()>>>(
+        dinp, partial, dout, inp, weight, dw, int(B), int(N), int(prefix), int(gh), int(gw), int(C),
+        int(cols_per_chunk));
+    VIT_CUDA_LAUNCHED();
+  };
+  if (channels_a_thread<T>(C, dinp, dout, inp, dw) == 2)
+    launch(dwconv3x3_backward_kernel<T, kLocal, 2>, 2);
+  else
+    launch(dwconv3x3_backward_kernel<T, kLocal, 1>, 1);
   if (!dweight) return;
   dwconv3x3_weight_finish_kernel<<<blocks_for(9 * C), kBlock, 0, stream()>>>(dweight, partial,
                                                                              chunks, C);

@@ -28,25 +28,18 @@ __device__ __forceinline__ float conv_input(T v) {
     return to_f32(v);
 }
 
-// The conv's output gradient at a tap: dout itself, or (kLocal) the second h-swish's gradient
-// formed from dact2 = dout and the conv's output dw, rounded as the stored ddw.
-template <typename T, bool kLocal>
-__device__ __forceinline__ float conv_grad(const T* dout, const T* dw, Index j) {
-  if constexpr (kLocal)
-    return stored<T>(HswishBackward{}(to_f32(dout[j]), to_f32(dw[j])));
-  else
-    return to_f32(dout[j]);
-}
-
 // One (b, x, c) column of a (B, N, C) tensor whose rows after `prefix` are the (gh, gw) grid:
-// element (y, x') of the column's image and channel sits at at(y, x').
+// element (y, x') of the column's image and channel sits at at(y, x'). With kVec channels a
+// thread (VIT_DWCONV_VEC), column i is the (b, x) column of channels c .. c + kVec - 1.
 struct Column {
   int b, x, c, gh, gw;
   Index base;  // (b, prefix, c)
   Index C;
-  __device__ Column(int i, int N, int prefix, int gh_, int gw_, int C_) : gh(gh_), gw(gw_), C(C_) {
-    c = i % C_;
-    const int bx = i / C_;
+  __device__ Column(int i, int N, int prefix, int gh_, int gw_, int C_, int vec = 1)
+      : gh(gh_), gw(gw_), C(C_) {
+    const int groups = C_ / vec;
+    c = i % groups * vec;
+    const int bx = i / groups;
     x = bx % gw_;
     b = bx / gw_;
     base = (Index(b) * N + prefix) * C_ + c;
@@ -55,14 +48,46 @@ struct Column {
   __device__ bool row_in(int y) const { return y >= 0 && y < gh; }
 };
 
-// The window row y of a column: f(j) at (y, x - 1), (y, x), (y, x + 1), 0 outside the grid.
-template <typename F>
-__device__ __forceinline__ void window_row(float v[3], const Column& q, int y, F f) {
-  v[0] = v[1] = v[2] = 0.0f;
+// kVec neighbouring channels of a stored tensor, moved as one access (element j must then be
+// kVec-aligned: the launcher checks the pointers and C).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Lanes {
+  T v[kVec];
+};
+template <int kVec, typename T>
+__device__ __forceinline__ Lanes<T, kVec> load_lanes(const T* p, Index j) {
+  return *reinterpret_cast<const Lanes<T, kVec>*>(p + j);
+}
+template <int kVec, typename T>
+__device__ __forceinline__ void store_lanes(T* p, Index j, const float (&x)[kVec]) {
+  Lanes<T, kVec> l;
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) l.v[v] = from_f32<T>(x[v]);
+  *reinterpret_cast<Lanes<T, kVec>*>(p + j) = l;
+}
+
+// The window row y of a column: f(j, values) at (y, x - 1), (y, x), (y, x + 1), 0 outside the
+// grid; each of the kVec channels its own window.
+template <int kVec, typename F>
+__device__ __forceinline__ void window_row(float (&v)[3][kVec], const Column& q, int y, F f) {
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) v[k][l] = 0.0f;
   if (!q.row_in(y)) return;
-  if (q.x > 0) v[0] = f(q.at(y, q.x - 1));
-  v[1] = f(q.at(y, q.x));
-  if (q.x + 1 < q.gw) v[2] = f(q.at(y, q.x + 1));
+  if (q.x > 0) f(q.at(y, q.x - 1), v[0]);
+  f(q.at(y, q.x), v[1]);
+  if (q.x + 1 < q.gw) f(q.at(y, q.x + 1), v[2]);
+}
+
+// Shifts a column's window one row down: up <- mid <- down.
+template <int kVec>
+__device__ __forceinline__ void shift_rows(float (&up)[3][kVec], float (&mid)[3][kVec],
+                                           const float (&down)[3][kVec]) {
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) up[k][l] = mid[k][l], mid[k][l] = down[k][l];
 }
 
 // The k-th element of the prefix rows, (b, p, c) with p < prefix, in (B, N, C).
@@ -71,14 +96,15 @@ __device__ __forceinline__ Index prefix_element(int k, int N, int prefix, int C)
   return (Index(bp / prefix) * N + bp % prefix) * C + c;
 }
 
-template <typename T, bool kLocal>
+template <typename T, bool kLocal, int kVec = 1>
 __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, T* act1, T* act2,
                                          int columns, int prefix_total, int N, int prefix, int gh,
                                          int gw, int C) {
   // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
   // is dw = conv(hswish(fc1)); act2 = hswish(dw) and, unless nullptr, act1 = hswish(fc1)
-  // (B, N, C) are written too. Threads [0, columns): a (b, x, c) column each; then one per
-  // prefix element (out = 0: the class token bypasses the conv).
+  // (B, N, C) are written too. Threads [0, columns): a (b, x) column of kVec channels each;
+  // then one per prefix element (out = 0: the class token bypasses the conv). Each channel's
+  // sums are those of kVec = 1, in the same order.
   VIT_GRID_STRIDE(t, Index(columns) + prefix_total) {
     if (t >= columns) {
       const Index i = prefix_element(int(t - columns), N, prefix, C);
@@ -88,37 +114,65 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
       if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(0.0f));
       continue;
     }
-    const Column q(int(t), N, prefix, gh, gw, C);
-    float w[9];
+    const Column q(int(t), N, prefix, gh, gw, C, kVec);
+    float w[9][kVec];
 #pragma unroll
-    for (int k = 0; k < 9; ++k) w[k] = to_f32(weight[q.c * 9 + k]);
-    const auto load = [&](Index j) { return conv_input<T, kLocal>(inp[j]); };
-    float up[3] = {0.0f, 0.0f, 0.0f}, mid[3], down[3];  // rows y - 1, y, y + 1
+    for (int k = 0; k < 9; ++k)
+#pragma unroll
+      for (int l = 0; l < kVec; ++l) w[k][l] = to_f32(weight[(q.c + l) * 9 + k]);
+    const auto load = [&](Index j, float(&x)[kVec]) {
+      const Lanes<T, kVec> in = load_lanes<kVec>(inp, j);
+#pragma unroll
+      for (int l = 0; l < kVec; ++l) x[l] = conv_input<T, kLocal>(in.v[l]);
+    };
+    float up[3][kVec], mid[3][kVec], down[3][kVec];  // rows y - 1, y, y + 1
+    window_row(up, q, -1, load);                     // zeros
     window_row(mid, q, 0, load);
     for (int y = 0; y < gh; ++y) {
       window_row(down, q, y + 1, load);
       const Index i = q.at(y, q.x);
-      if constexpr (kLocal)
-        if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
-      const float* rows[3] = {up, mid, down};  // tap (dy, dx) reads rows[dy + 1][dx + 1]
-      float acc = 0.0f;
+      if constexpr (kLocal) {
+        if (act1) {
+          const Lanes<T, kVec> in = load_lanes<kVec>(inp, i);
+          float a[kVec];
 #pragma unroll
-      for (int k = 0; k < 9; ++k) acc = __fmaf_rn(w[k], rows[k / 3][k % 3], acc);
-      out[i] = from_f32<T>(acc);
-      if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(stored<T>(acc)));
+          for (int l = 0; l < kVec; ++l) a[l] = HswishForward{}(to_f32(in.v[l]));
+          store_lanes(act1, i, a);
+        }
+      }
+      float acc[kVec], a2[kVec];
 #pragma unroll
-      for (int k = 0; k < 3; ++k) up[k] = mid[k], mid[k] = down[k];
+      for (int l = 0; l < kVec; ++l) {
+        acc[l] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 9; ++k) {  // tap (dy, dx) reads row dy + 1 of (up, mid, down)
+          const float(&row)[3][kVec] = k / 3 == 0 ? up : k / 3 == 1 ? mid : down;
+          acc[l] = __fmaf_rn(w[k][l], row[k % 3][l], acc[l]);
+        }
+        a2[l] = HswishForward{}(stored<T>(acc[l]));
+      }
+      store_lanes(out, i, acc);
+      if constexpr (kLocal) store_lanes(act2, i, a2);
+      shift_rows(up, mid, down);
     }
   }
 }
 
-// dinp of a backward pass: kLocal turns d(act1) into dfc1 = hswish'(fc1) * d(act1).
-template <typename T, bool kLocal>
-__device__ __forceinline__ void store_input_grad(T* dinp, const T* fc1, Index i, float acc) {
-  if constexpr (kLocal)
-    dinp[i] = from_f32<T>(HswishBackward{}(stored<T>(acc), to_f32(fc1[i])));
-  else
-    dinp[i] = from_f32<T>(acc);
+// dinp of a backward pass, kVec channels at element i: kLocal turns d(act1) into dfc1 =
+// hswish'(fc1) * d(act1).
+template <typename T, bool kLocal, int kVec>
+__device__ __forceinline__ void store_input_grad(T* dinp, const T* fc1, Index i,
+                                                 const float (&acc)[kVec]) {
+  float d[kVec];
+  if constexpr (kLocal) {
+    const Lanes<T, kVec> f = load_lanes<kVec>(fc1, i);
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) d[l] = HswishBackward{}(stored<T>(acc[l]), to_f32(f.v[l]));
+  } else {
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) d[l] = acc[l];
+  }
+  store_lanes(dinp, i, d);
 }
 
 template <typename T, bool kLocal>
@@ -127,42 +181,70 @@ __global__ void dwconv3x3_backward_prefix_kernel(T* dinp, const T* fc1, int pref
   // dinp (B, N, C): the prefix (class-token) rows, which bypass the conv, get the gradient of
   // a zero sum.
   VIT_GRID_STRIDE(t, prefix_total) {
-    store_input_grad<T, kLocal>(dinp, fc1, prefix_element(int(t), N, prefix, C), 0.0f);
+    const float zero[1] = {0.0f};
+    store_input_grad<T, kLocal, 1>(dinp, fc1, prefix_element(int(t), N, prefix, C), zero);
   }
 }
 
-constexpr int kRows = 8;  // block (32 channels, kRows column lanes)
+constexpr int kRows = 8;  // block (32 channel lanes, kRows column lanes)
 
-// 4 blocks of 256 threads per SM: at most 64 registers (ptxas chose 66 unbounded).
-template <typename T, bool kLocal>
-__global__ void __launch_bounds__(32 * kRows, 4)
+// 4 blocks of 256 threads per SM at one channel a thread: at most 64 registers (ptxas chose 66
+// unbounded); 2 at two channels.
+template <typename T, bool kLocal, int kVec = 1>
+__global__ void __launch_bounds__(32 * kRows, kVec == 1 ? 4 : 2)
     dwconv3x3_backward_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* weight,
                               const T* dw, int B, int N, int prefix, int gh, int gw, int C,
                               int cols_per_chunk) {
-  // dinp, dout, inp (B, N, C) grid rows; partial (chunks, 9, C) or nullptr. Block (32
-  // channels, kRows lanes), grid (channel blocks, chunks of (b, x) columns): each lane walks its
-  // columns down with two 3x3 windows in registers, the output gradient's and the input's, and
-  // in one pass forms
+  // dinp, dout, inp (B, N, C) grid rows; partial (chunks, 9, C) or nullptr. Block (32 lanes of
+  // kVec channels, kRows lanes), grid (channel blocks, chunks of (b, x) columns): each lane
+  // walks its columns down with two 3x3 windows in registers, the output gradient's and the
+  // input's, and in one pass forms
   //  * dinp (unless nullptr), gather form: input (y, x) fed output (y - dy, x - dx) via tap
   //    (dy, dx);
   //  * the weight gradient's partial sums over the chunk: dout[pixel] * inp[pixel + tap].
   // kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is fc1, whose
-  // h-swish is the conv's input act1 (recomputed rather than stored), and dinp = dfc1.
-  __shared__ float sm[kRows][9][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
+  // h-swish is the conv's input act1 (recomputed rather than stored), and dinp = dfc1. Each
+  // channel's sums are those of kVec = 1 (the same columns a lane, in the same order).
+  __shared__ float sm[kRows][9][32 * kVec + 1];
+  const int c = (blockIdx.x * 32 + threadIdx.x) * kVec;
   const int u0 = blockIdx.y * cols_per_chunk;
   const int u1 = min(u0 + cols_per_chunk, B * gw);
-  float acc[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (c < C) {
-    float w[9];
+  float acc[9][kVec];
 #pragma unroll
-    for (int k = 0; k < 9; ++k) w[k] = to_f32(weight[c * 9 + k]);
-    const auto grad = [&](Index j) { return conv_grad<T, kLocal>(dout, dw, j); };
-    const auto input = [&](Index j) { return conv_input<T, kLocal>(inp[j]); };
+  for (int t = 0; t < 9; ++t)
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) acc[t][l] = 0.0f;
+  if (c < C) {
+    float w[9][kVec];
+#pragma unroll
+    for (int k = 0; k < 9; ++k)
+#pragma unroll
+      for (int l = 0; l < kVec; ++l) w[k][l] = to_f32(weight[(c + l) * 9 + k]);
+    // The conv's output gradient at a tap: dout itself, or (kLocal) the second h-swish's
+    // gradient formed from dact2 = dout and the conv's output dw, rounded as the stored ddw.
+    const auto grad = [&](Index j, float(&g)[kVec]) {
+      const Lanes<T, kVec> d = load_lanes<kVec>(dout, j);
+      if constexpr (kLocal) {
+        const Lanes<T, kVec> o = load_lanes<kVec>(dw, j);
+#pragma unroll
+        for (int l = 0; l < kVec; ++l)
+          g[l] = stored<T>(HswishBackward{}(to_f32(d.v[l]), to_f32(o.v[l])));
+      } else {
+#pragma unroll
+        for (int l = 0; l < kVec; ++l) g[l] = to_f32(d.v[l]);
+      }
+    };
+    const auto input = [&](Index j, float(&x)[kVec]) {
+      const Lanes<T, kVec> in = load_lanes<kVec>(inp, j);
+#pragma unroll
+      for (int l = 0; l < kVec; ++l) x[l] = conv_input<T, kLocal>(in.v[l]);
+    };
     for (int u = u0 + threadIdx.y; u < u1; u += kRows) {
-      const Column q(u * C + c, N, prefix, gh, gw, C);
-      float g_up[3] = {0.0f, 0.0f, 0.0f}, g_mid[3], g_down[3];  // gradient rows y - 1, y, y + 1
-      float x_up[3] = {0.0f, 0.0f, 0.0f}, x_mid[3], x_down[3];  // input rows y - 1, y, y + 1
+      const Column q(u * (C / kVec) + c / kVec, N, prefix, gh, gw, C, kVec);
+      float g_up[3][kVec], g_mid[3][kVec], g_down[3][kVec];  // gradient rows y - 1, y, y + 1
+      float x_up[3][kVec], x_mid[3][kVec], x_down[3][kVec];  // input rows y - 1, y, y + 1
+      window_row(g_up, q, -1, grad);                         // zeros
+      window_row(x_up, q, -1, input);
       window_row(g_mid, q, 0, grad);
       window_row(x_mid, q, 0, input);
       for (int y = 0; y < gh; ++y) {
@@ -171,35 +253,48 @@ __global__ void __launch_bounds__(32 * kRows, 4)
         if (dinp) {
           // Tap (dy, dx) = weight k = (dy + 1) * 3 + (dx + 1) reads the gradient at (y - dy,
           // x - dx): rows down, mid, up for dy = -1, 0, 1 and columns x + 1, x, x - 1.
-          const float* g_rows[3] = {g_down, g_mid, g_up};
-          float s = 0.0f;
+          float s[kVec];
 #pragma unroll
-          for (int k = 0; k < 9; ++k) s = __fmaf_rn(w[k], g_rows[k / 3][2 - k % 3], s);
+          for (int l = 0; l < kVec; ++l) {
+            s[l] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 9; ++k) {
+              const float(&row)[3][kVec] = k / 3 == 0 ? g_down : k / 3 == 1 ? g_mid : g_up;
+              s[l] = __fmaf_rn(w[k][l], row[2 - k % 3][l], s[l]);
+            }
+          }
           store_input_grad<T, kLocal>(dinp, inp, q.at(y, q.x), s);
         }
         if (partial) {
-          const float g = g_mid[1];                        // the output gradient at (y, x)
-          const float* x_rows[3] = {x_up, x_mid, x_down};  // tap t reads x_rows[t / 3][t % 3]
 #pragma unroll
-          for (int t = 0; t < 9; ++t) acc[t] = __fmaf_rn(g, x_rows[t / 3][t % 3], acc[t]);
-        }
+          for (int l = 0; l < kVec; ++l) {
+            const float g = g_mid[1][l];  // the output gradient at (y, x)
 #pragma unroll
-        for (int k = 0; k < 3; ++k) {
-          g_up[k] = g_mid[k], g_mid[k] = g_down[k];
-          x_up[k] = x_mid[k], x_mid[k] = x_down[k];
+            for (int t = 0; t < 9; ++t) {  // tap t reads row t / 3 of (up, mid, down)
+              const float(&row)[3][kVec] = t / 3 == 0 ? x_up : t / 3 == 1 ? x_mid : x_down;
+              acc[t][l] = __fmaf_rn(g, row[t % 3][l], acc[t][l]);
+            }
+          }
         }
+        shift_rows(g_up, g_mid, g_down);
+        shift_rows(x_up, x_mid, x_down);
       }
     }
   }
   if (!partial) return;  // the same for the whole block
 #pragma unroll
-  for (int t = 0; t < 9; ++t) sm[threadIdx.y][t][threadIdx.x] = acc[t];
+  for (int t = 0; t < 9; ++t)
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) sm[threadIdx.y][t][threadIdx.x * kVec + l] = acc[t][l];
   __syncthreads();
   if (c < C) {
     for (int t = threadIdx.y; t < 9; t += kRows) {  // the y lanes share the 9 taps
-      float s = 0.0f;
-      for (int r = 0; r < kRows; ++r) s += sm[r][t][threadIdx.x];
-      partial[(blockIdx.y * Index(9) + t) * C + c] = s;
+#pragma unroll
+      for (int l = 0; l < kVec; ++l) {
+        float s = 0.0f;
+        for (int r = 0; r < kRows; ++r) s += sm[r][t][threadIdx.x * kVec + l];
+        partial[(blockIdx.y * Index(9) + t) * C + c + l] = s;
+      }
     }
   }
 }
