@@ -1243,10 +1243,10 @@ else
   want repeat && steps_repeat
   want recipes && steps_recipes
   want sweep && steps_sweep
-  # limits before bench: fourteen ncu runs of one bench step each (77 s for twelve on the H200) for what bounds each hot kernel
-  # (and the flash backward's kernels as they were before 2026-11-27, beside the defaults'), where
-  # a bench round's 19 default steps (11 on ViT-S, 4 on each other model) take longer than a
-  # short second call may have.
+  # limits before bench: fourteen ncu runs of one bench step each (twelve took 77 s on the
+  # H200) for what bounds each hot kernel (and the flash backward's kernels as they were before
+  # 2026-11-27, beside the defaults'), where a bench round's 19 default steps (11 on ViT-S, 4 on
+  # each other model) take longer than a short second call may have.
   want limits && steps_limits
   want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
   if want data; then
