@@ -1122,9 +1122,10 @@ variant_label() {
 # bundled) on every model.
 steps_bench_round() {
   local r="$1" mb m b s var variants
-  # A round's first bench ran slowest in both of 2026-11-27's calls (7,752 and 8,063 img/s, the
-  # build's default at ViT-S/16, against 8,274-8,331 for the same kernels later in the round): a
-  # short untimed bench first, outside the tables (group warmup), so no variant is the first.
+  # A round's first bench (the build's default at ViT-S/16) ran at 7,752 and 8,063 img/s in
+  # 2026-11-27's two calls, below the BEFORE build's nearly identical kernels later in the round
+  # (8,274-8,331): a short untimed bench first, outside the tables (group warmup), so that no
+  # measured variant is the first.
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "w_warmup_r$r" warmup 60 "untimed warm-up bench, $m b$b (not in the tables)" \
     s_vbench "$m" "$b"
