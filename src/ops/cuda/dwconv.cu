@@ -24,7 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <string>
+#include <cstring>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/dwconv_kernels.cuh"
@@ -60,7 +60,7 @@ template <typename T, typename... Ptrs>
 int channels_a_thread(Index C, const Ptrs*... tensors) {
   // Read at every call, as the other switches are (a test compares both in one process).
   const char* env = std::getenv("VIT_DWCONV_VEC");
-  const bool asked = env && std::string(env) == "2";
+  const bool asked = env && std::strcmp(env, "2") == 0;
   const bool aligned = ((reinterpret_cast<uintptr_t>(tensors) % (2 * sizeof(T)) == 0) && ...);
   return asked && C % 2 == 0 && aligned ? 2 : 1;
 }

@@ -80,6 +80,15 @@ __device__ __forceinline__ void window_row(float (&v)[3][kVec], const Column& q,
   if (q.x + 1 < q.gw) f(q.at(y, q.x + 1), v[2]);
 }
 
+// The 3x3 taps of channels c .. c + kVec - 1 of weight (C, 1, 3, 3): w[tap][channel].
+template <int kVec, typename T>
+__device__ __forceinline__ void load_taps(float (&w)[9][kVec], const T* weight, int c) {
+#pragma unroll
+  for (int k = 0; k < 9; ++k)
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) w[k][l] = to_f32(weight[(c + l) * 9 + k]);
+}
+
 // Shifts a column's window one row down: up <- mid <- down.
 template <int kVec>
 __device__ __forceinline__ void shift_rows(float (&up)[3][kVec], float (&mid)[3][kVec],
@@ -116,10 +125,7 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
     }
     const Column q(int(t), N, prefix, gh, gw, C, kVec);
     float w[9][kVec];
-#pragma unroll
-    for (int k = 0; k < 9; ++k)
-#pragma unroll
-      for (int l = 0; l < kVec; ++l) w[k][l] = to_f32(weight[(q.c + l) * 9 + k]);
+    load_taps(w, weight, q.c);
     const auto load = [&](Index j, float(&x)[kVec]) {
       const Lanes<T, kVec> in = load_lanes<kVec>(inp, j);
 #pragma unroll
@@ -216,10 +222,7 @@ __global__ void __launch_bounds__(32 * kRows, kVec == 1 ? 4 : 2)
     for (int l = 0; l < kVec; ++l) acc[t][l] = 0.0f;
   if (c < C) {
     float w[9][kVec];
-#pragma unroll
-    for (int k = 0; k < 9; ++k)
-#pragma unroll
-      for (int l = 0; l < kVec; ++l) w[k][l] = to_f32(weight[(c + l) * 9 + k]);
+    load_taps(w, weight, c);
     // The conv's output gradient at a tap: dout itself, or (kLocal) the second h-swish's
     // gradient formed from dact2 = dout and the conv's output dw, rounded as the stored ddw.
     const auto grad = [&](Index j, float(&g)[kVec]) {
