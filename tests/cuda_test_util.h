@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -135,6 +136,21 @@ template <typename T>
 Tol pick(Tol f32, Tol b16) {
   return std::is_same_v<T, float> ? f32 : b16;
 }
+
+struct ScopedEnv {  // sets an environment variable for a scope, then restores it
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
 
 inline double max_abs(const Vec& v) {
   double m = 0;

@@ -166,21 +166,6 @@ TYPED_TEST(FlashAttention, RejectsUnsupportedHeadDim) {
 // the rounding happens (a rounding point moved costs ~1 ulp on many elements).
 class FlashAttentionBf16 : public CudaTest {};
 
-struct ScopedEnv {  // sets an environment variable for a scope, then restores it
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
-    if (had) old = std::getenv(n);
-    setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
-
 void expect_within_ulps(const std::string& what, const Vec& got, const Vec& ref) {
   expect_within_bf16_ulps(what, got, ref, 2, 0.1);
 }
@@ -278,10 +263,10 @@ void compare_switch(const char* name, const char* a, const char* b, uint64_t see
 }
 
 // The default forms dQ from the dS^T the dK/dV kernel stored instead of recomputing S, P and dP
-// from Q, K, V and dO (VIT_FLASH_STORED_DS=0). The forward is the same; dQ is formed from the same bf16 dS
-// values where the tensor cores sum S^T = K Q^T as they sum S = Q K^T (on the CPU simulation,
-// FlashKernelsOnHost.StoredDsGivesTheRecomputedBits, it has every bit), so at most 1% of dqkv
-// may differ in its bits, each within 2 bf16 spacings.
+// from Q, K, V and dO (VIT_FLASH_STORED_DS=0). The forward is the same; dQ is formed from the same
+// bf16 dS values where the tensor cores sum S^T = K Q^T as they sum S = Q K^T (on the CPU
+// simulation, FlashKernelsOnHost.StoredDsGivesTheRecomputedBits, it has every bit), so at most 1%
+// of dqkv may differ in its bits, each within 2 bf16 spacings.
 TEST_F(FlashAttentionBf16, StoredDsMatchesTheRecomputation) {
   compare_switch("VIT_FLASH_STORED_DS", "0", "1", 3000,
                  [](const DeviceResult& recomputed, const DeviceResult& stored) {

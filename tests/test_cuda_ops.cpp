@@ -655,12 +655,12 @@ TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
     for (size_t off : {size_t(0), size_t(1)}) {
       for (const char* fuse : {"0", "1"}) {
         SCOPED_TRACE(str(s) + " offset " + std::to_string(off) + " VIT_FUSE_LOCAL_FFN=" + fuse);
-        ::setenv("VIT_FUSE_LOCAL_FFN", fuse, 1);
+        const ScopedEnv fused("VIT_FUSE_LOCAL_FFN", fuse);
         const Index M = 4 * s.C + 4, n = s.B * s.N * M;
         const Vec x = rnd<T>(n, ++seed, 2.5), w = rnd<T>(M * 9, ++seed, 0.3);
         const Vec dout = rnd<T>(n, ++seed), dw0 = rnd<float>(M * 9, ++seed);
         auto run = [&](const char* vec) {
-          ::setenv("VIT_DWCONV_VEC", vec, 1);
+          const ScopedEnv paired("VIT_DWCONV_VEC", vec);
           DevBuf<T> d_x(x, "inp", off), d_w(w, "weight"), d_dout(dout, "dout", off);
           DevBuf<T> out(n, "out", off), dinp(n, "dinp", off), act1(n, "act1", off);
           DevBuf<T> dw(n, "dw", off), act2(n, "act2", off), dfc1(n, "dfc1", off);
@@ -685,8 +685,6 @@ TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
       }
     }
   }
-  ::unsetenv("VIT_DWCONV_VEC");
-  ::unsetenv("VIT_FUSE_LOCAL_FFN");
 }
 
 TYPED_TEST(CudaOps, Im2Patches) {
