@@ -475,8 +475,7 @@ s_vprofile_before() {
 # Args: model, batch. The BEFORE build with the locality FFN: what its kernels' rewrite paid
 # (build the bundle with BEFORE=3cea84e, the last build measured with the per-output kernels).
 s_vbench_localbefore() {
-  need_bin vitrain_before
-  VT_BIN="$BUNDLE/bin/vitrain_before" VBENCH_FLAGS="--cuda-graph --ffn local" s_vbench "$@"
+  VBENCH_FLAGS="--ffn local" s_vbench_before "$@"
 }
 s_vprofile_local() {
   VPROFILE_FLAGS="--ffn local" s_vprofile "$@"
