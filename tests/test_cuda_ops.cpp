@@ -35,6 +35,7 @@
 #include "gpu_test_util.h"
 #include "ops/cpu/ema.h"
 #include "ops/cpu/ops.h"
+#include "ops/cuda/device.h"
 #include "ops/cuda/ops.h"
 #include "ops/emu/ops.h"
 #include "train/optimizer.h"
@@ -1234,6 +1235,30 @@ TEST_F(CudaRuntime, ConvertRoundsToNearestEven) {
   EXPECT_EQ(mismatched, 0u) << "device rounding differs from __float2bfloat16_rn on the host";
   EXPECT_EQ(got[0], 1.0f);
   EXPECT_EQ(got[1], 1.015625f);
+}
+
+// StreamMarks (bench's chunks) time enqueued work without waiting for it: marks come back as
+// seconds after the first, in order, a mark behind a 256 MB memset later than the one before it;
+// clear() starts over on the same events.
+TEST_F(CudaRuntime, StreamMarksTimeTheWorkBetweenThem) {
+  const size_t n = size_t(64) << 20;
+  DevBuf<float> buf(n, "memset target");
+  gpu::StreamMarks marks;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    marks.record();
+    gpu::zero_bytes(buf.get(), n * sizeof(float));
+    marks.record();
+    marks.record();  // nothing between: no earlier than the one before
+    gpu::synchronize();
+    const std::vector<double> s = marks.seconds();
+    ASSERT_EQ(s.size(), 3u);
+    EXPECT_EQ(s[0], 0.0);
+    EXPECT_GT(s[1], 0.0);
+    EXPECT_GE(s[2], s[1]);
+    marks.clear();
+    EXPECT_TRUE(marks.seconds().empty());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -284,6 +284,32 @@ TEST(Engine, StagedInputChecksAndLeavesTrainingAlone) {
   }
 }
 
+// Time marks (bench's chunks): take_marks() gives each mark's seconds after the first, in
+// order, a mark after a training step later than the one before it, and forgets them.
+TEST(Engine, TimeMarksSpanTheWorkBetweenThem) {
+  const auto c = small_config(vit::Ffn::Mlp, vit::Classifier::Token);
+  const Index B = 2;
+  for (const std::string device : {"cpu", "emu"}) {
+    SCOPED_TRACE(device);
+    auto e = vit::make_engine(options(device, c, B));
+    e->write_params(initial_params(e->table(), c));
+    const Batch b = make_batch(c, B, 8);
+    e->mark_time();
+    e->zero_grad();
+    e->forward_backward(b.images.data(), b.targets.data(), B, 0.5f, 3);
+    e->step(1e-3);
+    e->mark_time();
+    e->mark_time();  // nothing between: no earlier than the one before
+    e->read_stats();
+    const std::vector<double> s = e->take_marks();
+    ASSERT_EQ(s.size(), 3u);
+    EXPECT_EQ(s[0], 0.0);
+    EXPECT_GT(s[1], 0.0);
+    EXPECT_GE(s[2], s[1]);
+    EXPECT_TRUE(e->take_marks().empty());
+  }
+}
+
 // The non-finite guard: an update whose loss (NaN input) or gradient (NaN loss scale) is not
 // finite is skipped, weights, moments and the bf16 copy bitwise untouched, and counted; the
 // run of consecutive skips survives a read and ends at the next applied update.

@@ -114,6 +114,7 @@ struct CudaBackend {
   static void synchronize() {
     cuda::synchronize();
   }
+  using Marks = cuda::StreamMarks;
 
   static void loss_accumulate(double* stats, const float* losses, Index B) {
     cuda::loss_accumulate(stats, losses, B);

@@ -14,6 +14,7 @@
 // helpers loss_accumulate / adamw_step.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -68,6 +69,22 @@ namespace vit {
     ns::name(a...);              \
   }
 
+// The host backends' StreamMarks (ops/cuda/device.h): they run each op as it is called, so the
+// host clock at record() is the time the work enqueued so far took.
+class HostMarks {
+ public:
+  void record() { t_.push_back(std::chrono::steady_clock::now()); }
+  std::vector<double> seconds() const {
+    std::vector<double> s;
+    for (const auto& t : t_) s.push_back(std::chrono::duration<double>(t - t_.front()).count());
+    return s;
+  }
+  void clear() { t_.clear(); }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> t_;
+};
+
 // Memory of the host backends: plain host arrays, copies are memcpy or elementwise conversion.
 struct HostMemory {
   static constexpr bool kHost = true;
@@ -96,6 +113,7 @@ struct HostMemory {
     upload(host, src, n);
   }
   static void synchronize() {}
+  using Marks = HostMarks;
 
   // The engine's loss bookkeeping in its step statistics (StepStat, fp64): the micro-batch's
   // mean loss (B) adds to the pending update's.

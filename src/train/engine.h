@@ -113,6 +113,11 @@ class Engine {
   virtual void stage_input_planned(const data::PlannedBatch& plan, const std::vector<float>& lut,
                                    const float* targets) = 0;
   virtual void synchronize() = 0;  // waits for everything enqueued on the device
+  // Timing enqueued work without waiting for it (bench's chunks): mark_time() marks the point
+  // after everything enqueued so far, in the device's order of work; after synchronize() or
+  // read_stats(), take_marks() returns each mark's seconds after the first and forgets them.
+  virtual void mark_time() = 0;
+  virtual std::vector<double> take_marks() = 0;
 
   // One AdamW update with learning rate lr; the update's loss is the mean of its micro-batches'.
   // Skipped (nothing written) when that loss or the grad norm is not finite; the schedule's

@@ -114,6 +114,12 @@ class ModelEngine : public Engine {
     release_batch();
   }
   void synchronize() override { Backend::synchronize(); }
+  void mark_time() override { marks_.record(); }
+  std::vector<double> take_marks() override {
+    std::vector<double> s = marks_.seconds();
+    marks_.clear();
+    return s;
+  }
 
   // The training pass over the uploaded batch: host work (the pass's state, stochastic-depth
   // scales) first, then the device work, eagerly or as a graph.
@@ -431,6 +437,7 @@ class ModelEngine : public Engine {
   using GraphOps = typename GraphOpsOf<Backend>::type;
   std::unique_ptr<PassGraphs<GraphOps>> graphs_;  // EngineOptions::cuda_graph, where possible
   std::string graphs_off_reason_;
+  typename Backend::Marks marks_;  // mark_time()
 };
 
 }  // namespace vit

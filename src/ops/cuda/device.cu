@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/parallel_copy.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/device.h"
 
@@ -154,7 +155,7 @@ void upload_input(const InputCopy* copies, int n, int slot) {
   for (int i = 0; i < n; ++i) {
     const InputCopy& c = copies[i];
     if (!c.bytes) continue;
-    std::memcpy(staged, c.host, c.bytes);
+    parallel_copy(staged, c.host, c.bytes);  // one thread's copy is as long as a step
     VIT_CUDA_CHECK(cudaMemcpyAsync(c.dst, staged, c.bytes, cudaMemcpyHostToDevice, in.side));
     staged += c.bytes;
   }
@@ -202,6 +203,30 @@ std::string device_name() {
     return "unknown GPU";
   }
   return prop.name;
+}
+
+StreamMarks::~StreamMarks() {
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);  // best effort in a destructor
+}
+
+void StreamMarks::record() {
+  if (used_ == events_.size()) {
+    cudaEvent_t e = nullptr;
+    VIT_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  VIT_CUDA_CHECK(cudaEventRecord(events_[used_], stream()));
+  ++used_;
+}
+
+std::vector<double> StreamMarks::seconds() const {
+  std::vector<double> s(used_, 0.0);
+  for (size_t i = 1; i < used_; ++i) {
+    float ms = 0.0f;
+    VIT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[0], events_[i]));
+    s[i] = 1e-3 * double(ms);
+  }
+  return s;
 }
 
 }  // namespace vit::cuda

@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/common.h"
 
 struct CUgraphExec_st;  // cudaGraphExec_t's struct (no CUDA header here)
+struct CUevent_st;      // cudaEvent_t's
 
 namespace vit::cuda {
 
@@ -76,6 +78,24 @@ class StreamGraph {
 void begin_capture();
 StreamGraph end_capture(std::string* why);
 void abort_capture();  // ends the capture, restores the op stream, drops what was recorded
+
+// Marks in the op stream's order of work, to time what was enqueued without waiting for it:
+// record() enqueues an event behind everything enqueued so far. After a synchronize(),
+// seconds() gives each mark's device time after the first. Not while a graph is captured.
+class StreamMarks {
+ public:
+  StreamMarks() = default;
+  ~StreamMarks();
+  StreamMarks(const StreamMarks&) = delete;
+  StreamMarks& operator=(const StreamMarks&) = delete;
+  void record();
+  std::vector<double> seconds() const;
+  void clear() { used_ = 0; }  // the events are reused by the next marks
+
+ private:
+  std::vector<CUevent_st*> events_;  // cudaEvent_t, created as the marks first need them
+  size_t used_ = 0;
+};
 
 // An owning device array of n elements of U (uninitialised).
 template <class U>
