@@ -511,9 +511,15 @@ s_vbench_localfused() {
   VIT_FUSE_LOCAL_FFN=1 VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
 # Args: model, batch. The locality FFN with the depthwise kernels taking two channels a thread
-# (VIT_DWCONV_VEC=2: paired 4-byte loads and stores, half the memory instructions).
+# in both passes (VIT_DWCONV_VEC=2: paired 4-byte loads and stores, half the memory
+# instructions; the default pairs the forward's only).
 s_vbench_dwvec() {
   VIT_DWCONV_VEC=2 VBENCH_FLAGS="--ffn local" s_vbench "$@"
+}
+# Args: model, batch. The same with one channel a thread in both (VIT_DWCONV_VEC=1, the default
+# up to 2026-11-27): what pairing the forward's pays.
+s_vbench_dwone() {
+  VIT_DWCONV_VEC=1 VBENCH_FLAGS="--ffn local" s_vbench "$@"
 }
 # Args: model, batch. vitrain bench with the tanh GELU (--ffn mlp_tanh): fc1's GELU in cuBLASLt's
 # epilogues (forward, and in fc2's data-gradient GEMM backward with fc1's bias gradient).
@@ -525,24 +531,23 @@ s_vbench_tanh() {
 s_vbench_tanhsep() {
   VIT_GELU_EPILOGUE=0 VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
 }
-# The flash kernels' defaults since 2026-11-27: dQ from the dS^T the dK/dV kernel stores, the
-# backward over half tiles, the block heights the occupancy model picks per kernel and N. The
-# variants below take them back one by one.
-# Args: model, batch. All three off (VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0
-# VIT_FLASH_WARPS=4): the kernels the H200 runs timed as the default up to 2026-11-27.
+# The flash kernels' defaults since 2026-11-27: the backward over half tiles at the block heights
+# the occupancy model picks per kernel and N, with dQ recomputed (the stored dS was the default
+# for the afternoon, and lost to this in that day's second bench). The variants take them back.
+# Args: model, batch. Whole tiles in 4-warp blocks (VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4):
+# the kernels the H200 runs timed as the default up to 2026-11-27.
 s_vbench_flashold() {
   VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
 }
-# Args: model, batch. The stored dS alone, over whole tiles in 4-warp blocks (the fastest of
-# the H200's 2026-11-27 bench rows): what half tiles and the heights add to it.
-s_vbench_storedonly() {
-  VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
+# Args: model, batch. dQ from the dS^T the dK/dV kernel stores (VIT_FLASH_STORED_DS=1), over
+# whole tiles in 4-warp blocks: 1.04x the recomputing kernels there (2026-11-27, b7f1e46).
+s_vbench_storedwhole() {
+  VIT_FLASH_STORED_DS=1 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
 }
-# Args: model, batch. dQ recomputed (VIT_FLASH_STORED_DS=0) over half tiles at the chosen
-# heights (whose dQ kernel Nsight Compute timed at 190 us against 222 whole): what the stored dS
-# pays over the best recomputing kernels.
-s_vbench_recompute() {
-  VIT_FLASH_STORED_DS=0 s_vbench "$@"
+# Args: model, batch. The stored dS over half tiles at the chosen heights (the default for the
+# afternoon of 2026-11-27, 0.94x the recomputing kernels with them in f48b072's bench).
+s_vbench_stored() {
+  VIT_FLASH_STORED_DS=1 s_vbench "$@"
 }
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
@@ -649,7 +654,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedonly s_vbench_recompute s_vbench_nograph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_dwone s_vbench_nograph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -979,10 +984,10 @@ steps_model() {
     env VIT_GELU_FAST=1
   step d_gelufast_model model 90 "VIT_GELU_FAST=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_GELU_FAST=1
-  # dQ recomputed (the default forms it from the stored dS since 2026-11-27, which passed this
-  # test then as d_storedds_model; the recomputed dQ differs in up to 1% of its bits).
-  step d_recompute_model model 90 "VIT_FLASH_STORED_DS=0: bf16 model vs emulation" \
-    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_STORED_DS=0
+  # dQ from the stored dS (opt-in; it passed this as the default in f48b072's run, and
+  # differs from the recomputed dQ in up to 1% of its bits).
+  step d_stored_model model 90 "VIT_FLASH_STORED_DS=1: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_STORED_DS=1
 }
 
 # The default recipe on the device, its export, and its bf16 logits against PyTorch.
@@ -1085,7 +1090,7 @@ fi
 # space-separated): by default those not yet measured on a GPU or changed since. Measured on the
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
 # time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep.
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local localfused dwvec gelufast storedonly recompute}"
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local dwone dwvec gelufast stored storedwhole}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
@@ -1100,13 +1105,14 @@ variant_label() {
     localbefore) echo "BEFORE build, --ffn local" ;;
     localfused) echo "--ffn local, VIT_FUSE_LOCAL_FFN=1" ;;
     dwvec) echo "--ffn local, VIT_DWCONV_VEC=2" ;;
+    dwone) echo "--ffn local, VIT_DWCONV_VEC=1" ;;
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
     gelufast) echo "VIT_GELU_FAST=1" ;;
     flashold) echo "VIT_FLASH_STORED_DS=0, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
-    storedonly) echo "VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
-    recompute) echo "VIT_FLASH_STORED_DS=0" ;;
+    storedwhole) echo "VIT_FLASH_STORED_DS=1, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
+    stored) echo "VIT_FLASH_STORED_DS=1" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     nograph) echo "--cuda-graph=false" ;;
@@ -1184,12 +1190,11 @@ steps_limits() {
   local m b
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "k_limits_$(short "$m")" limits 150 "Nsight Compute: what bounds each hot kernel, $m b$b" \
-    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_stored layernorm_backward \
+    s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_kernel layernorm_backward \
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
-    "flash_mma_dkv:1::VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" \
-    "flash_mma_dq_kernel:1::VIT_FLASH_STORED_DS=0" \
-    "dwconv3x3_forward:1:--ffn local:VIT_DWCONV_VEC=2" \
+    "flash_mma_dkv:1::VIT_FLASH_STORED_DS=1" "flash_mma_dq_stored:1::VIT_FLASH_STORED_DS=1" \
+    "dwconv3x3_forward:1:--ffn local:VIT_DWCONV_VEC=1" \
     "dwconv3x3_backward_kernel:1:--ffn local:VIT_DWCONV_VEC=2"
 }
 

@@ -50,19 +50,25 @@ struct ConvThreads {
   Index total() const { return Index(columns) + prefix_total; }
 };
 
-// VIT_DWCONV_VEC=2: two neighbouring channels a thread, moved as one 4-byte (bf16) or 8-byte
-// (fp32) access, where C is even and every tensor 2-element aligned: half the load and store
-// instructions (Nsight Compute on the H200, 2026-11-27: the one-channel kernels at 53-57% of
-// the SMs' issue and 9-15% of memory, so instruction-bound). The same bits as one channel (each
-// channel's sums in the same order; DwconvKernelsOnHost.PairedChannelsGiveTheSameBits). Opt-in
-// until a GPU run measures it.
-template <typename T, typename... Ptrs>
-int channels_a_thread(Index C, const Ptrs*... tensors) {
+// Two neighbouring channels a thread, moved as one 4-byte (bf16) or 8-byte (fp32) access,
+// where C is even and every tensor 2-element aligned: half the load and store instructions. The
+// same bits as one channel (each channel's sums in the same order;
+// DwconvKernelsOnHost.PairedChannelsGiveTheSameBits). By default the forward pairs and the
+// backward does not: Nsight Compute on an H200 (2026-11-27, ViT-S/16 b256 --ffn local, bundle
+// f48b072) timed the forward at 337 us with one channel and 201 us with two, the backward at
+// 447 us and 621 us (its registers go 64 -> 96). VIT_DWCONV_VEC=1 or 2: that many in both.
+int asked_channels(int unset) {
   // Read at every call, as the other switches are (a test compares both in one process).
   const char* env = std::getenv("VIT_DWCONV_VEC");
-  const bool asked = env && std::strcmp(env, "2") == 0;
+  if (!env || !*env) return unset;
+  VIT_CHECK(std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0,
+            std::string("VIT_DWCONV_VEC=") + env + ": expected 1 or 2");
+  return env[0] - '0';
+}
+template <typename T, typename... Ptrs>
+int channels_a_thread(int unset, Index C, const Ptrs*... tensors) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(tensors) % (2 * sizeof(T)) == 0) && ...);
-  return asked && C % 2 == 0 && aligned ? 2 : 1;
+  return asked_channels(unset) == 2 && C % 2 == 0 && aligned ? 2 : 1;
 }
 
 template <typename T, bool kLocal>
@@ -78,7 +84,7 @@ void conv_forward(T* out, const T* inp, const T* weight, T* act1, T* act2, Index
     VIT_CUDA_LAUNCHED();
   };
   // act1, act2: nullptr (aligned) where not written.
-  if (channels_a_thread<T>(C, out, inp, act1, act2) == 2)
+  if (channels_a_thread<T>(2, C, out, inp, act1, act2) == 2)
     launch(dwconv3x3_forward_kernel<T, kLocal, 2>, 2);
   else
     launch(dwconv3x3_forward_kernel<T, kLocal, 1>, 1);
@@ -115,7 +121,7 @@ void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T
         int(cols_per_chunk));
     VIT_CUDA_LAUNCHED();
   };
-  if (channels_a_thread<T>(C, dinp, dout, inp, dw) == 2)
+  if (channels_a_thread<T>(1, C, dinp, dout, inp, dw) == 2)
     launch(dwconv3x3_backward_kernel<T, kLocal, 2>, 2);
   else
     launch(dwconv3x3_backward_kernel<T, kLocal, 1>, 1);

@@ -101,14 +101,18 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
   });
 }
 
-// The dK/dV kernel stores dS^T (bf16, B * H * N * 64 ceil(N / 64) elements of scratch: 119 MB
-// at ViT-S/16 b256) and dQ is formed from it, without the dQ kernel's recomputation of S, P and
-// dP (2 of its 3 products and its exponentials); VIT_FLASH_STORED_DS=0 recomputes. Default
-// since the H200 runs of 2026-11-27: ViT-S/16 b256 8,597-8,630 img/s in three runs against
-// 7,752-8,331 for the recomputing kernels in seven (FlashKernelsOnHost checks it gives the
-// recomputing kernel's bits; on the GPU at most 1% of dQ differs, by the order of S^T's sums).
+// VIT_FLASH_STORED_DS=1: the dK/dV kernel stores dS^T (bf16, B * H * N * 64 ceil(N / 64)
+// elements of scratch: 119 MB at ViT-S/16 b256) and dQ is formed from it, without the dQ
+// kernel's recomputation of S, P and dP (2 of its 3 products and its exponentials). Opt-in
+// again after the H200 bench of 2026-11-27's afternoon (bundle f48b072, ViT-S/16 b256, two
+// interleaved runs each): over half tiles and `auto` heights the stored dS came last in both
+// rounds (7,069-7,147 img/s), the recomputing kernels first (7,518-7,567); the stored dS over
+// whole 4-warp tiles (7,319-7,421; in the morning's runs 8,597-8,630, when the recomputing
+// kernels over half tiles ran 7,943-8,391) is within the runs' noise of them, and needs the
+// scratch. FlashKernelsOnHost checks it gives the recomputing kernel's bits; on the GPU at most
+// 1% of dQ differs, by the order of S^T's sums.
 bool flash_mma_stored_ds() {
-  return env_switch_on("VIT_FLASH_STORED_DS");
+  return env_opt_in("VIT_FLASH_STORED_DS");
 }
 
 namespace {
@@ -117,7 +121,9 @@ namespace {
 // products in the same order, so the same bits, with half the score and dS registers live
 // (ptxas, sm_90, D = 64: dK/dV 226 -> 168 a thread, 3 blocks of 4 warps an SM instead of 2; dQ
 // 163 -> 128 under its launch bound, 4 instead of 3). VIT_FLASH_HALF_TILES=0: whole tiles.
-// Default since the H200's kernel times of 2026-11-27 (above, VIT_FLASH_WARPS).
+// Default since the H200's kernel times of 2026-11-27 (above, VIT_FLASH_WARPS); that day's
+// bench (f48b072, ViT-S/16 b256): with `auto` heights 7,518-7,567 img/s against 7,187-7,289 for
+// whole tiles of 4 warps.
 bool flash_mma_half_tiles() {
   return env_switch_on("VIT_FLASH_HALF_TILES");
 }
