@@ -61,9 +61,9 @@
 #                                                     each (SM and memory throughput, occupancy,
 #                                                     registers); the session runs it after
 #                                                     the profile
-#   Also: info, ops, model, train, repeat, bench, data, compile, comma-separated (tests =
+#   Also: info, ops, model, train, repeat, bench, data, compile, race, comma-separated (tests =
 #   info,ops,model,compile; repeat: the recipe again with seeds GPU_CHECK_SEEDS, default "1 2 3",
-#   in fp32 and with --fp32-residual).
+#   in fp32 and with --fp32-residual; race: the flash kernels' racecheck alone).
 #
 # DEST (default $OUT, else /tmp/gpu_check_out) receives at most four files per phase, named after
 # it: PHASE_summary.md (PASS/FAIL table, metrics, the tail of each failing log), PHASE_results.json
@@ -107,10 +107,10 @@ for p in ${phases//,/ }; do
     train-bench) groups+=" train bench" ;;
     all) groups+=" ops model train bench data compile" ;;
     info) ;;
-    ops | model | train | repeat | bench | limits | data | compile | recipes | sweep | session) groups+=" $p" ;;
+    ops | model | train | repeat | bench | limits | data | compile | recipes | sweep | session | race) groups+=" $p" ;;
     *)
       echo "gpu_check: unknown phase '$p' (session, tests, train-bench, all, info, ops, model," \
-        "train, repeat, bench, limits, data, compile, recipes, sweep)" >&2
+        "train, repeat, bench, limits, data, compile, recipes, sweep, race)" >&2
       exit 2
       ;;
   esac
@@ -1249,6 +1249,10 @@ if want session; then
   steps_compile default
 else
   want ops && { steps_ops_tests; steps_ops_sanitizers; }
+  # The flash racecheck alone (up to 240 s): the session reaches it last, and the fifth runs'
+  # budget cut it, so the kernels changed since the third runs (half tiles, 1-3 warp blocks)
+  # have not been racechecked; a short second call can take it.
+  want race && ! want ops && steps_ops_sanitizers flash_race
   want model && steps_model
   want train && { steps_train_recipe; steps_train_checks; }
   want repeat && steps_repeat
