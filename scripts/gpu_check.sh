@@ -1089,7 +1089,8 @@ fi
 # The ViT-S switches a bench round times beside the build's default (GPU_CHECK_BENCH_VARIANTS,
 # space-separated): by default those not yet measured on a GPU or changed since. Measured on the
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
-# time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep.
+# time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep; and localfused, 0.80x the
+# separate ops in the fourth and fifth runs (2026-11-27).
 read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local dwone dwvec gelufast stored storedwhole}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
