@@ -74,10 +74,13 @@ TEST(Profile, ForwardWorkMatchesTheAnalyticFlops) {
   const Index B = 3;
   forward_once(c, B);
   const auto& t = Profile::totals();
-  ASSERT_TRUE(t.count("matmul_forward") && t.count("attention_forward"));
-  const double flops = t.at("matmul_forward").flops + t.at("attention_forward").flops;
+  ASSERT_TRUE(t.count("matmul_forward") && t.count("matmul_gelu_forward") &&
+              t.count("attention_forward"));
+  const double flops = t.at("matmul_forward").flops + t.at("matmul_gelu_forward").flops +
+                       t.at("attention_forward").flops;
   EXPECT_NEAR(flops, c.forward_flops_per_image() * B, 1e-9 * flops);
-  EXPECT_EQ(t.at("matmul_forward").calls, 2 + 4 * c.depth);  // patch, head; qkv, proj, fc1, fc2
+  EXPECT_EQ(t.at("matmul_forward").calls, 2 + 3 * c.depth);  // patch, head; qkv, proj, fc2
+  EXPECT_EQ(t.at("matmul_gelu_forward").calls, c.depth);     // fc1 and its GELU
   // Every residual add but the last is fused with the LayerNorm after it (norm2, the next
   // block's norm1); block 0's norm1 and the final norm stand alone.
   EXPECT_EQ(t.at("residual_layernorm_forward").calls, 2 * c.depth - 1);

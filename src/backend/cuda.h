@@ -40,8 +40,6 @@ struct CudaBackend {
   };
 
   static constexpr bool kFusedAttention = true;
-  // fc1's bias gradient folded into the FFN activation's backward (ops/cuda/ops.h).
-  static constexpr bool kFusedActivationBiasGrad = true;
   // The locality FFN's fused backward recomputes act1 = hswish(fc1) (ops/cuda/ops.h): no slot.
   static constexpr bool kLocalFfnStoresAct1 = false;
 #define VIT_FORWARD_CUDA(name) VIT_FORWARD_OP(::vit::cuda, name)
@@ -49,6 +47,8 @@ struct CudaBackend {
   VIT_FORWARD_CUDA(flash_attention_forward)
   VIT_FORWARD_CUDA(flash_attention_backward)
   VIT_FORWARD_CUDA(gelu_backward_bias)
+  VIT_FORWARD_CUDA(matmul_gelu_forward)
+  VIT_FORWARD_CUDA(matmul_gelu_backward)
   VIT_FORWARD_CUDA(matmul_gelu_tanh_forward)
   VIT_FORWARD_CUDA(matmul_gelu_tanh_backward)
   VIT_FORWARD_CUDA(residual_layernorm_forward)

@@ -193,6 +193,33 @@ struct ComposedLocalFfn {
   }
 };
 
+// The CUDA backend's Linear + exact GELU pairs (fc1 of the mlp FFN and its GELU; fc2's backward
+// through that GELU: one GEMM each with the GELU's forward or backward in its epilogue where the
+// sm_90a GEMM runs, ops/cuda/ops.h) as the host policy P's separate ops: the GEMM's output
+// rounded before the GELU, as the epilogues round it.
+template <class P>
+struct ComposedMatmulGelu {
+  template <class S>
+  static void matmul_gelu_forward(S* act, S* pre, const S* inp, const S* weight, const S* bias,
+                                  Index M, Index K, Index Hid) {
+    P::matmul_forward(pre, inp, weight, bias, M, K, Hid);
+    P::gelu_forward(act, static_cast<const S*>(pre), M * Hid);
+  }
+  // The Linear after it, backward through the GELU into dpre, with fc1's bias gradient the
+  // column sums of dpre as matmul_backward forms them (the bits of the calls one by one).
+  template <class S, class A>
+  static void matmul_gelu_backward(S* dpre, A* dpre_bias, A* dweight, A* dbias, S* dact,
+                                   const S* dout, const S* act, const S* pre, const S* weight,
+                                   Index M, Index Hid, Index Nout) {
+    P::matmul_backward(dact, dweight, dbias, dout, act, weight, M, Hid, Nout);
+    P::gelu_backward(dpre, static_cast<const S*>(dact), pre, M * Hid);
+    if (dpre_bias)
+      P::matmul_backward(static_cast<S*>(nullptr), static_cast<A*>(nullptr), dpre_bias,
+                         static_cast<const S*>(dpre), static_cast<const S*>(nullptr),
+                         static_cast<const S*>(nullptr), M, Index(1), Hid);
+  }
+};
+
 // The CUDA backend's Linear + tanh GELU pair (the mlp_tanh FFN's fc1 with the GELU in cuBLASLt's
 // epilogues; ops/cuda/ops.h) as the host policy P's separate ops: the GEMM's output rounded
 // before the GELU, and fc1's bias gradient summed from the stored dpre (for the CPU reference the
@@ -222,12 +249,12 @@ template <typename T>
 struct CpuBackend : HostMemory,
                     ComposedResidualNorm<CpuBackend<T>>,
                     ComposedLocalFfn<CpuBackend<T>>,
+                    ComposedMatmulGelu<CpuBackend<T>>,
                     ComposedMatmulGeluTanh<CpuBackend<T>> {
   using Store = T;
   using Acc = T;
   using Res = T;
   static constexpr bool kFusedAttention = false;  // the reference saves the probabilities
-  static constexpr bool kFusedActivationBiasGrad = false;
   static const char* name() { return sizeof(T) == 8 ? "cpu fp64" : "cpu"; }
 #define VIT_FORWARD_CPU(name) VIT_FORWARD_OP(::vit::cpu, name)
   VIT_LAYER_OPS(VIT_FORWARD_CPU)
@@ -252,14 +279,12 @@ struct CpuBackend : HostMemory,
 template <class R>
 struct EmuBackendOf : HostMemory,
                       ComposedResidualNorm<EmuBackendOf<R>>,
-                      ComposedLocalFfn<EmuBackendOf<R>> {
+                      ComposedLocalFfn<EmuBackendOf<R>>,
+                      ComposedMatmulGelu<EmuBackendOf<R>> {
   using Store = bf16;
   using Acc = float;
   using Res = R;
   static constexpr bool kFusedAttention = true;  // as the CUDA backend
-  // The CUDA backend's fused activation + bias-gradient pass has the unfused bits: nothing to
-  // emulate.
-  static constexpr bool kFusedActivationBiasGrad = false;
   static const char* name() {
     return std::is_same_v<R, float> ? "cpu bf16 emulation, fp32 residual" : "cpu bf16 emulation";
   }

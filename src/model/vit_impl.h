@@ -435,6 +435,13 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     ProfileScope prof("matmul_gelu_forward", work);
     Backend::matmul_gelu_tanh_forward(b.act1, b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w,
                                       bw.fc1_b, BN, C, M);
+  } else if (!local) {
+    // fc1 and its exact GELU: one GEMM with the GELU in its epilogue where the GPU has it.
+    OpWork work = W::matmul_forward(BN, C, M);
+    work.bytes += W::elementwise(BN * M, 1).bytes;  // act1 besides fc1
+    ProfileScope prof("matmul_gelu_forward", work);
+    Backend::matmul_gelu_forward(b.act1, b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w,
+                                 bw.fc1_b, BN, C, M);
   } else {
     ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, M));
     Backend::matmul_forward(b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w, bw.fc1_b, BN, C, M);
@@ -453,11 +460,7 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
     }
     hidden = b.act2;
   } else {
-    if (!tanh_gelu) {
-      ProfileScope prof("gelu_forward", W::elementwise(BN * M, 2));
-      Backend::gelu_forward(b.act1, static_cast<const Store*>(b.fc1), BN * M);
-    }
-    hidden = b.act1;
+    hidden = b.act1;  // written with fc1 above
   }
   {
     ProfileScope prof("matmul_forward", W::matmul_forward(BN, M, C));
@@ -584,28 +587,27 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
     Backend::matmul_gelu_tanh_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn, hidden,
                                        CS(b.fc1), CS(bw.fc2_w), BN, M, C);
     fc1_db = nullptr;
+  } else if (cfg_.ffn == Ffn::Mlp) {
+    // fc2's backward through the exact GELU into d(fc1) (dhid_b; d(act1) in dhid_a where the
+    // backend forms it) and fc1's bias gradient: on a Hopper with VIT_SM90_GEMM=1 the GELU's
+    // backward is the data-gradient GEMM's epilogue.
+    OpWork work = W::matmul_backward(BN, M, C);
+    work.bytes += W::elementwise(BN * M, 1).bytes;  // fc1's output, read for the GELU
+    ProfileScope prof("matmul_gelu_backward", work);
+    Backend::matmul_gelu_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn, hidden,
+                                  CS(b.fc1), CS(bw.fc2_w), BN, M, C);
+    fc1_db = nullptr;
   } else {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, M, C));
     Backend::matmul_backward(a.dhid_a, bg.fc2_w, bg.fc2_b, dffn, hidden, CS(bw.fc2_w), BN, M, C);
   }
-  // Back to fc1's output: the locality FFN's middle (h-swish, depthwise 3x3, h-swish; one pass
-  // on the GPU, d(act2) in dhid_a is its scratch on the host), or the GELU (the tanh GELU's
-  // backward came with fc2's above). Where the backend fuses the GELU's backward with fc1's bias
-  // gradient (the column sums of its result), that comes out of the same pass (bitwise as
-  // computing it in matmul_backward).
+  // Back to fc1's output through the locality FFN's middle (h-swish, depthwise 3x3, h-swish;
+  // one pass on the GPU, d(act2) in dhid_a is its scratch on the host); the GELUs' backward
+  // came with fc2's above.
   if (local) {
     ProfileScope prof("local_ffn_backward", W::dwconv(B, g * g, M, 2, 7));
     Backend::local_ffn_backward(a.dhid_b, bg.dw_w, a.dhid_a, CS(b.dw), CS(b.act1), CS(b.fc1),
                                 CS(bw.dw_w), B, N, pre, g, g, M);
-  } else if (cfg_.ffn == Ffn::Mlp) {
-    if constexpr (Backend::kFusedActivationBiasGrad) {
-      ProfileScope prof("gelu_backward_bias", W::elementwise(BN * M, 3));
-      Backend::gelu_backward_bias(a.dhid_b, fc1_db, CS(a.dhid_a), CS(b.fc1), BN, M);
-      fc1_db = nullptr;
-    } else {
-      ProfileScope prof("gelu_backward", W::elementwise(BN * M, 3));
-      Backend::gelu_backward(a.dhid_b, CS(a.dhid_a), CS(b.fc1), BN * M);
-    }
   }
   {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, C, M));

@@ -2,31 +2,104 @@
 // deterministic column sum (on 16-byte packs where it can, elementwise.cuh). The Linear before a
 // tanh GELU (the mlp_tanh FFN's fc1) has it in the GEMM's epilogues in bf16: forward, and in the
 // backward of the Linear after it (fc2's data gradient).
+#include <atomic>
 #include <type_traits>
 
 #include "ops/cuda/blas.cuh"
 #include "ops/cuda/elementwise.cuh"
+#include "ops/cuda/gemm_sm90.h"
 
 namespace vit::cuda {
+
+namespace {
+
+std::atomic<Index> g_sm90_gemms{0};
+
+// The bf16 GEMM on the sm_90a kernel (gemm_sm90.h): false (nothing enqueued) unless
+// VIT_SM90_GEMM=1, the device is a Hopper and the operands fit.
+template <typename T>
+bool sm90_gemm(const sm90::GemmOperands& g) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (!env_opt_in("VIT_SM90_GEMM") || !sm90::gemm(g, stream())) return false;
+    VIT_CUDA_LAUNCHED();
+    g_sm90_gemms.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+// out (M, Nout) = inp (M, K) @ weight (Nout, K)^T + bias, and with pre set, pre = that and
+// out = gelu(pre).
+template <typename T>
+bool sm90_linear(T* out, T* pre, const T* inp, const T* weight, const T* bias, Index M, Index K,
+                 Index Nout) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return sm90_gemm<T>({inp, K, weight, K, false, out, Nout, bias, pre, nullptr, M, Nout, K});
+  return false;
+}
+
+// dinp (M, K) = dout (M, Nout) @ weight (Nout, K), and with gelu_in set (the GELU's input
+// before this Linear), dinp = gelu'(gelu_in) * that.
+template <typename T>
+bool sm90_linear_dinp(T* dinp, const T* gelu_in, const T* dout, const T* weight, Index M, Index K,
+                      Index Nout) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return sm90_gemm<T>(
+        {dout, Nout, weight, K, true, dinp, K, nullptr, nullptr, gelu_in, M, K, Nout});
+  return false;
+}
+
+}  // namespace
+
+Index sm90_gemm_count() {
+  return g_sm90_gemms.load(std::memory_order_relaxed);
+}
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, Index M, Index K,
                     Index Nout) {
   // out (M, Nout) = inp (M, K) @ weight (Nout, K)^T + bias (Nout)
+  if (sm90_linear<T>(out, nullptr, inp, weight, bias, M, K, Nout)) return;
   gemm<T, T>(false, true, M, Nout, K, 1.0f, inp, K, 0, weight, K, 0, 0.0f, out, Nout, 0, 1, bias);
+}
+
+template <typename T>
+void matmul_gelu_forward(T* act, T* pre, const T* inp, const T* weight, const T* bias, Index M,
+                         Index K, Index Hid) {
+  // pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias; act (M, Hid) = gelu(pre)
+  if (!env_opt_in("VIT_GELU_FAST") && sm90_linear<T>(act, pre, inp, weight, bias, M, K, Hid))
+    return;
+  matmul_forward(pre, inp, weight, bias, M, K, Hid);
+  gelu_forward(act, static_cast<const T*>(pre), M * Hid);
 }
 
 template <typename T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, Index M, Index K, Index Nout) {
   // dinp (M, K) = dout (M, Nout) @ weight (Nout, K)
-  if (dinp)
+  if (dinp && !sm90_linear_dinp<T>(dinp, nullptr, dout, weight, M, K, Nout))
     gemm<T, T>(false, false, M, K, Nout, 1.0f, dout, Nout, 0, weight, K, 0, 0.0f, dinp, K, 0);
   // dweight (Nout, K) += dout^T @ inp, straight into the fp32 gradient (beta = 1)
   if (dweight)
     gemm<T, float>(true, false, Nout, K, M, 1.0f, dout, Nout, 0, inp, K, 0, 1.0f, dweight, K, 0);
   // dbias (Nout) += column sums of dout
   if (dbias) colsum_rows_accumulate(dbias, dout, M, Nout);
+}
+
+template <typename T>
+void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
+                          const T* dout, const T* act, const T* pre, const T* weight, Index M,
+                          Index Hid, Index Nout) {
+  // dweight (Nout, Hid) += dout (M, Nout)^T @ act (M, Hid); dbias (Nout) += column sums of dout
+  matmul_backward<T>(nullptr, dweight, dbias, dout, act, weight, M, Hid, Nout);
+  // dpre (M, Hid) = gelu'(pre) * bf16(dout @ weight) in the GEMM's epilogue, then fc1's bias
+  // gradient from dpre as matmul_backward sums it
+  if (!env_opt_in("VIT_GELU_FAST") && sm90_linear_dinp<T>(dpre, pre, dout, weight, M, Hid, Nout)) {
+    if (dpre_bias) colsum_rows_accumulate(dpre_bias, static_cast<const T*>(dpre), M, Hid);
+    return;
+  }
+  matmul_backward<T>(dact, nullptr, nullptr, dout, act, weight, M, Hid, Nout);
+  gelu_backward_bias(dpre, dpre_bias, static_cast<const T*>(dact), pre, M, Hid);
 }
 
 namespace {
@@ -88,6 +161,9 @@ void matmul_gelu_tanh_backward(T* dpre, float* dpre_bias, float* dweight, float*
   template void matmul_forward<T>(T*, const T*, const T*, const T*, Index, Index, Index);          \
   template void matmul_backward<T>(T*, float*, float*, const T*, const T*, const T*, Index, Index, \
                                    Index);                                                         \
+  template void matmul_gelu_forward<T>(T*, T*, const T*, const T*, const T*, Index, Index, Index); \
+  template void matmul_gelu_backward<T>(T*, float*, float*, float*, T*, const T*, const T*,        \
+                                        const T*, const T*, Index, Index, Index);                  \
   template void matmul_gelu_tanh_forward<T>(T*, T*, const T*, const T*, const T*, Index, Index,    \
                                             Index);                                                \
   template void matmul_gelu_tanh_backward<T>(T*, float*, float*, float*, T*, const T*, const T*,   \

@@ -92,6 +92,12 @@ void set_gemm_autotune(bool on);
 bool gemm_autotune();
 Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
 
+// The sm_90a wgmma GEMM (gemm_sm90.h) for the bf16 Linears' forward and data gradient (with
+// the exact GELU's forward and backward in its epilogues), opt-in while it is new
+// (VIT_SM90_GEMM=1): used where the device is a Hopper (compute capability 9.0) and the operands
+// fit, else cuBLASLt. Calls that ran it, process-wide (a test's proof that it was used).
+Index sm90_gemm_count();
+
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>
 void convert(TDst* dst, const TSrc* src, Index n);
@@ -109,6 +115,22 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, Index 
 template <typename T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, Index M, Index K, Index Nout);
+// The Linear before the exact GELU: pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias (Hid),
+// act (M, Hid) = gelu(pre), pre rounded before the GELU. In bf16 with the sm_90a GEMM on
+// (sm90_gemm_count) one GEMM whose epilogue writes both; otherwise matmul_forward and
+// gelu_forward (always under VIT_GELU_FAST=1, whose formula the epilogue lacks).
+template <typename T>
+void matmul_gelu_forward(T* act, T* pre, const T* inp, const T* weight, const T* bias, Index M,
+                         Index K, Index Hid);
+// The Linear after the exact GELU, backward through it: dweight (Nout, Hid) += dout (M, Nout)^T @
+// act, dbias (Nout) += column sums of dout, dpre (M, Hid) = gelu'(pre) * (dout @ weight (Nout,
+// Hid)) with the product rounded to T first (overwrite), dpre_bias (Hid) += its column sums. With
+// the sm_90a GEMM (bf16, VIT_SM90_GEMM=1) dpre is the data-gradient GEMM's epilogue, the same
+// bits as the separate ops; otherwise dact (M, Hid) receives the product first (scratch).
+template <typename T>
+void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
+                          const T* dout, const T* act, const T* pre, const T* weight, Index M,
+                          Index Hid, Index Nout);
 // The Linear before a tanh GELU: pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias (Hid),
 // act (M, Hid) = gelu_tanh(pre). In bf16 one GEMM with cuBLASLt's GELU epilogue, each output
 // rounded once from fp32 (unless VIT_GELU_EPILOGUE=0 or cuBLASLt has no algorithm: then

@@ -1,0 +1,104 @@
+// Launches the wgmma GEMM (gemm_sm90_kernels.cuh): the operands' TMA tensor maps, encoded by the
+// driver's cuTensorMapEncodeTiled (reached through the runtime, so nothing links libcuda), and
+// the kernel's shared-memory limit, raised once per epilogue.
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+
+#include "ops/cuda/gemm_sm90.h"
+#include "ops/cuda/gemm_sm90_kernels.cuh"
+
+namespace vit::cuda::sm90 {
+namespace {
+
+using gemm_sm90::Epilogue;
+using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+
+Encode tensor_map_encoder() {
+  static const Encode fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return Encode(nullptr);
+    return reinterpret_cast<Encode>(f);
+  }();
+  return fn;
+}
+
+// A row-major (rows, cols; ld) bf16 matrix as boxes of kBK columns x box_rows rows, 128-byte
+// swizzled (the layout smem_desc_k_sw128 describes); reads past its edges give zeros.
+bool encode(TensorMap* map, const __nv_bfloat16* base, Index rows, Index cols, Index ld,
+            int box_rows) {
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {cuuint32_t(gemm_sm90::kBK), cuuint32_t(box_rows)};
+  const cuuint32_t steps[2] = {1, 1};
+  return tensor_map_encoder()(
+             map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(base), dims,
+             strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+bool aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+template <Epilogue kEpi, bool kTransB>
+bool launch(const GemmOperands& g, cudaStream_t stream) {
+  static const bool shared_ok = cudaFuncSetAttribute(gemm_sm90::gemm_kernel<kEpi, kTransB>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     gemm_sm90::kSharedBytes) == cudaSuccess;
+  TensorMap map_a, map_b;
+  // B (N, K) as boxes of kBN rows; B (K, N) as boxes of 64 K-rows x 64 columns (two a stage)
+  const bool b_ok = kTransB ? encode(&map_b, g.b, g.K, g.N, g.ldb, gemm_sm90::kBK)
+                            : encode(&map_b, g.b, g.N, g.K, g.ldb, gemm_sm90::kBN);
+  if (!shared_ok || !b_ok || !encode(&map_a, g.a, g.M, g.K, g.lda, gemm_sm90::kBM)) return false;
+  const gemm_sm90::Params p{g.out, g.pre, g.aux, g.bias, int(g.M), int(g.N), int(g.K), int(g.ldc)};
+  const dim3 grid(unsigned((g.N + gemm_sm90::kBN - 1) / gemm_sm90::kBN),
+                  unsigned((g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM));
+  gemm_sm90::gemm_kernel<kEpi, kTransB>
+      <<<grid, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
+  return true;
+}
+
+template <Epilogue kEpi>
+bool launch_epilogue(const GemmOperands& g, cudaStream_t stream) {
+  return g.trans_b ? launch<kEpi, true>(g, stream) : launch<kEpi, false>(g, stream);
+}
+
+}  // namespace
+
+bool gemm_available() {
+  static const bool ok = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+      return false;
+    return major == 9 && minor == 0 && tensor_map_encoder() != nullptr;
+  }();
+  return ok;
+}
+
+bool gemm_fits(const GemmOperands& g) {
+  constexpr Index kIntMax = 0x7fffffff;
+  const Index row_blocks = (g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM;
+  const bool sizes = g.M > 0 && g.N > 0 && g.K > 0 && g.M <= kIntMax && g.N <= kIntMax &&
+                     g.K <= kIntMax && row_blocks <= 65535 && g.ldc <= kIntMax;
+  const bool strides = g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.K &&
+                       g.ldb >= (g.trans_b ? g.N : g.K) && g.ldc % 2 == 0 && g.ldc >= g.N;
+  const bool pointers = aligned(g.a, 16) && aligned(g.b, 16) && g.out && aligned(g.out, 4) &&
+                        aligned(g.pre, 4) && aligned(g.aux, 4) && !(g.pre && g.aux);
+  return sizes && strides && pointers;
+}
+
+bool gemm(const GemmOperands& g, cudaStream_t stream) {
+  if (!gemm_available() || !gemm_fits(g)) return false;
+  if (g.pre) return launch_epilogue<Epilogue::kBiasGelu>(g, stream);
+  if (g.aux) return launch_epilogue<Epilogue::kGeluGrad>(g, stream);
+  return launch_epilogue<Epilogue::kBias>(g, stream);
+}
+
+}  // namespace vit::cuda::sm90

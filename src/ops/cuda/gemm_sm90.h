@@ -1,0 +1,43 @@
+// The Hopper (sm_90a) wgmma GEMM with fused epilogues (gemm_sm90_kernels.cuh), as a library of
+// its own built for sm_90a alone (CMakeLists.txt: wgmma exists on no other target). Host code
+// only; it reports whether it ran, and the caller (matmul.cu) checks the launch and otherwise
+// runs cuBLASLt. Opt-in for now (VIT_SM90_GEMM=1): written on a machine without a GPU.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core/common.h"
+
+namespace vit::cuda::sm90 {
+
+// out (M, N; ldc) = A (M, K; lda) @ op(B) + bias (N, or null), rounded once to bf16, where op(B)
+// is B^T for B (N, K; ldb) (a Linear's forward) or B for B (K, N; ldb) with trans_b (its data
+// gradient). With `pre` (M, N; ldc) set: pre = that, and out = gelu(pre) (the exact erf GELU
+// of the rounded pre, as the separate GELU kernel computes it). With `aux` (M, N; ldc) set
+// instead, the GELU's input: out = gelu'(aux) * bf16(A @ op(B)), the separate ops' bits.
+struct GemmOperands {
+  const __nv_bfloat16* a;
+  Index lda;
+  const __nv_bfloat16* b;
+  Index ldb;
+  bool trans_b;
+  __nv_bfloat16* out;
+  Index ldc;
+  const __nv_bfloat16* bias;
+  __nv_bfloat16* pre;
+  const __nv_bfloat16* aux;
+  Index M, N, K;
+};
+
+// Whether this device runs the kernel: compute capability 9.0 and the driver's tensor-map
+// encoder found (once per process).
+bool gemm_available();
+// Whether the operands fit the kernel: a and b 16-byte aligned with lda, ldb multiples of 8
+// (the tensor map's 16-byte strides), out, pre and aux 4-byte aligned with ldc even, not both
+// pre and aux, M, N, K > 0 and under the grid's and the map's limits.
+bool gemm_fits(const GemmOperands& g);
+// Enqueues the GEMM on `stream` when available and the operands fit; false (nothing enqueued)
+// otherwise. The caller checks the launch (cudaGetLastError).
+bool gemm(const GemmOperands& g, cudaStream_t stream);
+
+}  // namespace vit::cuda::sm90

@@ -1,0 +1,198 @@
+// The Hopper GEMM kernel (gemm_sm90.cu launches it): C (M, N) = A (M, K) @ op(B) in bf16 with
+// fp32 accumulation, A row-major (K-major) and B either (N, K) row-major (a Linear's (out, in)
+// weight: the forward, C = A B^T) or (K, N) row-major (the same weight in the data-gradient
+// GEMM, C = A B: kTransB, read MN-major). The epilogues: the bias, and for fc1 the exact (erf)
+// GELU writing both the rounded pre-activation (for the backward) and the activation, one pass
+// where cuBLASLt + the GELU kernel make three; and in the backward the GELU's gradient,
+// d(pre) = gelu'(pre) * d(act) with d(act) the product rounded to bf16 first, as the separate
+// ops round it, so the fused pass gives their bits.
+//
+// Block: a 128 x 128 tile of C. Warps 0-7 are two consumer warpgroups (64 rows each, one
+// wgmma m64n128k16 per 16 of K); warp 8 is the producer, one thread of which streams 64-wide K
+// slices of A and B through kStages shared-memory stages with TMA (128-byte swizzle, the
+// layout wgmma reads), each stage guarded by a `full` barrier (the loads' bytes landed) and an
+// `empty` one (both warpgroups' wgmmas that read it finished). A warpgroup keeps one wgmma
+// group in flight: it waits for the previous slice's group before releasing that slice's
+// stage. 288 threads and 96 KiB of stages let two blocks share an SM, so one's epilogue
+// overlaps the other's main loop (short K: ViT-S's Linears have K = 384 or 1536).
+//
+// The primitives (ops/cuda/sm90_ptx.cuh) are the only inline assembly: tests/cuda_host_sim.h
+// with tests/cuda_host_sim_sm90.h runs this kernel on the CPU (tests/test_gemm_sm90_on_host.cpp).
+#pragma once
+#include <cstdint>
+
+#ifndef VIT_CUDA_HOST_SIM
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/sm90_ptx.cuh"
+#define VIT_GRID_CONSTANT const __grid_constant__
+#endif
+#include "ops/cuda/activation_math.cuh"
+
+namespace vit::cuda::gemm_sm90 {
+
+using sm90::TensorMap;
+#ifndef VIT_CUDA_HOST_SIM
+// Two bf16 as one 32-bit word, lo at the lower address.
+__device__ __forceinline__ uint32_t pack_pair(bf16 lo, bf16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
+}
+#endif
+
+constexpr int kBM = 128, kBN = 128, kBK = 64;  // C tile; K slice (64 bf16 = one 128-byte row)
+constexpr int kStages = 3;
+constexpr int kConsumerWarps = 8, kThreads = (kConsumerWarps + 1) * 32;
+constexpr int kTileA = kBM * kBK, kTileB = kBN * kBK;    // elements of a stage's tiles
+constexpr uint32_t kStageBytes = (kTileA + kTileB) * 2;  // 32 KiB
+constexpr int kBarrierBytes = 2 * kStages * 8;
+// Dynamic shared memory a launch asks for: the stages, the barriers, and room to align to the
+// 1024 bytes of a swizzle atom.
+constexpr int kSharedBytes = kStages * int(kStageBytes) + kBarrierBytes + 1024;
+
+enum class Epilogue {
+  kBias,      // out = A op(B) + bias (bias may be null)
+  kBiasGelu,  // pre = A op(B) + bias, out = gelu(pre)
+  kGeluGrad,  // out = gelu'(aux) * bf16(A op(B)), aux the GELU's stored input
+};
+
+struct Params {
+  bf16* out;         // (M, ldc): C, the GELU's activation, or the GELU's input gradient
+  bf16* pre;         // (M, ldc): the pre-activation (kBiasGelu only)
+  const bf16* aux;   // (M, ldc): the GELU's input (kGeluGrad only)
+  const bf16* bias;  // (N) or null
+  int M, N, K;
+  int ldc;  // even (the epilogue stores column pairs as one 32-bit word)
+};
+
+// The pair (row, col), (row, col + 1) of a bf16 matrix, col + 1 < N when `pair`.
+__device__ __forceinline__ void load_pair(const bf16* m, int64_t at, bool pair, float& x0,
+                                          float& x1) {
+  x0 = to_f32(m[at]);
+  x1 = pair ? to_f32(m[at + 1]) : 0.0f;
+}
+__device__ __forceinline__ void store_pair(bf16* m, int64_t at, bool pair, bf16 y0, bf16 y1) {
+  if (pair)
+    *reinterpret_cast<uint32_t*>(m + at) = pack_pair(y0, y1);
+  else
+    m[at] = y0;
+}
+
+// D(row, col) and D(row, col + 1), from two accumulators, through the epilogue into memory.
+template <Epilogue kEpi>
+__device__ __forceinline__ void epilogue_pair(const Params& p, int row, int col, float v0, float v1,
+                                              float b0, float b1) {
+  if (row >= p.M || col >= p.N) return;
+  const bool pair = col + 1 < p.N;
+  const int64_t at = int64_t(row) * p.ldc + col;
+  const bf16 y0 = from_f32<bf16>(v0 + b0), y1 = from_f32<bf16>(v1 + b1);
+  if constexpr (kEpi == Epilogue::kBias) {
+    store_pair(p.out, at, pair, y0, y1);
+  } else if constexpr (kEpi == Epilogue::kBiasGelu) {
+    // The activation from the stored pre-activation, as the separate GELU kernel reads it.
+    store_pair(p.pre, at, pair, y0, y1);
+    store_pair(p.out, at, pair, from_f32<bf16>(GeluForward{}(to_f32(y0))),
+               from_f32<bf16>(GeluForward{}(to_f32(y1))));
+  } else {
+    float x0, x1;
+    load_pair(p.aux, at, pair, x0, x1);
+    store_pair(p.out, at, pair, from_f32<bf16>(GeluBackward{}(to_f32(y0), x0)),
+               from_f32<bf16>(GeluBackward{}(to_f32(y1), x1)));
+  }
+}
+
+// The producer thread: K slice k of A's row block m0 and B's column block n0 into stage s, once
+// both warpgroups released it. B (N, K) is one box of kBN rows; B (K, N) (kTransB) two boxes of
+// 64 K-rows x 64 columns, side by side 8 KiB apart (desc_mn_sw128's leading offset).
+template <bool kTransB>
+__device__ __forceinline__ void load_slice(bf16* stage, uint64_t* full, const TensorMap& map_a,
+                                           const TensorMap& map_b, int k, int m0, int n0) {
+  sm90::mbar_arrive_expect_tx(full, kStageBytes);
+  sm90::tma_load_2d(stage, &map_a, full, k * kBK, m0);
+  bf16* b = stage + kTileA;
+  if constexpr (kTransB) {
+    sm90::tma_load_2d(b, &map_b, full, n0, k * kBK);
+    sm90::tma_load_2d(b + 64 * kBK, &map_b, full, n0 + 64, k * kBK);
+  } else {
+    sm90::tma_load_2d(b, &map_b, full, k * kBK, n0);
+  }
+}
+
+// One warpgroup's wgmmas over a stage: its 64 rows of A against the stage's B, 16 of K at a
+// time (32 bytes along a K-major row; 16 rows, 2 KiB, down an MN-major tile).
+template <bool kTransB>
+__device__ __forceinline__ void multiply_slice(float (&acc)[64], const bf16* stage, int group) {
+  const bf16* a = stage + group * 64 * kBK;
+  const bf16* b = stage + kTileA;
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t desc_b =
+        kTransB ? sm90::smem_desc_mn_sw128(b + kk * 16 * 64) : sm90::smem_desc_k_sw128(b + kk * 16);
+    sm90::wgmma_m64n128k16<kTransB ? 1 : 0>(acc, sm90::smem_desc_k_sw128(a + kk * 16), desc_b);
+  }
+  sm90::wgmma_commit();
+}
+
+// C (M, N) = A (M, K) @ op(B) through the epilogue: grid (ceil(N / kBN), ceil(M / kBM)),
+// kThreads threads, kSharedBytes of dynamic shared memory. Consecutive blocks share an A
+// row-block.
+template <Epilogue kEpi, bool kTransB>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemm_kernel(VIT_GRID_CONSTANT TensorMap map_a, VIT_GRID_CONSTANT TensorMap map_b, Params p) {
+#ifdef VIT_CUDA_HOST_SIM
+  unsigned char* raw = ::vit::cuda::sim_dynamic_shared;
+#else
+  extern __shared__ __align__(1024) unsigned char raw[];
+#endif
+  // stage s: A tile (kBM, kBK) then B's (kBN x kBK elements), 128-byte rows, swizzled
+  unsigned char* base = raw + (1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024;
+  bf16* tiles = reinterpret_cast<bf16*>(base);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbar_init(&full[s], 1);                    // the producer's expect_tx arrival
+      sm90::mbar_init(&empty[s], kConsumerWarps / 4);  // one arrival per consumer warpgroup
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();  // the last block-wide barrier: the producer's idle lanes leave below
+
+  const int n0 = int(blockIdx.x) * kBN, m0 = int(blockIdx.y) * kBM;
+  const int slices = (p.K + kBK - 1) / kBK;
+  if (warp == kConsumerWarps) {
+    if (lane == 0)
+      for (int k = 0; k < slices; ++k) {
+        const int s = k % kStages;
+        sm90::mbar_wait(&empty[s], ((k / kStages) & 1) ^ 1);  // the first round passes at once
+        load_slice<kTransB>(tiles + s * (kTileA + kTileB), &full[s], map_a, map_b, k, m0, n0);
+      }
+    return;
+  }
+
+  const int group = warp / 4;  // consumer warpgroup: rows 64 group .. of the tile
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int k = 0; k < slices; ++k) {
+    const int s = k % kStages;
+    sm90::mbar_wait(&full[s], (k / kStages) & 1);
+    multiply_slice<kTransB>(acc, tiles + s * (kTileA + kTileB), group);
+    sm90::wgmma_wait<1>();  // the previous slice's group is done: its stage is free
+    if (k > 0 && threadIdx.x % 128 == 0) sm90::mbar_arrive(&empty[(k - 1) % kStages]);
+  }
+  sm90::wgmma_wait<0>();
+
+  const int row = m0 + group * 64 + (warp % 4) * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    float b0 = 0.0f, b1 = 0.0f;
+    if (p.bias && col < p.N) b0 = to_f32(p.bias[col]);
+    if (p.bias && col + 1 < p.N) b1 = to_f32(p.bias[col + 1]);
+    epilogue_pair<kEpi>(p, row, col, acc[4 * j], acc[4 * j + 1], b0, b1);
+    epilogue_pair<kEpi>(p, row + 8, col, acc[4 * j + 2], acc[4 * j + 3], b0, b1);
+  }
+}
+
+}  // namespace vit::cuda::gemm_sm90

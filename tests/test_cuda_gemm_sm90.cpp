@@ -1,0 +1,227 @@
+// The sm_90a wgmma GEMM (ops/cuda/gemm_sm90.h) on the device: every output against the fp64
+// sum of the same bf16 operands (within one bf16 step, and at most 2% not the nearest bf16:
+// fp32 accumulation in another order), the GELU epilogue's activation against the exact GELU of
+// its own stored pre-activation, row padding and guard bytes untouched, and the Linear ops
+// taking it under VIT_SM90_GEMM=1 with cuBLASLt's results. Skips on a GPU that is not a Hopper
+// (compute capability 9.0); the operand checks run without a device. Its CPU twin,
+// test_gemm_sm90_on_host.cpp, runs the same kernel source in CI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "ops/cuda/gemm_sm90.h"
+#include "ops/cuda/ops.h"
+
+namespace {
+
+using vit::Index;
+using vit::test::DevBuf;
+using vit::test::rnd;
+using vit::test::ScopedEnv;
+using vit::test::Vec;
+using bf = __nv_bfloat16;
+namespace cu = vit::cuda;
+
+// A bf16 value's distance in representable steps from the exact value.
+double bf16_steps(float got, double want) {
+  const double mag = std::max(std::fabs(want), 1e-30);
+  const double spacing = std::ldexp(1.0, std::ilogb(mag) - 7);
+  return std::fabs(double(got) - want) / spacing;
+}
+
+double gelu_exact(double x) {
+  return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
+
+enum class Epi { kBias, kGelu, kGeluGrad };
+
+struct Shape {
+  Index M, N, K, ldc;
+  bool bias;
+  Epi epi;
+  bool trans_b;  // B stored (K, N): the data-gradient GEMM
+};
+
+class CudaSm90Gemm : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override {
+    VIT_GPU_TEST_PRECONDITION();
+    if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
+  }
+};
+
+TEST_P(CudaSm90Gemm, MatchesTheExactSum) {
+  const Shape s = GetParam();
+  const bool gelu = s.epi == Epi::kGelu, grad = s.epi == Epi::kGeluGrad;
+  // padded row strides on A, and on B when it is (K, N)
+  const Index lda = s.K + 8, ldb = s.trans_b ? s.N + 8 : s.K;
+  const Vec a = rnd<bf>(s.M * lda, 11), b = rnd<bf>((s.trans_b ? s.K : s.N) * ldb, 12, 0.05),
+            bias = rnd<bf>(s.N, 13, 0.5), gelu_in = rnd<bf>(s.M * s.ldc, 14, 1.5);
+  DevBuf<bf> da(a, "A"), db(b, "B"), dbias(bias, "bias"), daux(gelu_in, "aux");
+  DevBuf<bf> out(s.M * s.ldc, "out"), pre(s.M * s.ldc, "pre");  // 0x7f7f: poison
+  const cu::sm90::GemmOperands g{da.get(),
+                                 lda,
+                                 db.get(),
+                                 ldb,
+                                 s.trans_b,
+                                 out.get(),
+                                 s.ldc,
+                                 s.bias ? dbias.get() : nullptr,
+                                 gelu ? pre.get() : nullptr,
+                                 grad ? daux.get() : nullptr,
+                                 s.M,
+                                 s.N,
+                                 s.K};
+  ASSERT_TRUE(cu::sm90::gemm(g, cu::stream()));
+  vit::test::cuda_ok(cudaGetLastError(), "launch");
+  vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
+  const Vec y = gelu ? pre.download() : out.download(), result = out.download();
+  const Vec untouched = DevBuf<bf>(1, "poison").download();
+
+  Index far = 0, second_off = 0;
+  double worst = 0;
+  for (Index i = 0; i < s.M; ++i)
+    for (Index j = 0; j < s.ldc; ++j) {
+      const Index at = i * s.ldc + j;
+      if (j >= s.N) {
+        ASSERT_EQ(result[at], untouched[0]) << "row padding (" << i << ", " << j << ") written";
+        continue;
+      }
+      double sum = s.bias ? double(bias[j]) : 0.0;
+      for (Index k = 0; k < s.K; ++k)
+        sum += double(a[i * lda + k]) * double(s.trans_b ? b[k * ldb + j] : b[j * ldb + k]);
+      if (grad) {  // d(pre) = gelu'(x) * d(act), within 2 steps of the exact product's
+        const double x = gelu_in[at], cdf = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
+        const double want = sum * (cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI));
+        const double st = bf16_steps(result[at], want);
+        ASSERT_LE(st, 2.0) << "d(pre) (" << i << ", " << j << "): " << result[at] << " vs " << want;
+        second_off += st > 0.5;
+        continue;
+      }
+      const double steps = bf16_steps(y[at], sum);
+      worst = std::max(worst, steps);
+      far += steps > 0.5;
+      ASSERT_LE(steps, 1.0) << "(" << i << ", " << j << "): " << y[at] << " vs " << sum;
+      if (gelu) {
+        const double st = bf16_steps(result[at], gelu_exact(y[at]));
+        ASSERT_LE(st, 1.0) << "act (" << i << ", " << j << "): " << result[at];
+        second_off += st > 0.5;
+      }
+    }
+  EXPECT_LE(far, s.M * s.N / 50) << "worst " << worst << " steps";
+  EXPECT_LE(second_off, s.M * s.N / (grad ? 10 : 100));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaSm90Gemm,
+    ::testing::Values(Shape{128, 128, 64, 128, false, Epi::kBias, false},    // one tile
+                      Shape{200, 136, 200, 142, true, Epi::kBias, false},    // edges of M, N, K
+                      Shape{394, 1152, 384, 1152, true, Epi::kBias, false},  // ViT-S qkv, 2 images
+                      Shape{394, 384, 1536, 384, true, Epi::kBias, false},   // ViT-S fc2
+                      Shape{300, 1536, 384, 1536, true, Epi::kGelu, false},  // ViT-S fc1 + GELU
+                      Shape{130, 250, 456, 252, true, Epi::kGelu, false},    // GELU at the edges
+                      Shape{128, 128, 64, 128, false, Epi::kBias, true},     // B (K, N), one tile
+                      Shape{394, 384, 1152, 384, false, Epi::kBias, true},   // ViT-S qkv's d(ln1)
+                      Shape{394, 1536, 384, 1536, false, Epi::kGeluGrad, true},  // fc2's d(fc1)
+                      Shape{150, 180, 328, 186, false, Epi::kGeluGrad, true}));  // at the edges
+
+// Runs `ops` with VIT_SM90_GEMM set to `on` and returns the buffers it names, downloaded; the
+// kernel must have run `calls` times when on, never when off.
+template <typename Ops>
+std::vector<Vec> with_sm90(bool on, Index calls, std::vector<DevBuf<bf>*> outs, Ops ops) {
+  ScopedEnv env("VIT_SM90_GEMM", on ? "1" : "0");
+  const Index before = cu::sm90_gemm_count();
+  ops();
+  vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
+  EXPECT_EQ(cu::sm90_gemm_count() - before, on ? calls : 0);
+  std::vector<Vec> got;
+  for (DevBuf<bf>* o : outs) got.push_back(o->download());
+  return got;
+}
+
+// Within one bf16 step everywhere, and the same bits in all but 5%.
+void expect_near_bits(const char* what, const Vec& got, const Vec& ref) {
+  ASSERT_EQ(got.size(), ref.size());
+  size_t off = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_LE(bf16_steps(got[i], ref[i]), 1.0) << what << " [" << i << "]";
+    off += got[i] != ref[i];
+  }
+  EXPECT_LE(off, ref.size() / 20) << what << ": bits differ from cuBLASLt's";
+}
+
+// The ops under VIT_SM90_GEMM=1 take the kernel (counted) and give the cuBLASLt path's results
+// within one bf16 step: matmul_forward, matmul_gelu_forward's pre and act, matmul_backward's
+// dinp, and matmul_gelu_backward's dpre with fc1's bias gradient from it.
+TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
+  VIT_GPU_TEST_PRECONDITION();
+  if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
+  const Index M = 394, K = 384, N = 1536;
+  const Vec x = rnd<bf>(M * K, 21), w = rnd<bf>(N * K, 22, 0.05), bias = rnd<bf>(N, 23, 0.5);
+  const Vec dy = rnd<bf>(M * K, 24), pre_in = rnd<bf>(M * N, 25, 1.5);
+  DevBuf<bf> dx(x, "x"), dw(w, "w"), db(bias, "bias"), ddy(dy, "dy"), dpre_in(pre_in, "pre");
+  DevBuf<bf> out(M * N, "out"), pre(M * N, "pre"), act(M * N, "act"), dinp(M * N, "dinp"),
+      dact(M * N, "dact");
+  DevBuf<float> dpre_bias(N, "dpre_bias");
+  auto forward = [&] {
+    cu::matmul_forward<bf>(out.get(), dx.get(), dw.get(), db.get(), M, K, N);
+    cu::matmul_gelu_forward<bf>(act.get(), pre.get(), dx.get(), dw.get(), db.get(), M, K, N);
+  };
+  const auto f_ref = with_sm90(false, 2, {&out, &pre, &act}, forward);
+  const auto f_got = with_sm90(true, 2, {&out, &pre, &act}, forward);
+  const char* f_names[] = {"matmul_forward", "matmul_gelu_forward pre", "matmul_gelu_forward act"};
+  for (int t = 0; t < 3; ++t) expect_near_bits(f_names[t], f_got[t], f_ref[t]);
+
+  // fc2 (hidden N -> K) backward: d(hidden) (M, N) = dy (M, K) @ w^T viewed as fc2's (K, N)
+  // weight, then through the GELU of pre_in; the weight gradients are cuBLASLt's either way.
+  std::vector<float> bias_sums[2];
+  auto backward = [&](int side) {
+    return [&, side] {
+      vit::test::cuda_ok(cudaMemset(dpre_bias.get(), 0, N * sizeof(float)), "memset");
+      cu::matmul_backward<bf>(dinp.get(), nullptr, nullptr, ddy.get(), act.get(), dw.get(), M, N,
+                              K);
+      cu::matmul_gelu_backward<bf>(out.get(), dpre_bias.get(), nullptr, nullptr, dact.get(),
+                                   ddy.get(), act.get(), dpre_in.get(), dw.get(), M, N, K);
+      vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
+      bias_sums[side] = dpre_bias.download();
+    };
+  };
+  const auto b_ref = with_sm90(false, 2, {&dinp, &out}, backward(0));
+  const auto b_got = with_sm90(true, 2, {&dinp, &out}, backward(1));
+  expect_near_bits("matmul_backward dinp", b_got[0], b_ref[0]);
+  expect_near_bits("matmul_gelu_backward dpre", b_got[1], b_ref[1]);
+  for (Index j = 0; j < N; ++j)
+    ASSERT_NEAR(bias_sums[1][j], bias_sums[0][j], 1e-2 * (1.0 + std::fabs(bias_sums[0][j])))
+        << "fc1's bias gradient [" << j << "]";
+}
+
+// The operand checks (host only): a stride that is not a multiple of 8 elements, or a
+// misaligned operand, is declined, so the caller runs cuBLASLt.
+TEST(CudaSm90GemmOperands, DeclinesWhatTheTensorMapsCannotDescribe) {
+  alignas(16) static bf storage[64];
+  const cu::sm90::GemmOperands ok{storage, 64,      storage, 64,  false, storage, 64,
+                                  nullptr, nullptr, nullptr, 100, 64,    64};
+  EXPECT_TRUE(cu::sm90::gemm_fits(ok));
+  auto with = [&](auto change) {
+    cu::sm90::GemmOperands g = ok;
+    change(g);
+    return cu::sm90::gemm_fits(g);
+  };
+  EXPECT_FALSE(with([](auto& g) { g.lda = 60, g.K = 60, g.ldb = 64; }));  // 120-byte rows
+  EXPECT_FALSE(with([](auto& g) { g.a = storage + 1; }));                 // 2-byte aligned A
+  EXPECT_FALSE(with([](auto& g) { g.b = storage + 4; }));                 // 8-byte aligned B
+  EXPECT_FALSE(with([](auto& g) { g.out = storage + 1; }));               // odd output
+  EXPECT_FALSE(with([](auto& g) { g.ldc = 65; }));                        // odd ldc
+  EXPECT_FALSE(with([](auto& g) { g.K = 0; }));
+  EXPECT_FALSE(with([](auto& g) { g.M = Index(65535) * 128 + 1; }));      // the grid's y limit
+  EXPECT_FALSE(with([](auto& g) { g.trans_b = true, g.N = 72; }));        // ldb < N for B (K, N)
+  EXPECT_FALSE(with([](auto& g) { g.pre = storage, g.aux = storage; }));  // one epilogue
+  EXPECT_TRUE(with([](auto& g) { g.K = 8, g.M = 1, g.N = 1; }));          // tiny, still fine
+  EXPECT_TRUE(with([](auto& g) { g.trans_b = true, g.aux = storage; }));  // the GELU gradient
+}
+
+}  // namespace

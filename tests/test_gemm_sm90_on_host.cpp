@@ -1,0 +1,178 @@
+// The sm_90a wgmma GEMM kernel (ops/cuda/gemm_sm90_kernels.cuh), its CUDA source run on the CPU
+// (tests/cuda_host_sim.h with cuda_host_sim_sm90.h: one host thread per CUDA thread, the
+// mbarrier pipeline, TMA boxes and wgmma descriptors simulated), against an fp64 product of the
+// same bf16 operands. This is where the kernel's stage ring and barrier phases, its tile
+// coordinates, edge handling and accumulator layout are checked in CI; the device's own
+// reading of the descriptors and swizzle is for the GPU test (CudaSm90Gemm.* in
+// test_cuda_ops.cpp), whose first run is the arbiter of what this simulation assumes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda_host_sim.h"
+#include "cuda_host_sim_sm90.h"
+#include "ops/cuda/gemm_sm90_kernels.cuh"
+
+namespace {
+
+using vit::bf16;
+namespace cu = vit::cuda;
+namespace k = vit::cuda::gemm_sm90;
+
+struct Case {
+  int M, N, K;
+  int ldc;  // >= N: columns N .. ldc - 1 must stay untouched
+  bool bias;
+  k::Epilogue epi;
+  bool trans_b;  // B stored (K, N) row-major, C = A B
+};
+
+std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<bf16> v(n);
+  for (bf16& x : v) x = bf16(dist(rng));
+  return v;
+}
+
+float widen(bf16 x) {
+  return float(x);
+}
+
+// A bf16's distance in representable steps from the fp32 value (both finite).
+double bf16_steps(bf16 got, float want) {
+  const float spacing = std::ldexp(1.0f, std::ilogb(std::fabs(want) > 1e-30f ? want : 1e-30f) - 7);
+  return std::fabs(double(widen(got)) - double(want)) / spacing;
+}
+
+template <k::Epilogue kEpi, bool kTransB>
+void launch_kernel(const Case& c, const cu::sm90::TensorMap& map_a,
+                   const cu::sm90::TensorMap& map_b, const k::Params& p) {
+  const SimDim3 grid{unsigned((c.N + k::kBN - 1) / k::kBN), unsigned((c.M + k::kBM - 1) / k::kBM),
+                     1};
+  cu::launch(grid, {unsigned(k::kThreads), 1, 1}, size_t(k::kSharedBytes),
+             [&] { k::gemm_kernel<kEpi, kTransB>(map_a, map_b, p); });
+}
+
+template <bool kTransB>
+void launch_any(const Case& c, const cu::sm90::TensorMap& map_a, const cu::sm90::TensorMap& map_b,
+                const k::Params& p) {
+  switch (c.epi) {
+    case k::Epilogue::kBias:
+      return launch_kernel<k::Epilogue::kBias, kTransB>(c, map_a, map_b, p);
+    case k::Epilogue::kBiasGelu:
+      return launch_kernel<k::Epilogue::kBiasGelu, kTransB>(c, map_a, map_b, p);
+    case k::Epilogue::kGeluGrad:
+      return launch_kernel<k::Epilogue::kGeluGrad, kTransB>(c, map_a, map_b, p);
+  }
+}
+
+void run_case(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const bool gelu = c.epi == k::Epilogue::kBiasGelu, grad = c.epi == k::Epilogue::kGeluGrad;
+  // A padded row stride on A, and on B when it is (K, N)
+  const int lda = c.K + 8, ldb = c.trans_b ? c.N + 8 : c.K;
+  std::vector<bf16> A = random_bf16(size_t(c.M) * lda, rng, 1.0f);
+  std::vector<bf16> B = random_bf16(size_t(c.trans_b ? c.K : c.N) * ldb, rng, 0.05f);
+  std::vector<bf16> bias = random_bf16(size_t(c.N), rng, 0.5f);
+  std::vector<bf16> aux = random_bf16(size_t(c.M) * c.ldc, rng, 1.5f);
+  bf16 poison;
+  poison.bits = 0x7f7f;
+  std::vector<bf16> out(size_t(c.M) * c.ldc, poison), pre(size_t(c.M) * c.ldc, poison);
+  auto b_at = [&](int j, int kk) {  // op(B)(kk, j)
+    return widen(c.trans_b ? B[size_t(kk) * ldb + j] : B[size_t(j) * ldb + kk]);
+  };
+
+  const cu::sm90::TensorMap map_a{A.data(),          uint64_t(c.K),    uint64_t(c.M),
+                                  uint64_t(lda) * 2, uint32_t(k::kBK), uint32_t(k::kBM)};
+  const cu::sm90::TensorMap map_b =
+      c.trans_b ? cu::sm90::TensorMap{B.data(), uint64_t(c.N),   uint64_t(c.K), uint64_t(ldb) * 2,
+                                      64,       uint32_t(k::kBK)}
+                : cu::sm90::TensorMap{B.data(),          uint64_t(c.K),    uint64_t(c.N),
+                                      uint64_t(ldb) * 2, uint32_t(k::kBK), uint32_t(k::kBN)};
+  const k::Params p{out.data(),
+                    gelu ? pre.data() : nullptr,
+                    grad ? aux.data() : nullptr,
+                    c.bias ? bias.data() : nullptr,
+                    c.M,
+                    c.N,
+                    c.K,
+                    c.ldc};
+  if (c.trans_b)
+    launch_any<true>(c, map_a, map_b, p);
+  else
+    launch_any<false>(c, map_a, map_b, p);
+
+  int far = 0, formula_off = 0;
+  double worst = 0.0;
+  for (int i = 0; i < c.M; ++i) {
+    for (int j = 0; j < c.ldc; ++j) {
+      const size_t at = size_t(i) * c.ldc + j;
+      if (j >= c.N) {  // the padding of each row: never written
+        ASSERT_EQ(out[at].bits, poison.bits) << "out (" << i << ", " << j << ") written";
+        if (gelu) {
+          ASSERT_EQ(pre[at].bits, poison.bits) << "pre (" << i << ", " << j << ") written";
+        }
+        continue;
+      }
+      double sum = c.bias ? double(widen(bias[j])) : 0.0;
+      for (int kk = 0; kk < c.K; ++kk) sum += double(widen(A[size_t(i) * lda + kk])) * b_at(j, kk);
+      ASSERT_NE(out[at].bits, poison.bits) << "(" << i << ", " << j << ") never written";
+      if (grad) {
+        // d(pre) of the product rounded to bf16, as the separate ops compute it
+        const float x = widen(aux[at]);
+        const bf16 want = bf16(vit::cuda::GeluBackward{}(widen(bf16(float(sum))), x));
+        formula_off += out[at].bits != want.bits;
+        const double exact = vit::cuda::GeluBackward{}(float(sum), x);
+        ASSERT_LE(bf16_steps(out[at], float(exact)), 2.0)
+            << "d(pre) (" << i << ", " << j << "): " << widen(out[at]) << " vs " << exact;
+        continue;
+      }
+      const bf16 y = gelu ? pre[at] : out[at];
+      const double steps = bf16_steps(y, float(sum));
+      worst = std::max(worst, steps);
+      if (steps > 0.5) ++far;  // not the nearest bf16 of the exact sum
+      ASSERT_LE(steps, 1.0) << "(" << i << ", " << j << "): " << widen(y) << " vs " << sum;
+      if (gelu) {  // the activation of the stored pre-activation, bit for bit
+        const bf16 act = bf16(vit::cuda::GeluForward{}(widen(y)));
+        ASSERT_EQ(out[at].bits, act.bits) << "act (" << i << ", " << j << ")";
+      }
+    }
+  }
+  // fp32 accumulation in another order moves a few results to the neighbouring bf16; a wrong
+  // tile, descriptor or fragment moves most of them far.
+  EXPECT_LE(far, c.M * c.N / 50) << "worst " << worst << " steps";
+  EXPECT_LE(formula_off, c.M * c.N / 50) << "d(pre) not the separate ops' formula";
+}
+
+using E = k::Epilogue;
+
+TEST(Sm90GemmOnHost, OneTileNoBias) {
+  run_case({128, 128, 64, 128, false, E::kBias, false}, 1);
+}
+
+TEST(Sm90GemmOnHost, EdgesOfMNAndKWithBias) {
+  // 2 x 2 blocks, the last of each partial; K = 200: 4 slices, the last 8 wide (TMA's zeros)
+  run_case({200, 136, 200, 142, true, E::kBias, false}, 2);
+}
+
+TEST(Sm90GemmOnHost, StageRingWrapsThriceWithGelu) {
+  // K = 456: 8 slices through 3 stages, so every barrier passes through both parities twice
+  run_case({130, 250, 456, 250, true, E::kBiasGelu, false}, 3);
+}
+
+TEST(Sm90GemmOnHost, TransposedBOneTile) {
+  // B (K, N) read MN-major: the data-gradient GEMM's weight
+  run_case({128, 128, 64, 128, false, E::kBias, true}, 4);
+}
+
+TEST(Sm90GemmOnHost, TransposedBAtTheEdgesWithTheGeluGradient) {
+  // N = 180: the second block's first 64-column box straddles N, its second lies wholly past
+  // it (TMA's zeros, counted in the stage's bytes all the same)
+  run_case({150, 180, 328, 186, false, E::kGeluGrad, true}, 5);
+}
+
+}  // namespace
