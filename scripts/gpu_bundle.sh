@@ -5,8 +5,8 @@
 # (git-ignored):
 #   bin.tar.xz          bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model,
 #                       bin/test_cuda_flash_attention, bin/test_cuda_nccl,
-#                       bin/test_cuda_resize_batch and bin/test_cuda_planned_input (the
-#                       last five when they build), packed;
+#                       bin/test_cuda_resize_batch, bin/test_cuda_planned_input and
+#                       bin/test_cuda_gemm_sm90 (the last six when they build), packed;
 #                       env.sh unpacks bin/ on the device
 #                       portable x86-64 builds (no -march=native), sm_80 + sm_90
 #   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
@@ -52,7 +52,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   # quits early and ninja dies of SIGPIPE (the list outgrew the pipe), which dropped them.
   targets=$(ninja -C "$BUILD" -t targets all 2>/dev/null)
   for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl test_cuda_resize_batch \
-    test_cuda_planned_input; do
+    test_cuda_planned_input test_cuda_gemm_sm90; do
     if grep -Eq "^(tests/)?$t:" <<<"$targets"; then
       cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
         echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
@@ -80,7 +80,8 @@ if [ -n "${BEFORE:-}" ]; then
   echo "gpu_bundle: bin/vitrain_before is $(git rev-parse --short "$BEFORE")"
 fi
 for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention \
-  tests/test_cuda_nccl tests/test_cuda_resize_batch tests/test_cuda_planned_input; do
+  tests/test_cuda_nccl tests/test_cuda_resize_batch tests/test_cuda_planned_input \
+  tests/test_cuda_gemm_sm90; do
   if [ -x "$BUILD/$b" ]; then
     cp "$BUILD/$b" "$OUT/bin/"
   elif [ "$b" = vitrain ] || [ "$b" = tests/test_cuda_ops ]; then

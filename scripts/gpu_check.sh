@@ -549,6 +549,15 @@ s_vbench_storedwhole() {
 s_vbench_stored() {
   VIT_FLASH_STORED_DS=1 s_vbench "$@"
 }
+# Args: model, batch. The Linears' forward on the sm_90a wgmma GEMM, fc1's GELU in its epilogue
+# (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the separate GELU pass.
+s_vbench_sm90() {
+  VIT_SM90_GEMM=1 s_vbench "$@"
+}
+# Args: model, batch. The per-op table with it (matmul_forward, matmul_gelu_forward).
+s_vprofile_sm90() {
+  VIT_SM90_GEMM=1 s_vprofile "$@"
+}
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
 s_vbench_gelufast() {
@@ -654,7 +663,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_dwone s_vbench_nograph s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vprofile_sm90 s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -912,6 +921,10 @@ step() {
 # The steps, as groups of steps; the phases at the end call them in order.
 
 steps_ops_tests() {
+  # The sm_90a wgmma GEMM (opt-in, VIT_SM90_GEMM=1; written without a GPU on 2026-11-27): its
+  # first device run. Every output against the exact sum, the GELU epilogue, the ops taking it.
+  step b_sm90_gemm ops 90 "sm_90a wgmma GEMM vs exact sums; the Linear ops under VIT_SM90_GEMM=1" \
+    s_gtest test_cuda_gemm_sm90 ""
   step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
     s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*:CublasLtEpilogue.*'
   step b_ops_bf16 ops 150 "op harness bf16 (+ fp32 residual stream)" \
@@ -942,6 +955,8 @@ steps_ops_sanitizers() {
         gemm)
           step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
             s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention:CublasLtEpilogue.MatmulGeluTanh*}"
+          step c_memcheck_sm90 ops 90 "memcheck: the sm_90a wgmma GEMM (TMA loads, epilogue stores)" \
+            s_sanitized test_cuda_gemm_sm90 "" memcheck
           ;;
         resize)
           step c_memcheck_resize ops 90 "memcheck: input ops" \
@@ -984,6 +999,9 @@ steps_model() {
     env VIT_GELU_FAST=1
   step d_gelufast_model model 90 "VIT_GELU_FAST=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_GELU_FAST=1
+  # The Linears' forward on the wgmma GEMM, fc1 with the GELU in its epilogue (opt-in).
+  step d_sm90_model model 90 "VIT_SM90_GEMM=1: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_SM90_GEMM=1
   # dQ from the stored dS (opt-in; it passed this as the default in f48b072's run, and
   # differs from the recomputed dQ in up to 1% of its bits).
   step d_stored_model model 90 "VIT_FLASH_STORED_DS=1: bf16 model vs emulation" \
@@ -1091,7 +1109,7 @@ fi
 # H200 in the third runs (2026-11-26; docs/benchmarks.md) and left out to keep the session's
 # time for the recipes: sync, tune, fp32res, unfusedrn, tanh, tanhsep; and localfused, 0.80x the
 # separate ops in the fourth and fifth runs (2026-11-27).
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-local dwone dwvec gelufast stored storedwhole}"
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 local dwone dwvec gelufast stored storedwhole}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
@@ -1111,6 +1129,7 @@ variant_label() {
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
     gelufast) echo "VIT_GELU_FAST=1" ;;
+    sm90) echo "VIT_SM90_GEMM=1" ;;
     flashold) echo "VIT_FLASH_STORED_DS=0, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     storedwhole) echo "VIT_FLASH_STORED_DS=1, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     stored) echo "VIT_FLASH_STORED_DS=1" ;;
@@ -1172,6 +1191,8 @@ steps_profile() {
   [ -x "$BUNDLE/bin/vitrain_before" ] &&
     step "h_profile_before_$(short "$m")" bench 120 "BEFORE build: vitrain bench --profile $m b$b" \
       s_vprofile_before "$m" "$b"
+  step "h_profile_sm90_$(short "$m")" bench 120 "vitrain bench --profile, VIT_SM90_GEMM=1 $m b$b" \
+    s_vprofile_sm90 "$m" "$b"
   step "h_profile_local_$(short "$m")" bench 120 "vitrain bench --profile --ffn local $m b$b" \
     s_vprofile_local "$m" "$b"
   # The small-image model too (issue 13 asks 2x torch.compile there; 1.04x on the H200): where
@@ -1185,14 +1206,16 @@ steps_profile() {
 
 # What bounds the hot kernels of a ViT-S/16 step (issue 13: the profile says where the time goes,
 # this says why): Nsight Compute on the flash kernels, the LayerNorm and GELU passes, a forward
-# GEMM (fc1's, the fourth of layer 0 after the patch embedding's, qkv's and proj's) and the
-# locality FFN's depthwise kernels. About 5-8 s a kernel.
+# GEMM (fc1's, the fourth of layer 0 after the patch embedding's, qkv's and proj's; cuBLASLt's,
+# then the sm_90a kernel's with its GELU epilogue) and the locality FFN's depthwise kernels.
+# About 5-8 s a kernel.
 steps_limits() {
   local m b
   read -r m b <<<"${BENCH_MODELS[0]}"
   step "k_limits_$(short "$m")" limits 150 "Nsight Compute: what bounds each hot kernel, $m b$b" \
     s_ncu_limits "$m" "$b" flash_mma_forward flash_mma_dkv flash_mma_dq_kernel layernorm_backward \
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" \
+    "gemm_kernel:3::VIT_SM90_GEMM=1" \
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
     "flash_mma_dkv:1::VIT_FLASH_STORED_DS=1" "flash_mma_dq_stored:1::VIT_FLASH_STORED_DS=1" \
     "dwconv3x3_forward:1:--ffn local:VIT_DWCONV_VEC=1" \
