@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,41 @@ class CudaSm90Gemm : public ::testing::TestWithParam<Shape> {
     if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
   }
 };
+
+// Below the GEMM: one TMA box as it lands in shared memory, its bytes against the 128-byte
+// swizzle the kernel's descriptors (and the CPU simulation) assume: the 16-byte chunk j of row
+// r at chunk j ^ (r % 8), zeros outside the matrix. A box straddling the matrix's last rows and
+// columns. Should the GEMM fail on a device, this says whether the layout or the descriptors
+// are wrong.
+TEST(CudaSm90GemmProbe, TmaBoxLandsSwizzledWithZerosOutside) {
+  VIT_GPU_TEST_PRECONDITION();
+  if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
+  const Index rows = 200, cols = 100, ld = 104;
+  const int box_rows = 64, c0 = 64, c1 = 150;  // rows 150..213, columns 64..127
+  const Vec src = rnd<bf>(rows * ld, 31);
+  DevBuf<bf> dsrc(src, "src");
+  DevBuf<unsigned char> out(box_rows * 128, "box");
+  ASSERT_TRUE(cu::sm90::probe_tma_box(out.get(), dsrc.get(), rows, cols, ld, box_rows, c0, c1,
+                                      cu::stream()));
+  vit::test::cuda_ok(cudaGetLastError(), "launch");
+  vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
+  std::vector<unsigned char> got(box_rows * 128);
+  vit::test::cuda_ok(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost),
+                     "download");
+  Index wrong = 0;
+  for (int r = 0; r < box_rows; ++r)
+    for (int c = 0; c < 64; ++c) {
+      const Index gr = c1 + r, gc = c0 + c;
+      const bf want = gr < rows && gc < cols ? __float2bfloat16_rn(src[gr * ld + gc])
+                                             : __float2bfloat16_rn(0.0f);
+      const int at = r * 128 + ((c / 8) ^ (r % 8)) * 16 + (c % 8) * 2;
+      bf have;
+      std::memcpy(&have, &got[at], 2);
+      if (std::memcmp(&have, &want, 2) != 0 && wrong++ < 5)
+        ADD_FAILURE() << "box (" << r << ", " << c << ") not at the swizzled byte " << at;
+    }
+  EXPECT_EQ(wrong, 0) << "of " << box_rows * 64 << " elements";
+}
 
 TEST_P(CudaSm90Gemm, MatchesTheExactSum) {
   const Shape s = GetParam();

@@ -68,7 +68,39 @@ bool launch_epilogue(const GemmOperands& g, cudaStream_t stream) {
   return g.trans_b ? launch<kEpi, true>(g, stream) : launch<kEpi, false>(g, stream);
 }
 
+// One box by TMA into shared memory, then its bytes out as they lie there: (box_rows, 128 bytes)
+// out, one block of 128 threads.
+__global__ void probe_tma_box_kernel(const __grid_constant__ TensorMap map, unsigned char* out,
+                                     int box_rows, int c0, int c1) {
+  extern __shared__ __align__(1024) unsigned char raw[];
+  unsigned char* box = raw + (1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024;
+  auto* bar = reinterpret_cast<uint64_t*>(box + box_rows * 128);
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(bar, uint32_t(box_rows) * 128);
+    tma_load_2d(box, &map, bar, c0, c1);
+  }
+  mbar_wait(bar, 0);
+  for (int i = int(threadIdx.x); i < box_rows * 128; i += int(blockDim.x)) out[i] = box[i];
+}
+
 }  // namespace
+
+bool probe_tma_box(unsigned char* out, const __nv_bfloat16* src, Index rows, Index cols, Index ld,
+                   int box_rows, int c0, int c1, cudaStream_t stream) {
+  TensorMap map;
+  if (!gemm_available() || !encode(&map, src, rows, cols, ld, box_rows)) return false;
+  const int bytes = box_rows * 128 + 8 + 1024;
+  if (cudaFuncSetAttribute(probe_tma_box_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           bytes) != cudaSuccess)
+    return false;
+  probe_tma_box_kernel<<<1, 128, bytes, stream>>>(map, out, box_rows, c0, c1);
+  return true;
+}
 
 bool gemm_available() {
   static const bool ok = [] {

@@ -40,4 +40,11 @@ bool gemm_fits(const GemmOperands& g);
 // otherwise. The caller checks the launch (cudaGetLastError).
 bool gemm(const GemmOperands& g, cudaStream_t stream);
 
+// A diagnostic for the device test, below the GEMM: the bytes one TMA box lands as in shared
+// memory, copied out (box_rows x 128 bytes into out). The box is 64 columns x box_rows rows at
+// column c0, row c1 of the row-major (rows, cols; ld) matrix src, with the GEMM's 128-byte
+// swizzle and zeros outside the matrix. False (nothing enqueued) where gemm_available() is.
+bool probe_tma_box(unsigned char* out, const __nv_bfloat16* src, Index rows, Index cols, Index ld,
+                   int box_rows, int c0, int c1, cudaStream_t stream);
+
 }  // namespace vit::cuda::sm90
