@@ -102,6 +102,12 @@ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
     sim_fail("an mbarrier wait that never completes (deadlock)");
 }
 
+// Named barrier 1 of the consumer threads (one count per process: the kernel's 256).
+inline void sync_consumers(int threads) {
+  static std::barrier<> consumers(threads);
+  consumers.arrive_and_wait();
+}
+
 // The 128-byte swizzle: the 16-byte chunk bits (4-6) of a shared address XOR its row bits (7-9).
 inline uintptr_t sim_swizzle128(uintptr_t addr) {
   return addr ^ (((addr >> 7) & 7u) << 4);

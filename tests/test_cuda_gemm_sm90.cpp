@@ -97,21 +97,27 @@ TEST_P(CudaSm90Gemm, MatchesTheExactSum) {
   const Index lda = s.K + 8, ldb = s.trans_b ? s.N + 8 : s.K;
   const Vec a = rnd<bf>(s.M * lda, 11), b = rnd<bf>((s.trans_b ? s.K : s.N) * ldb, 12, 0.05),
             bias = rnd<bf>(s.N, 13, 0.5), gelu_in = rnd<bf>(s.M * s.ldc, 14, 1.5);
-  DevBuf<bf> da(a, "A"), db(b, "B"), dbias(bias, "bias"), daux(gelu_in, "aux");
+  DevBuf<bf> da(a, "A"), db(b, "B"), dbias_in(bias, "bias"), daux(gelu_in, "aux");
   DevBuf<bf> out(s.M * s.ldc, "out"), pre(s.M * s.ldc, "pre");  // 0x7f7f: poison
-  const cu::sm90::GemmOperands g{da.get(),
-                                 lda,
-                                 db.get(),
-                                 ldb,
-                                 s.trans_b,
-                                 out.get(),
-                                 s.ldc,
-                                 s.bias ? dbias.get() : nullptr,
-                                 gelu ? pre.get() : nullptr,
-                                 grad ? daux.get() : nullptr,
-                                 s.M,
-                                 s.N,
-                                 s.K};
+  // with the GELU's gradient, fc1's bias gradient too: onto ones (a gradient accumulates)
+  const Vec ones(s.N, 1.0f);
+  DevBuf<float> dbias(ones, "dbias"), work((s.M + 127) / 128 * s.N, "workspace");
+  cu::sm90::GemmOperands g{da.get(),
+                           lda,
+                           db.get(),
+                           ldb,
+                           s.trans_b,
+                           out.get(),
+                           s.ldc,
+                           s.bias ? dbias_in.get() : nullptr,
+                           gelu ? pre.get() : nullptr,
+                           grad ? daux.get() : nullptr,
+                           grad ? dbias.get() : nullptr,
+                           grad ? work.get() : nullptr,
+                           s.M,
+                           s.N,
+                           s.K};
+  EXPECT_EQ(cu::sm90::gemm_workspace_floats(g), grad ? (s.M + 127) / 128 * s.N : 0);
   ASSERT_TRUE(cu::sm90::gemm(g, cu::stream()));
   vit::test::cuda_ok(cudaGetLastError(), "launch");
   vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
@@ -150,6 +156,17 @@ TEST_P(CudaSm90Gemm, MatchesTheExactSum) {
     }
   EXPECT_LE(far, s.M * s.N / 50) << "worst " << worst << " steps";
   EXPECT_LE(second_off, s.M * s.N / (grad ? 10 : 100));
+  if (grad) {  // 1 + the column sums of d(pre) as stored
+    const Vec sums = dbias.download();
+    for (Index j = 0; j < s.N; ++j) {
+      double want = 1.0, scale = 1.0;
+      for (Index i = 0; i < s.M; ++i) {
+        want += result[i * s.ldc + j];
+        scale += std::fabs(result[i * s.ldc + j]);
+      }
+      ASSERT_NEAR(sums[j], want, 1e-5 * scale) << "fc1's bias gradient [" << j << "]";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -239,8 +256,9 @@ TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
 // misaligned operand, is declined, so the caller runs cuBLASLt.
 TEST(CudaSm90GemmOperands, DeclinesWhatTheTensorMapsCannotDescribe) {
   alignas(16) static bf storage[64];
-  const cu::sm90::GemmOperands ok{storage, 64,      storage, 64,  false, storage, 64,
-                                  nullptr, nullptr, nullptr, 100, 64,    64};
+  alignas(16) static float sums[64];
+  const cu::sm90::GemmOperands ok{storage, 64,      storage, 64,      false, storage, 64, nullptr,
+                                  nullptr, nullptr, nullptr, nullptr, 100,   64,      64};
   EXPECT_TRUE(cu::sm90::gemm_fits(ok));
   auto with = [&](auto change) {
     cu::sm90::GemmOperands g = ok;
@@ -253,11 +271,14 @@ TEST(CudaSm90GemmOperands, DeclinesWhatTheTensorMapsCannotDescribe) {
   EXPECT_FALSE(with([](auto& g) { g.out = storage + 1; }));               // odd output
   EXPECT_FALSE(with([](auto& g) { g.ldc = 65; }));                        // odd ldc
   EXPECT_FALSE(with([](auto& g) { g.K = 0; }));
-  EXPECT_FALSE(with([](auto& g) { g.M = Index(65535) * 128 + 1; }));      // the grid's y limit
-  EXPECT_FALSE(with([](auto& g) { g.trans_b = true, g.N = 72; }));        // ldb < N for B (K, N)
-  EXPECT_FALSE(with([](auto& g) { g.pre = storage, g.aux = storage; }));  // one epilogue
-  EXPECT_TRUE(with([](auto& g) { g.K = 8, g.M = 1, g.N = 1; }));          // tiny, still fine
-  EXPECT_TRUE(with([](auto& g) { g.trans_b = true, g.aux = storage; }));  // the GELU gradient
+  EXPECT_FALSE(with([](auto& g) { g.M = Index(65535) * 128 + 1; }));        // the grid's y limit
+  EXPECT_FALSE(with([](auto& g) { g.trans_b = true, g.N = 72; }));          // ldb < N for B (K, N)
+  EXPECT_FALSE(with([](auto& g) { g.pre = storage, g.aux = storage; }));    // one epilogue
+  EXPECT_TRUE(with([](auto& g) { g.K = 8, g.M = 1, g.N = 1; }));            // tiny, still fine
+  EXPECT_TRUE(with([](auto& g) { g.trans_b = true, g.aux = storage; }));    // the GELU gradient
+  EXPECT_FALSE(with([](auto& g) { g.aux = storage, g.dbias = sums; }));     // no workspace
+  EXPECT_FALSE(with([](auto& g) { g.dbias = sums, g.workspace = sums; }));  // no GELU gradient
+  EXPECT_TRUE(with([](auto& g) { g.aux = storage, g.dbias = sums, g.workspace = sums; }));
 }
 
 }  // namespace

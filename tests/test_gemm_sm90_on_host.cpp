@@ -93,10 +93,13 @@ void run_case(const Case& c, uint32_t seed) {
                                       64,       uint32_t(k::kBK)}
                 : cu::sm90::TensorMap{B.data(),          uint64_t(c.K),    uint64_t(c.N),
                                       uint64_t(ldb) * 2, uint32_t(k::kBK), uint32_t(k::kBN)};
+  const int row_blocks = (c.M + k::kBM - 1) / k::kBM;
+  std::vector<float> colsum(size_t(row_blocks) * c.N, std::nanf(""));
   const k::Params p{out.data(),
                     gelu ? pre.data() : nullptr,
                     grad ? aux.data() : nullptr,
                     c.bias ? bias.data() : nullptr,
+                    grad ? colsum.data() : nullptr,
                     c.M,
                     c.N,
                     c.K,
@@ -141,6 +144,18 @@ void run_case(const Case& c, uint32_t seed) {
         ASSERT_EQ(out[at].bits, act.bits) << "act (" << i << ", " << j << ")";
       }
     }
+  }
+  if (grad) {  // each row block's column sums of the stored d(pre), for the bias gradient
+    for (int t = 0; t < row_blocks; ++t)
+      for (int j = 0; j < c.N; ++j) {
+        double want = 0.0, scale = 0.0;
+        for (int i = t * k::kBM; i < std::min(c.M, (t + 1) * k::kBM); ++i) {
+          want += widen(out[size_t(i) * c.ldc + j]);
+          scale += std::fabs(widen(out[size_t(i) * c.ldc + j]));
+        }
+        const float got = colsum[size_t(t) * c.N + j];
+        ASSERT_NEAR(got, want, 1e-6 * scale + 1e-30) << "column sum (" << t << ", " << j << ")";
+      }
   }
   // fp32 accumulation in another order moves a few results to the neighbouring bf16; a wrong
   // tile, descriptor or fragment moves most of them far.

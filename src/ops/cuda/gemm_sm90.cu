@@ -45,6 +45,15 @@ bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+// dbias (N) += the sum of the blocks' column sums, part (tiles, N), in row order.
+__global__ void add_column_sums_kernel(float* dbias, const float* part, int tiles, int N) {
+  const int c = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= N) return;
+  float total = 0.0f;
+  for (int t = 0; t < tiles; ++t) total += part[int64_t(t) * N + c];
+  dbias[c] += total;
+}
+
 template <Epilogue kEpi, bool kTransB>
 bool launch(const GemmOperands& g, cudaStream_t stream) {
   static const bool shared_ok = cudaFuncSetAttribute(gemm_sm90::gemm_kernel<kEpi, kTransB>,
@@ -55,11 +64,18 @@ bool launch(const GemmOperands& g, cudaStream_t stream) {
   const bool b_ok = kTransB ? encode(&map_b, g.b, g.K, g.N, g.ldb, gemm_sm90::kBK)
                             : encode(&map_b, g.b, g.N, g.K, g.ldb, gemm_sm90::kBN);
   if (!shared_ok || !b_ok || !encode(&map_a, g.a, g.M, g.K, g.lda, gemm_sm90::kBM)) return false;
-  const gemm_sm90::Params p{g.out, g.pre, g.aux, g.bias, int(g.M), int(g.N), int(g.K), int(g.ldc)};
+  float* colsum = g.dbias ? g.workspace : nullptr;
+  const gemm_sm90::Params p{g.out,    g.pre,    g.aux,    g.bias,    colsum,
+                            int(g.M), int(g.N), int(g.K), int(g.ldc)};
   const dim3 grid(unsigned((g.N + gemm_sm90::kBN - 1) / gemm_sm90::kBN),
                   unsigned((g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM));
   gemm_sm90::gemm_kernel<kEpi, kTransB>
       <<<grid, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
+  if (colsum) {
+    constexpr int kThreads = 256;
+    add_column_sums_kernel<<<unsigned((g.N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        g.dbias, colsum, int(grid.y), int(g.N));
+  }
   return true;
 }
 
@@ -114,6 +130,10 @@ bool gemm_available() {
   return ok;
 }
 
+Index gemm_workspace_floats(const GemmOperands& g) {
+  return g.dbias ? (g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM * g.N : 0;
+}
+
 bool gemm_fits(const GemmOperands& g) {
   constexpr Index kIntMax = 0x7fffffff;
   const Index row_blocks = (g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM;
@@ -122,7 +142,8 @@ bool gemm_fits(const GemmOperands& g) {
   const bool strides = g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.K &&
                        g.ldb >= (g.trans_b ? g.N : g.K) && g.ldc % 2 == 0 && g.ldc >= g.N;
   const bool pointers = aligned(g.a, 16) && aligned(g.b, 16) && g.out && aligned(g.out, 4) &&
-                        aligned(g.pre, 4) && aligned(g.aux, 4) && !(g.pre && g.aux);
+                        aligned(g.pre, 4) && aligned(g.aux, 4) && !(g.pre && g.aux) &&
+                        (!g.dbias || (g.aux && g.workspace));
   return sizes && strides && pointers;
 }
 

@@ -14,7 +14,9 @@ namespace vit::cuda::sm90 {
 // is B^T for B (N, K; ldb) (a Linear's forward) or B for B (K, N; ldb) with trans_b (its data
 // gradient). With `pre` (M, N; ldc) set: pre = that, and out = gelu(pre) (the exact erf GELU
 // of the rounded pre, as the separate GELU kernel computes it). With `aux` (M, N; ldc) set
-// instead, the GELU's input: out = gelu'(aux) * bf16(A @ op(B)), the separate ops' bits.
+// instead, the GELU's input: out = gelu'(aux) * bf16(A @ op(B)), the separate ops' bits; and
+// with dbias (N) set too, dbias += the column sums of out as stored, summed by the GEMM's blocks
+// into `workspace` (gemm_workspace_floats) and then over them in order: deterministic.
 struct GemmOperands {
   const __nv_bfloat16* a;
   Index lda;
@@ -26,15 +28,21 @@ struct GemmOperands {
   const __nv_bfloat16* bias;
   __nv_bfloat16* pre;
   const __nv_bfloat16* aux;
+  float* dbias;
+  float* workspace;
   Index M, N, K;
 };
+
+// The fp32 workspace the column sums need: ceil(M / 128) x N floats, or 0 without dbias.
+Index gemm_workspace_floats(const GemmOperands& g);
 
 // Whether this device runs the kernel: compute capability 9.0 and the driver's tensor-map
 // encoder found (once per process).
 bool gemm_available();
 // Whether the operands fit the kernel: a and b 16-byte aligned with lda, ldb multiples of 8
 // (the tensor map's 16-byte strides), out, pre and aux 4-byte aligned with ldc even, not both
-// pre and aux, M, N, K > 0 and under the grid's and the map's limits.
+// pre and aux, dbias only with aux and a workspace, M, N, K > 0 and under the grid's and the
+// map's limits.
 bool gemm_fits(const GemmOperands& g);
 // Enqueues the GEMM on `stream` when available and the operands fit; false (nothing enqueued)
 // otherwise. The caller checks the launch (cudaGetLastError).

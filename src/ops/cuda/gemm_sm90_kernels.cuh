@@ -46,7 +46,8 @@ constexpr uint32_t kStageBytes = (kTileA + kTileB) * 2;  // 32 KiB
 constexpr int kBarrierBytes = 2 * kStages * 8;
 // Dynamic shared memory a launch asks for: the stages, the barriers, and room to align to the
 // 1024 bytes of a swizzle atom.
-constexpr int kSharedBytes = kStages * int(kStageBytes) + kBarrierBytes + 1024;
+constexpr int kColsumBytes = kConsumerWarps * kBN * 4;  // the column sums' per-warp partials
+constexpr int kSharedBytes = kStages * int(kStageBytes) + kBarrierBytes + kColsumBytes + 1024;
 
 enum class Epilogue {
   kBias,      // out = A op(B) + bias (bias may be null)
@@ -59,6 +60,9 @@ struct Params {
   bf16* pre;         // (M, ldc): the pre-activation (kBiasGelu only)
   const bf16* aux;   // (M, ldc): the GELU's input (kGeluGrad only)
   const bf16* bias;  // (N) or null
+  // (ceil(M / kBM), N) or null (kGeluGrad only): each block's column sums of its rows of out,
+  // as stored (bf16), for the bias gradient of the Linear before the GELU
+  float* colsum;
   int M, N, K;
   int ldc;  // even (the epilogue stores column pairs as one 32-bit word)
 };
@@ -76,26 +80,59 @@ __device__ __forceinline__ void store_pair(bf16* m, int64_t at, bool pair, bf16 
     m[at] = y0;
 }
 
-// D(row, col) and D(row, col + 1), from two accumulators, through the epilogue into memory.
+struct Pair {
+  float x, y;
+};
+
+// D(row, col) and D(row, col + 1), from two accumulators, through the epilogue into memory;
+// returns the two values out received as stored (zeros outside the matrix).
 template <Epilogue kEpi>
-__device__ __forceinline__ void epilogue_pair(const Params& p, int row, int col, float v0, float v1,
+__device__ __forceinline__ Pair epilogue_pair(const Params& p, int row, int col, float v0, float v1,
                                               float b0, float b1) {
-  if (row >= p.M || col >= p.N) return;
+  if (row >= p.M || col >= p.N) return {0.0f, 0.0f};
   const bool pair = col + 1 < p.N;
   const int64_t at = int64_t(row) * p.ldc + col;
-  const bf16 y0 = from_f32<bf16>(v0 + b0), y1 = from_f32<bf16>(v1 + b1);
-  if constexpr (kEpi == Epilogue::kBias) {
-    store_pair(p.out, at, pair, y0, y1);
-  } else if constexpr (kEpi == Epilogue::kBiasGelu) {
+  bf16 y0 = from_f32<bf16>(v0 + b0), y1 = from_f32<bf16>(v1 + b1);
+  if constexpr (kEpi == Epilogue::kBiasGelu) {
     // The activation from the stored pre-activation, as the separate GELU kernel reads it.
     store_pair(p.pre, at, pair, y0, y1);
-    store_pair(p.out, at, pair, from_f32<bf16>(GeluForward{}(to_f32(y0))),
-               from_f32<bf16>(GeluForward{}(to_f32(y1))));
-  } else {
+    y0 = from_f32<bf16>(GeluForward{}(to_f32(y0)));
+    y1 = from_f32<bf16>(GeluForward{}(to_f32(y1)));
+  } else if constexpr (kEpi == Epilogue::kGeluGrad) {
     float x0, x1;
     load_pair(p.aux, at, pair, x0, x1);
-    store_pair(p.out, at, pair, from_f32<bf16>(GeluBackward{}(to_f32(y0), x0)),
-               from_f32<bf16>(GeluBackward{}(to_f32(y1), x1)));
+    y0 = from_f32<bf16>(GeluBackward{}(to_f32(y0), x0));
+    y1 = from_f32<bf16>(GeluBackward{}(to_f32(y1), x1));
+  }
+  store_pair(p.out, at, pair, y0, y1);
+  return {to_f32(y0), pair ? to_f32(y1) : 0.0f};
+}
+
+// The block's column sums of out into p.colsum's row blockIdx.y, in a fixed order (a thread's
+// two rows, the 8 lanes of a column pair by shuffles, then the 8 consumer warps in turn), so
+// reruns give the same bits. sums: (kConsumerWarps, kBN) shared; col_pairs[j] the thread's
+// column-pair sums of 8-column group j.
+__device__ __forceinline__ void column_sums(const Params& p, float* sums,
+                                            Pair (&col_pairs)[kBN / 8], int warp, int lane,
+                                            int n0) {
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    float x = col_pairs[j].x, y = col_pairs[j].y;
+    for (int o = 4; o < 32; o <<= 1) {  // the lanes of one column pair: lane % 4 alike
+      x += __shfl_xor_sync(0xffffffffu, x, o);
+      y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+    if (lane < 4) {
+      sums[warp * kBN + 8 * j + 2 * lane] = x;
+      sums[warp * kBN + 8 * j + 2 * lane + 1] = y;
+    }
+  }
+  sm90::sync_consumers(kConsumerWarps * 32);
+  const int c = int(threadIdx.x);
+  if (c < kBN && n0 + c < p.N) {
+    float total = 0.0f;
+    for (int w = 0; w < kConsumerWarps; ++w) total += sums[w * kBN + c];
+    p.colsum[int64_t(blockIdx.y) * p.N + n0 + c] = total;
   }
 }
 
@@ -184,15 +221,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   sm90::wgmma_wait<0>();
 
   const int row = m0 + group * 64 + (warp % 4) * 16 + lane / 4;
+  Pair col_pairs[kBN / 8];  // kGeluGrad with colsum: the thread's two rows' sums
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j) {
     const int col = n0 + 8 * j + 2 * (lane % 4);
     float b0 = 0.0f, b1 = 0.0f;
     if (p.bias && col < p.N) b0 = to_f32(p.bias[col]);
     if (p.bias && col + 1 < p.N) b1 = to_f32(p.bias[col + 1]);
-    epilogue_pair<kEpi>(p, row, col, acc[4 * j], acc[4 * j + 1], b0, b1);
-    epilogue_pair<kEpi>(p, row + 8, col, acc[4 * j + 2], acc[4 * j + 3], b0, b1);
+    const Pair top = epilogue_pair<kEpi>(p, row, col, acc[4 * j], acc[4 * j + 1], b0, b1);
+    const Pair low = epilogue_pair<kEpi>(p, row + 8, col, acc[4 * j + 2], acc[4 * j + 3], b0, b1);
+    col_pairs[j] = {top.x + low.x, top.y + low.y};
   }
+  if constexpr (kEpi == Epilogue::kGeluGrad)
+    if (p.colsum)
+      column_sums(p, reinterpret_cast<float*>(base + kStages * kStageBytes + kBarrierBytes),
+                  col_pairs, warp, lane, n0);
 }
 
 }  // namespace vit::cuda::gemm_sm90

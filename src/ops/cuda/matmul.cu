@@ -34,18 +34,24 @@ template <typename T>
 bool sm90_linear(T* out, T* pre, const T* inp, const T* weight, const T* bias, Index M, Index K,
                  Index Nout) {
   if constexpr (std::is_same_v<T, bf16>)
-    return sm90_gemm<T>({inp, K, weight, K, false, out, Nout, bias, pre, nullptr, M, Nout, K});
+    return sm90_gemm<T>(
+        {inp, K, weight, K, false, out, Nout, bias, pre, nullptr, nullptr, nullptr, M, Nout, K});
   return false;
 }
 
 // dinp (M, K) = dout (M, Nout) @ weight (Nout, K), and with gelu_in set (the GELU's input
-// before this Linear), dinp = gelu'(gelu_in) * that.
+// before this Linear), dinp = gelu'(gelu_in) * that, with dbias (K, or null) += its column sums.
 template <typename T>
-bool sm90_linear_dinp(T* dinp, const T* gelu_in, const T* dout, const T* weight, Index M, Index K,
-                      Index Nout) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return sm90_gemm<T>(
-        {dout, Nout, weight, K, true, dinp, K, nullptr, nullptr, gelu_in, M, K, Nout});
+bool sm90_linear_dinp(T* dinp, const T* gelu_in, float* dbias, const T* dout, const T* weight,
+                      Index M, Index K, Index Nout) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    sm90::GemmOperands g{dout,    Nout,    weight, K,       true, dinp, K,   nullptr,
+                         nullptr, gelu_in, dbias,  nullptr, M,    K,    Nout};
+    if (dbias)  // the blocks' column sums (ceil(M / 128), K) fp32
+      g.workspace = static_cast<float*>(
+          scratch(size_t(sm90::gemm_workspace_floats(g)) * sizeof(float), kScratchColsum));
+    return sm90_gemm<T>(g);
+  }
   return false;
 }
 
@@ -77,7 +83,7 @@ template <typename T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, Index M, Index K, Index Nout) {
   // dinp (M, K) = dout (M, Nout) @ weight (Nout, K)
-  if (dinp && !sm90_linear_dinp<T>(dinp, nullptr, dout, weight, M, K, Nout))
+  if (dinp && !sm90_linear_dinp<T>(dinp, nullptr, nullptr, dout, weight, M, K, Nout))
     gemm<T, T>(false, false, M, K, Nout, 1.0f, dout, Nout, 0, weight, K, 0, 0.0f, dinp, K, 0);
   // dweight (Nout, K) += dout^T @ inp, straight into the fp32 gradient (beta = 1)
   if (dweight)
@@ -92,12 +98,11 @@ void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbia
                           Index Hid, Index Nout) {
   // dweight (Nout, Hid) += dout (M, Nout)^T @ act (M, Hid); dbias (Nout) += column sums of dout
   matmul_backward<T>(nullptr, dweight, dbias, dout, act, weight, M, Hid, Nout);
-  // dpre (M, Hid) = gelu'(pre) * bf16(dout @ weight) in the GEMM's epilogue, then fc1's bias
-  // gradient from dpre as matmul_backward sums it
-  if (!env_opt_in("VIT_GELU_FAST") && sm90_linear_dinp<T>(dpre, pre, dout, weight, M, Hid, Nout)) {
-    if (dpre_bias) colsum_rows_accumulate(dpre_bias, static_cast<const T*>(dpre), M, Hid);
+  // dpre (M, Hid) = gelu'(pre) * bf16(dout @ weight) in the GEMM's epilogue, and fc1's bias
+  // gradient from the stored dpre's column sums, per row block in the epilogue too
+  if (!env_opt_in("VIT_GELU_FAST") &&
+      sm90_linear_dinp<T>(dpre, pre, dpre_bias, dout, weight, M, Hid, Nout))
     return;
-  }
   matmul_backward<T>(dact, nullptr, nullptr, dout, act, weight, M, Hid, Nout);
   gelu_backward_bias(dpre, dpre_bias, static_cast<const T*>(dact), pre, M, Hid);
 }

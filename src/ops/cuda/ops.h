@@ -126,7 +126,9 @@ void matmul_gelu_forward(T* act, T* pre, const T* inp, const T* weight, const T*
 // act, dbias (Nout) += column sums of dout, dpre (M, Hid) = gelu'(pre) * (dout @ weight (Nout,
 // Hid)) with the product rounded to T first (overwrite), dpre_bias (Hid) += its column sums. With
 // the sm_90a GEMM (bf16, VIT_SM90_GEMM=1) dpre is the data-gradient GEMM's epilogue, the same
-// bits as the separate ops; otherwise dact (M, Hid) receives the product first (scratch).
+// bits as the separate ops, and so are the column sums, per 128-row block (in another order than
+// the separate pass: deterministic, not its bits); otherwise dact (M, Hid) receives the product
+// first (scratch).
 template <typename T>
 void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
                           const T* dout, const T* act, const T* pre, const T* weight, Index M,

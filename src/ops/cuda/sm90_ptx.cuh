@@ -90,6 +90,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// A barrier of the consumer warps alone (named barrier 1; the producer warp has left, so
+// __syncthreads, barrier 0 over the whole block, would wait for it forever).
+__device__ __forceinline__ void sync_consumers(int threads) {
+  asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory");
+}
+
 // ---- TMA: the box at (c0 innermost, c1) of a 2-D tensor map into shared memory (laid out, and
 // swizzled, as the map says; out-of-bounds elements are zeros), counted on `bar` in bytes.
 __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, uint64_t* bar, int c0,
