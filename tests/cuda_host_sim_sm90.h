@@ -25,6 +25,13 @@
 
 #define VIT_GRID_CONSTANT const
 
+struct float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) {
+  return {x, y};
+}
+
 namespace vit::cuda {
 
 // Two bf16 as one 32-bit word, lo at the lower address.
@@ -175,7 +182,7 @@ void wgmma_wait() {
   sim_warpgroup_barrier().arrive_and_wait();
 }
 
-template <int kTransB>
+template <int kTransA, int kTransB>
 void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
   const int t = int(sim_thread_in_block()), warp = t / 32 % 4, lane = t % 32;
   for (int j = 0; j < 16; ++j)
@@ -184,7 +191,7 @@ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
         const int row = 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4) + e;
         double sum = d[4 * j + 2 * h + e];
         for (int k = 0; k < 16; ++k)
-          sum += double(sim_desc_element(desc_a, false, row, k)) *
+          sum += double(sim_desc_element(desc_a, kTransA != 0, row, k)) *
                  double(sim_desc_element(desc_b, kTransB != 0, col, k));
         d[4 * j + 2 * h + e] = float(sum);
       }

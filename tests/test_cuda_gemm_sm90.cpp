@@ -230,26 +230,77 @@ TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
   for (int t = 0; t < 3; ++t) expect_near_bits(f_names[t], f_got[t], f_ref[t]);
 
   // fc2 (hidden N -> K) backward: d(hidden) (M, N) = dy (M, K) @ w^T viewed as fc2's (K, N)
-  // weight, then through the GELU of pre_in; the weight gradients are cuBLASLt's either way.
-  std::vector<float> bias_sums[2];
+  // weight, and its weight gradient (K, N) += dy^T act, then through the GELU of pre_in with
+  // fc1's bias gradient.
+  const Vec halves(K * N, 0.5f);
+  DevBuf<float> dweight(K * N, "dweight");
+  std::vector<float> bias_sums[2], weight_grads[2];
   auto backward = [&](int side) {
     return [&, side] {
       vit::test::cuda_ok(cudaMemset(dpre_bias.get(), 0, N * sizeof(float)), "memset");
-      cu::matmul_backward<bf>(dinp.get(), nullptr, nullptr, ddy.get(), act.get(), dw.get(), M, N,
-                              K);
+      dweight.upload(halves);  // a gradient accumulates
+      cu::matmul_backward<bf>(dinp.get(), dweight.get(), nullptr, ddy.get(), act.get(), dw.get(), M,
+                              N, K);
       cu::matmul_gelu_backward<bf>(out.get(), dpre_bias.get(), nullptr, nullptr, dact.get(),
                                    ddy.get(), act.get(), dpre_in.get(), dw.get(), M, N, K);
       vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
       bias_sums[side] = dpre_bias.download();
+      weight_grads[side] = dweight.download();
     };
   };
-  const auto b_ref = with_sm90(false, 2, {&dinp, &out}, backward(0));
-  const auto b_got = with_sm90(true, 2, {&dinp, &out}, backward(1));
+  const auto b_ref = with_sm90(false, 3, {&dinp, &out}, backward(0));
+  const auto b_got = with_sm90(true, 3, {&dinp, &out}, backward(1));
   expect_near_bits("matmul_backward dinp", b_got[0], b_ref[0]);
   expect_near_bits("matmul_gelu_backward dpre", b_got[1], b_ref[1]);
   for (Index j = 0; j < N; ++j)
     ASSERT_NEAR(bias_sums[1][j], bias_sums[0][j], 1e-2 * (1.0 + std::fabs(bias_sums[0][j])))
         << "fc1's bias gradient [" << j << "]";
+  for (Index i = 0; i < K * N; ++i)  // fp32 sums of 394 products in another order
+    ASSERT_NEAR(weight_grads[1][i], weight_grads[0][i],
+                1e-4 * (1.0 + std::fabs(weight_grads[0][i])))
+        << "matmul_backward dweight [" << i << "]";
+}
+
+// The weight gradient dweight (Nout, K) += dout (R, Nout)^T @ inp (R, K) against fp64 sums of
+// the same bf16 operands, over splits of the tokens (the last split short, R not a multiple of
+// 64, Nout and K past whole tiles) and onto a gradient that was not zero.
+TEST(CudaSm90Wgrad, MatchesTheExactSum) {
+  VIT_GPU_TEST_PRECONDITION();
+  if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
+  struct Case {
+    Index R, Nout, K;
+  };
+  for (const Case c : {Case{4096, 384, 384}, Case{300, 136, 200}, Case{394, 1152, 384}}) {
+    const Index ld_dout = c.Nout + 8, ld_inp = c.K + 8, ldw = c.K + 4;
+    const Vec dout = rnd<bf>(c.R * ld_dout, 41), inp = rnd<bf>(c.R * ld_inp, 42);
+    const Vec start = rnd<float>(c.Nout * ldw, 43);
+    DevBuf<bf> ddout(dout, "dout"), dinp(inp, "inp");
+    DevBuf<float> dweight(start, "dweight");
+    cu::sm90::WgradOperands w{ddout.get(), ld_dout, dinp.get(), ld_inp, dweight.get(),
+                              ldw,         c.R,     c.Nout,     c.K,    nullptr};
+    DevBuf<float> work(cu::sm90::wgrad_workspace_floats(w), "workspace");
+    w.workspace = work.get();
+    ASSERT_TRUE(cu::sm90::wgrad(w, cu::stream())) << c.R << " x " << c.Nout << " x " << c.K;
+    vit::test::cuda_ok(cudaGetLastError(), "launch");
+    vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
+    const Vec got = dweight.download();
+    for (Index n = 0; n < c.Nout; ++n)
+      for (Index k = 0; k < ldw; ++k) {
+        const Index at = n * ldw + k;
+        if (k >= c.K) {  // the row padding: untouched
+          ASSERT_EQ(got[at], start[at]) << "padding (" << n << ", " << k << ")";
+          continue;
+        }
+        double want = start[at], scale = std::fabs(start[at]);
+        for (Index r = 0; r < c.R; ++r) {
+          const double t = double(dout[r * ld_dout + n]) * double(inp[r * ld_inp + k]);
+          want += t;
+          scale += std::fabs(t);
+        }
+        ASSERT_NEAR(got[at], want, 2e-6 * scale + 1e-6)
+            << c.R << " x " << c.Nout << " x " << c.K << ": (" << n << ", " << k << ")";
+      }
+  }
 }
 
 // The operand checks (host only): a stride that is not a multiple of 8 elements, or a
@@ -279,6 +330,19 @@ TEST(CudaSm90GemmOperands, DeclinesWhatTheTensorMapsCannotDescribe) {
   EXPECT_FALSE(with([](auto& g) { g.aux = storage, g.dbias = sums; }));     // no workspace
   EXPECT_FALSE(with([](auto& g) { g.dbias = sums, g.workspace = sums; }));  // no GELU gradient
   EXPECT_TRUE(with([](auto& g) { g.aux = storage, g.dbias = sums, g.workspace = sums; }));
+
+  const cu::sm90::WgradOperands w{storage, 64, storage, 64, sums, 64, 1000, 64, 64, sums};
+  EXPECT_TRUE(cu::sm90::wgrad_fits(w));
+  auto wwith = [&](auto change) {
+    cu::sm90::WgradOperands v = w;
+    change(v);
+    return cu::sm90::wgrad_fits(v);
+  };
+  EXPECT_FALSE(wwith([](auto& v) { v.ld_dout = 68; }));           // 136-byte rows
+  EXPECT_FALSE(wwith([](auto& v) { v.inp = storage + 2; }));      // 4-byte aligned
+  EXPECT_FALSE(wwith([](auto& v) { v.K = 63, v.ld_inp = 64; }));  // odd K: fp32 pairs
+  EXPECT_FALSE(wwith([](auto& v) { v.workspace = nullptr; }));
+  EXPECT_FALSE(wwith([](auto& v) { v.ldw = 32; }));
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ void launch_kernel(const Case& c, const cu::sm90::TensorMap& map_a,
   const SimDim3 grid{unsigned((c.N + k::kBN - 1) / k::kBN), unsigned((c.M + k::kBM - 1) / k::kBM),
                      1};
   cu::launch(grid, {unsigned(k::kThreads), 1, 1}, size_t(k::kSharedBytes),
-             [&] { k::gemm_kernel<kEpi, kTransB>(map_a, map_b, p); });
+             [&] { k::gemm_kernel<kEpi, false, kTransB>(map_a, map_b, p); });
 }
 
 template <bool kTransB>
@@ -67,6 +67,8 @@ void launch_any(const Case& c, const cu::sm90::TensorMap& map_a, const cu::sm90:
       return launch_kernel<k::Epilogue::kBiasGelu, kTransB>(c, map_a, map_b, p);
     case k::Epilogue::kGeluGrad:
       return launch_kernel<k::Epilogue::kGeluGrad, kTransB>(c, map_a, map_b, p);
+    case k::Epilogue::kPartial:
+      FAIL() << "run_wgrad_case runs the partial sums";
   }
 }
 
@@ -100,6 +102,8 @@ void run_case(const Case& c, uint32_t seed) {
                     grad ? aux.data() : nullptr,
                     c.bias ? bias.data() : nullptr,
                     grad ? colsum.data() : nullptr,
+                    nullptr,
+                    0,
                     c.M,
                     c.N,
                     c.K,
@@ -188,6 +192,50 @@ TEST(Sm90GemmOnHost, TransposedBAtTheEdgesWithTheGeluGradient) {
   // N = 180: the second block's first 64-column box straddles N, its second lies wholly past
   // it (TMA's zeros, counted in the stage's bytes all the same)
   run_case({150, 180, 328, 186, false, E::kGeluGrad, true}, 5);
+}
+
+// The weight gradient's form: C (Nout, K) = dout (R, Nout)^T @ inp (R, K), both operands read
+// MN-major, fp32 partial sums per split of the R tokens (blockIdx.z).
+void run_wgrad_case(int R, int Nout, int K, int per, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int ld_dout = Nout + 8, ld_inp = K + 8;
+  const std::vector<bf16> dout = random_bf16(size_t(R) * ld_dout, rng, 1.0f);
+  const std::vector<bf16> inp = random_bf16(size_t(R) * ld_inp, rng, 1.0f);
+  const int all = (R + k::kBK - 1) / k::kBK, slices = per > 0 ? per : all;
+  const int splits = (all + slices - 1) / slices;
+  std::vector<float> part(size_t(splits) * Nout * K, std::nanf(""));
+  const cu::sm90::TensorMap map_a{dout.data(), uint64_t(Nout),  uint64_t(R), uint64_t(ld_dout) * 2,
+                                  64,          uint32_t(k::kBK)};
+  const cu::sm90::TensorMap map_b{inp.data(),           uint64_t(K), uint64_t(R),
+                                  uint64_t(ld_inp) * 2, 64,          uint32_t(k::kBK)};
+  const k::Params p{nullptr, nullptr, nullptr, nullptr, nullptr, part.data(), per, Nout, K, R, K};
+  const SimDim3 grid{unsigned((K + k::kBN - 1) / k::kBN), unsigned((Nout + k::kBM - 1) / k::kBM),
+                     unsigned(splits)};
+  cu::launch(grid, {unsigned(k::kThreads), 1, 1}, size_t(k::kSharedBytes),
+             [&] { k::gemm_kernel<k::Epilogue::kPartial, true, true>(map_a, map_b, p); });
+  for (int z = 0; z < splits; ++z)
+    for (int n = 0; n < Nout; ++n)
+      for (int c = 0; c < K; ++c) {
+        double want = 0.0, scale = 0.0;
+        for (int r = z * slices * k::kBK; r < std::min(R, (z + 1) * slices * k::kBK); ++r) {
+          const double t = double(widen(dout[size_t(r) * ld_dout + n])) *
+                           double(widen(inp[size_t(r) * ld_inp + c]));
+          want += t;
+          scale += std::fabs(t);
+        }
+        const float got = part[(size_t(z) * Nout + n) * K + c];
+        ASSERT_NEAR(got, want, 1e-6 * scale + 1e-30)
+            << "split " << z << " (" << n << ", " << c << ")";
+      }
+}
+
+TEST(Sm90GemmOnHost, WeightGradientOneSplit) {
+  run_wgrad_case(128, 128, 128, 0, 6);
+}
+
+TEST(Sm90GemmOnHost, WeightGradientSplitsAtTheEdges) {
+  // 300 tokens: 5 slices, 2 a split (the last one alone, 44 rows), Nout and K past 128
+  run_wgrad_case(300, 136, 200, 2, 7);
 }
 
 }  // namespace

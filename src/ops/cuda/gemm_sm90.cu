@@ -3,6 +3,7 @@
 // the kernel's shared-memory limit, raised once per epilogue.
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/cuda/gemm_sm90.h"
@@ -54,23 +55,32 @@ __global__ void add_column_sums_kernel(float* dbias, const float* part, int tile
   dbias[c] += total;
 }
 
-template <Epilogue kEpi, bool kTransB>
-bool launch(const GemmOperands& g, cudaStream_t stream) {
-  static const bool shared_ok = cudaFuncSetAttribute(gemm_sm90::gemm_kernel<kEpi, kTransB>,
+// The kernel with its shared-memory limit raised (once per instantiation): false if that fails.
+template <Epilogue kEpi, bool kTransA, bool kTransB>
+bool launch_kernel(const TensorMap& map_a, const TensorMap& map_b, const gemm_sm90::Params& p,
+                   dim3 grid, cudaStream_t stream) {
+  static const bool shared_ok = cudaFuncSetAttribute(gemm_sm90::gemm_kernel<kEpi, kTransA, kTransB>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      gemm_sm90::kSharedBytes) == cudaSuccess;
+  if (!shared_ok) return false;
+  gemm_sm90::gemm_kernel<kEpi, kTransA, kTransB>
+      <<<grid, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
+  return true;
+}
+
+template <Epilogue kEpi, bool kTransB>
+bool launch(const GemmOperands& g, cudaStream_t stream) {
   TensorMap map_a, map_b;
   // B (N, K) as boxes of kBN rows; B (K, N) as boxes of 64 K-rows x 64 columns (two a stage)
   const bool b_ok = kTransB ? encode(&map_b, g.b, g.K, g.N, g.ldb, gemm_sm90::kBK)
                             : encode(&map_b, g.b, g.N, g.K, g.ldb, gemm_sm90::kBN);
-  if (!shared_ok || !b_ok || !encode(&map_a, g.a, g.M, g.K, g.lda, gemm_sm90::kBM)) return false;
+  if (!b_ok || !encode(&map_a, g.a, g.M, g.K, g.lda, gemm_sm90::kBM)) return false;
   float* colsum = g.dbias ? g.workspace : nullptr;
-  const gemm_sm90::Params p{g.out,    g.pre,    g.aux,    g.bias,    colsum,
-                            int(g.M), int(g.N), int(g.K), int(g.ldc)};
+  const gemm_sm90::Params p{g.out, g.pre,    g.aux,    g.bias,   colsum,    nullptr,
+                            0,     int(g.M), int(g.N), int(g.K), int(g.ldc)};
   const dim3 grid(unsigned((g.N + gemm_sm90::kBN - 1) / gemm_sm90::kBN),
                   unsigned((g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM));
-  gemm_sm90::gemm_kernel<kEpi, kTransB>
-      <<<grid, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
+  if (!launch_kernel<kEpi, false, kTransB>(map_a, map_b, p, grid, stream)) return false;
   if (colsum) {
     constexpr int kThreads = 256;
     add_column_sums_kernel<<<unsigned((g.N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
@@ -82,6 +92,40 @@ bool launch(const GemmOperands& g, cudaStream_t stream) {
 template <Epilogue kEpi>
 bool launch_epilogue(const GemmOperands& g, cudaStream_t stream) {
   return g.trans_b ? launch<kEpi, true>(g, stream) : launch<kEpi, false>(g, stream);
+}
+
+// dweight (Nout, K; ldw) += the splits' partial sums part (splits, Nout, K), in split order.
+__global__ void add_partials_kernel(float* dweight, Index ldw, const float* part, int splits,
+                                    Index Nout, Index K) {
+  const Index n = Nout * K;
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += Index(gridDim.x) * blockDim.x) {
+    float total = 0.0f;
+    for (int z = 0; z < splits; ++z) total += part[z * n + i];
+    dweight[(i / K) * ldw + i % K] += total;
+  }
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 132;
+    return n;
+  }();
+  return count;
+}
+
+// The weight gradient's K slices (64 tokens each) per split: enough splits for two blocks on
+// every SM, each at least 4 slices long, none empty.
+int wgrad_slices_per_split(const WgradOperands& w) {
+  const Index all = (w.R + gemm_sm90::kBK - 1) / gemm_sm90::kBK;
+  const Index tiles = ((w.Nout + gemm_sm90::kBM - 1) / gemm_sm90::kBM) *
+                      ((w.K + gemm_sm90::kBN - 1) / gemm_sm90::kBN);
+  Index splits = (2 * multiprocessors() + tiles - 1) / tiles;
+  splits = std::max<Index>(1, std::min(splits, all / 4));
+  return int((all + splits - 1) / splits);
 }
 
 // One box by TMA into shared memory, then its bytes out as they lie there: (box_rows, 128 bytes)
@@ -145,6 +189,45 @@ bool gemm_fits(const GemmOperands& g) {
                         aligned(g.pre, 4) && aligned(g.aux, 4) && !(g.pre && g.aux) &&
                         (!g.dbias || (g.aux && g.workspace));
   return sizes && strides && pointers;
+}
+
+Index wgrad_splits(const WgradOperands& w) {
+  const Index all = (w.R + gemm_sm90::kBK - 1) / gemm_sm90::kBK, per = wgrad_slices_per_split(w);
+  return (all + per - 1) / per;
+}
+
+Index wgrad_workspace_floats(const WgradOperands& w) {
+  return wgrad_splits(w) * w.Nout * w.K;
+}
+
+bool wgrad_fits(const WgradOperands& w) {
+  constexpr Index kIntMax = 0x7fffffff;
+  const bool sizes = w.R > 0 && w.Nout > 0 && w.K > 0 && w.R <= kIntMax && w.Nout <= kIntMax &&
+                     w.K <= kIntMax && w.K % 2 == 0 &&
+                     (w.Nout + gemm_sm90::kBM - 1) / gemm_sm90::kBM <= 65535;
+  const bool strides = w.ld_dout % 8 == 0 && w.ld_dout >= w.Nout && w.ld_inp % 8 == 0 &&
+                       w.ld_inp >= w.K && w.ldw >= w.K;
+  return sizes && strides && aligned(w.dout, 16) && aligned(w.inp, 16) && w.dweight && w.workspace;
+}
+
+bool wgrad(const WgradOperands& w, cudaStream_t stream) {
+  if (!gemm_available() || !wgrad_fits(w)) return false;
+  // C (Nout, K) = dout^T inp: A = dout (R, Nout) and B = inp (R, K), both read MN-major
+  TensorMap map_a, map_b;
+  if (!encode(&map_a, w.dout, w.R, w.Nout, w.ld_dout, gemm_sm90::kBK) ||
+      !encode(&map_b, w.inp, w.R, w.K, w.ld_inp, gemm_sm90::kBK))
+    return false;
+  const int per = wgrad_slices_per_split(w), splits = int(wgrad_splits(w));
+  const gemm_sm90::Params p{nullptr, nullptr,     nullptr,  nullptr,  nullptr, w.workspace,
+                            per,     int(w.Nout), int(w.K), int(w.R), int(w.K)};
+  const dim3 grid(unsigned((w.K + gemm_sm90::kBN - 1) / gemm_sm90::kBN),
+                  unsigned((w.Nout + gemm_sm90::kBM - 1) / gemm_sm90::kBM), unsigned(splits));
+  if (!launch_kernel<Epilogue::kPartial, true, true>(map_a, map_b, p, grid, stream)) return false;
+  const Index n = w.Nout * w.K;
+  const unsigned blocks = unsigned(std::min<Index>((n + 255) / 256, 4096));
+  add_partials_kernel<<<blocks, 256, 0, stream>>>(w.dweight, w.ldw, w.workspace, splits, w.Nout,
+                                                  w.K);
+  return true;
 }
 
 bool gemm(const GemmOperands& g, cudaStream_t stream) {

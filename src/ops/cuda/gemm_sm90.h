@@ -48,6 +48,27 @@ bool gemm_fits(const GemmOperands& g);
 // otherwise. The caller checks the launch (cudaGetLastError).
 bool gemm(const GemmOperands& g, cudaStream_t stream);
 
+// A Linear's weight gradient: dweight (Nout, K; ldw) += dout (R, Nout; ld_dout)^T @ inp (R, K;
+// ld_inp) over R tokens, in fp32 from bf16 operands. R is long and the output tiles few, so
+// the kernel splits the tokens (wgrad_splits: two blocks an SM) into fp32 partial sums in
+// `workspace` (wgrad_workspace_floats), then adds them in split order: deterministic.
+struct WgradOperands {
+  const __nv_bfloat16* dout;
+  Index ld_dout;
+  const __nv_bfloat16* inp;
+  Index ld_inp;
+  float* dweight;
+  Index ldw;
+  Index R, Nout, K;
+  float* workspace;
+};
+Index wgrad_splits(const WgradOperands& w);
+Index wgrad_workspace_floats(const WgradOperands& w);
+// dout and inp 16-byte aligned with strides a multiple of 8, K even, a workspace, sizes in range.
+bool wgrad_fits(const WgradOperands& w);
+// Enqueues it when available and the operands fit; false (nothing enqueued) otherwise.
+bool wgrad(const WgradOperands& w, cudaStream_t stream);
+
 // A diagnostic for the device test, below the GEMM: the bytes one TMA box lands as in shared
 // memory, copied out (box_rows x 128 bytes into out). The box is 64 columns x box_rows rows at
 // column c0, row c1 of the row-major (rows, cols; ld) matrix src, with the GEMM's 128-byte

@@ -1,11 +1,13 @@
-// The Hopper GEMM kernel (gemm_sm90.cu launches it): C (M, N) = A (M, K) @ op(B) in bf16 with
-// fp32 accumulation, A row-major (K-major) and B either (N, K) row-major (a Linear's (out, in)
-// weight: the forward, C = A B^T) or (K, N) row-major (the same weight in the data-gradient
-// GEMM, C = A B: kTransB, read MN-major). The epilogues: the bias, and for fc1 the exact (erf)
-// GELU writing both the rounded pre-activation (for the backward) and the activation, one pass
-// where cuBLASLt + the GELU kernel make three; and in the backward the GELU's gradient,
-// d(pre) = gelu'(pre) * d(act) with d(act) the product rounded to bf16 first, as the separate
-// ops round it, so the fused pass gives their bits.
+// The Hopper GEMM kernel (gemm_sm90.cu launches it): C (M, N) = op(A) @ op(B) in bf16 with
+// fp32 accumulation, A row-major (M, K) (K-major) and B either (N, K) row-major (a Linear's
+// (out, in) weight: the forward, C = A B^T) or (K, N) row-major (the same weight in the
+// data-gradient GEMM, C = A B: kTransB, read MN-major); for the weight gradient dW = dY^T X both
+// are (K, M) and (K, N) row-major (kTransA, kTransB: the tokens are K), and the fp32 result
+// goes to per-split partial sums (kPartial; K is long, the tiles few, so blocks split K). The
+// epilogues: the bias, and for fc1 the exact (erf) GELU writing both the rounded pre-activation
+// (for the backward) and the activation, one pass where cuBLASLt + the GELU kernel make three; and
+// in the backward the GELU's gradient, d(pre) = gelu'(pre) * d(act) with d(act) the product rounded
+// to bf16 first, as the separate ops round it, so the fused pass gives their bits.
 //
 // Block: a 128 x 128 tile of C. Warps 0-7 are two consumer warpgroups (64 rows each, one
 // wgmma m64n128k16 per 16 of K); warp 8 is the producer, one thread of which streams 64-wide K
@@ -53,6 +55,7 @@ enum class Epilogue {
   kBias,      // out = A op(B) + bias (bias may be null)
   kBiasGelu,  // pre = A op(B) + bias, out = gelu(pre)
   kGeluGrad,  // out = gelu'(aux) * bf16(A op(B)), aux the GELU's stored input
+  kPartial,   // part[z] = A op(B) over split z's share of K, fp32 (the weight gradient)
 };
 
 struct Params {
@@ -63,6 +66,9 @@ struct Params {
   // (ceil(M / kBM), N) or null (kGeluGrad only): each block's column sums of its rows of out,
   // as stored (bf16), for the bias gradient of the Linear before the GELU
   float* colsum;
+  // (splits, M, N) fp32 (kPartial only): split z = blockIdx.z sums slices_per_split K slices
+  float* part;
+  int slices_per_split;  // 0: one split, all of K
   int M, N, K;
   int ldc;  // even (the epilogue stores column pairs as one 32-bit word)
 };
@@ -91,6 +97,15 @@ __device__ __forceinline__ Pair epilogue_pair(const Params& p, int row, int col,
                                               float b0, float b1) {
   if (row >= p.M || col >= p.N) return {0.0f, 0.0f};
   const bool pair = col + 1 < p.N;
+  if constexpr (kEpi == Epilogue::kPartial) {  // fp32, N even: the pair is 8-byte aligned
+    float* at = p.part + (int64_t(blockIdx.z) * p.M + row) * p.N + col;
+    if (pair) {
+      *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+    } else {
+      at[0] = v0;
+    }
+    return {v0, v1};
+  }
   const int64_t at = int64_t(row) * p.ldc + col;
   bf16 y0 = from_f32<bf16>(v0 + b0), y1 = from_f32<bf16>(v1 + b1);
   if constexpr (kEpi == Epilogue::kBiasGelu) {
@@ -137,13 +152,19 @@ __device__ __forceinline__ void column_sums(const Params& p, float* sums,
 }
 
 // The producer thread: K slice k of A's row block m0 and B's column block n0 into stage s, once
-// both warpgroups released it. B (N, K) is one box of kBN rows; B (K, N) (kTransB) two boxes of
-// 64 K-rows x 64 columns, side by side 8 KiB apart (desc_mn_sw128's leading offset).
-template <bool kTransB>
+// both warpgroups released it. A (M, K) is one box of kBM rows, A (K, M) (kTransA) two boxes
+// of 64 K-rows x 64 columns, one per warpgroup; B (N, K) is one box of kBN rows, B (K, N)
+// (kTransB) two such boxes, side by side 8 KiB apart (desc_mn_sw128's leading offset).
+template <bool kTransA, bool kTransB>
 __device__ __forceinline__ void load_slice(bf16* stage, uint64_t* full, const TensorMap& map_a,
                                            const TensorMap& map_b, int k, int m0, int n0) {
   sm90::mbar_arrive_expect_tx(full, kStageBytes);
-  sm90::tma_load_2d(stage, &map_a, full, k * kBK, m0);
+  if constexpr (kTransA) {
+    sm90::tma_load_2d(stage, &map_a, full, m0, k * kBK);
+    sm90::tma_load_2d(stage + 64 * kBK, &map_a, full, m0 + 64, k * kBK);
+  } else {
+    sm90::tma_load_2d(stage, &map_a, full, k * kBK, m0);
+  }
   bf16* b = stage + kTileA;
   if constexpr (kTransB) {
     sm90::tma_load_2d(b, &map_b, full, n0, k * kBK);
@@ -155,24 +176,26 @@ __device__ __forceinline__ void load_slice(bf16* stage, uint64_t* full, const Te
 
 // One warpgroup's wgmmas over a stage: its 64 rows of A against the stage's B, 16 of K at a
 // time (32 bytes along a K-major row; 16 rows, 2 KiB, down an MN-major tile).
-template <bool kTransB>
+template <bool kTransA, bool kTransB>
 __device__ __forceinline__ void multiply_slice(float (&acc)[64], const bf16* stage, int group) {
-  const bf16* a = stage + group * 64 * kBK;
+  const bf16* a = stage + group * 64 * kBK;  // the warpgroup's 64 rows: 8 KiB either way
   const bf16* b = stage + kTileA;
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t desc_a =
+        kTransA ? sm90::smem_desc_mn_sw128(a + kk * 16 * 64) : sm90::smem_desc_k_sw128(a + kk * 16);
     const uint64_t desc_b =
         kTransB ? sm90::smem_desc_mn_sw128(b + kk * 16 * 64) : sm90::smem_desc_k_sw128(b + kk * 16);
-    sm90::wgmma_m64n128k16<kTransB ? 1 : 0>(acc, sm90::smem_desc_k_sw128(a + kk * 16), desc_b);
+    sm90::wgmma_m64n128k16<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, desc_a, desc_b);
   }
   sm90::wgmma_commit();
 }
 
-// C (M, N) = A (M, K) @ op(B) through the epilogue: grid (ceil(N / kBN), ceil(M / kBM)),
+// C (M, N) = op(A) @ op(B) through the epilogue: grid (ceil(N / kBN), ceil(M / kBM), splits),
 // kThreads threads, kSharedBytes of dynamic shared memory. Consecutive blocks share an A
 // row-block.
-template <Epilogue kEpi, bool kTransB>
+template <Epilogue kEpi, bool kTransA, bool kTransB>
 __global__ void __launch_bounds__(kThreads, 2)
     gemm_kernel(VIT_GRID_CONSTANT TensorMap map_a, VIT_GRID_CONSTANT TensorMap map_b, Params p) {
 #ifdef VIT_CUDA_HOST_SIM
@@ -196,13 +219,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();  // the last block-wide barrier: the producer's idle lanes leave below
 
   const int n0 = int(blockIdx.x) * kBN, m0 = int(blockIdx.y) * kBM;
-  const int slices = (p.K + kBK - 1) / kBK;
+  // this split's K slices: k0 .. k0 + slices - 1
+  const int all = (p.K + kBK - 1) / kBK, per = p.slices_per_split > 0 ? p.slices_per_split : all;
+  const int k0 = int(blockIdx.z) * per, slices = k0 < all ? (all - k0 < per ? all - k0 : per) : 0;
   if (warp == kConsumerWarps) {
     if (lane == 0)
-      for (int k = 0; k < slices; ++k) {
-        const int s = k % kStages;
-        sm90::mbar_wait(&empty[s], ((k / kStages) & 1) ^ 1);  // the first round passes at once
-        load_slice<kTransB>(tiles + s * (kTileA + kTileB), &full[s], map_a, map_b, k, m0, n0);
+      for (int i = 0; i < slices; ++i) {
+        const int s = i % kStages;
+        sm90::mbar_wait(&empty[s], ((i / kStages) & 1) ^ 1);  // the first round passes at once
+        load_slice<kTransA, kTransB>(tiles + s * (kTileA + kTileB), &full[s], map_a, map_b, k0 + i,
+                                     m0, n0);
       }
     return;
   }
@@ -211,12 +237,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  for (int k = 0; k < slices; ++k) {
-    const int s = k % kStages;
-    sm90::mbar_wait(&full[s], (k / kStages) & 1);
-    multiply_slice<kTransB>(acc, tiles + s * (kTileA + kTileB), group);
+  for (int i = 0; i < slices; ++i) {
+    const int s = i % kStages;
+    sm90::mbar_wait(&full[s], (i / kStages) & 1);
+    multiply_slice<kTransA, kTransB>(acc, tiles + s * (kTileA + kTileB), group);
     sm90::wgmma_wait<1>();  // the previous slice's group is done: its stage is free
-    if (k > 0 && threadIdx.x % 128 == 0) sm90::mbar_arrive(&empty[(k - 1) % kStages]);
+    if (i > 0 && threadIdx.x % 128 == 0) sm90::mbar_arrive(&empty[(i - 1) % kStages]);
   }
   sm90::wgmma_wait<0>();
 

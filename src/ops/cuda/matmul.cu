@@ -55,6 +55,23 @@ bool sm90_linear_dinp(T* dinp, const T* gelu_in, float* dbias, const T* dout, co
   return false;
 }
 
+// dweight (Nout, K) += dout (M, Nout)^T @ inp (M, K), fp32, split over the M tokens.
+template <typename T>
+bool sm90_linear_dweight(float* dweight, const T* dout, const T* inp, Index M, Index K,
+                         Index Nout) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (!env_opt_in("VIT_SM90_GEMM") || !sm90::gemm_available()) return false;
+    sm90::WgradOperands w{dout, Nout, inp, K, dweight, K, M, Nout, K, nullptr};
+    w.workspace = static_cast<float*>(
+        scratch(size_t(sm90::wgrad_workspace_floats(w)) * sizeof(float), kScratchGemmSplit));
+    if (!sm90::wgrad(w, stream())) return false;
+    VIT_CUDA_LAUNCHED();
+    g_sm90_gemms.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Index sm90_gemm_count() {
@@ -86,7 +103,7 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   if (dinp && !sm90_linear_dinp<T>(dinp, nullptr, nullptr, dout, weight, M, K, Nout))
     gemm<T, T>(false, false, M, K, Nout, 1.0f, dout, Nout, 0, weight, K, 0, 0.0f, dinp, K, 0);
   // dweight (Nout, K) += dout^T @ inp, straight into the fp32 gradient (beta = 1)
-  if (dweight)
+  if (dweight && !sm90_linear_dweight<T>(dweight, dout, inp, M, K, Nout))
     gemm<T, float>(true, false, Nout, K, M, 1.0f, dout, Nout, 0, inp, K, 0, 1.0f, dweight, K, 0);
   // dbias (Nout) += column sums of dout
   if (dbias) colsum_rows_accumulate(dbias, dout, M, Nout);

@@ -61,7 +61,8 @@ enum ScratchSlot : int {
   kScratchLocalFfn = 9,       // the locality FFN's separate ops: act1, d(act1) (B, N, M)
   kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
   kScratchFlashDs = 11,       // the flash backward's dS^T of every head (B * H, N, 64 tiles) bf16
-  kScratchSlots = 12,
+  kScratchGemmSplit = 12,     // the sm_90a weight gradient's per-split partial sums fp32
+  kScratchSlots = 13,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -92,8 +93,8 @@ void set_gemm_autotune(bool on);
 bool gemm_autotune();
 Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
 
-// The sm_90a wgmma GEMM (gemm_sm90.h) for the bf16 Linears' forward and data gradient (with
-// the exact GELU's forward and backward in its epilogues), opt-in while it is new
+// The sm_90a wgmma GEMM (gemm_sm90.h) for the bf16 Linears' forward, data and weight gradients
+// (with the exact GELU's forward and backward in its epilogues), opt-in while it is new
 // (VIT_SM90_GEMM=1): used where the device is a Hopper (compute capability 9.0) and the operands
 // fit, else cuBLASLt. Calls that ran it, process-wide (a test's proof that it was used).
 Index sm90_gemm_count();

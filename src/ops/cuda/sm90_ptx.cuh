@@ -146,11 +146,11 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// d (64 x 128, fp32) += A (64 x 16) B (128 x 16)^T, A K-major in shared memory, B K-major
-// (kTransB = 0) or MN-major (kTransB = 1, the descriptor's layout then desc_mn_sw128's), issued
-// by a whole warpgroup. Fragment of thread t (warp w = t / 32 % 4, lane l): d[4j + 2h + e] is
+// d (64 x 128, fp32) += A (64 x 16) B (128 x 16)^T, each operand in shared memory K-major
+// (kTrans = 0) or MN-major (kTrans = 1, its descriptor's layout then desc_mn_sw128's), issued by
+// a whole warpgroup. Fragment of thread t (warp w = t / 32 % 4, lane l): d[4j + 2h + e] is
 // D(16 w + l / 4 + 8 h, 8 j + 2 (l % 4) + e) for j < 16, h, e < 2.
-template <int kTransB>
+template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
 #ifdef VIT_SM90_ASM
   asm volatile(
@@ -160,7 +160,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1, 0, %66;\n"
+      "%64, %65, 1, 1, 1, %66, %67;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
@@ -172,7 +172,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "n"(kTransB));
+      : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
 #else
   VIT_SM90_UNAVAILABLE();
 #endif
