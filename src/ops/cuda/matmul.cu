@@ -3,6 +3,9 @@
 // tanh GELU (the mlp_tanh FFN's fc1) has it in the GEMM's epilogues in bf16: forward, and in the
 // backward of the Linear after it (fc2's data gradient).
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "ops/cuda/blas.cuh"
@@ -15,12 +18,23 @@ namespace {
 
 std::atomic<Index> g_sm90_gemms{0};
 
+// Whether VIT_SM90_GEMM turns the sm_90a GEMM on for `kind` (fwd: the forward, dgrad: the data
+// gradient, wgrad: the weight gradient): "1" for all, or a comma-separated list of kinds (a
+// bench times each kind apart), off when unset, empty or "0...".
+bool sm90_on(const char* kind) {
+  const char* env = std::getenv("VIT_SM90_GEMM");
+  if (!env || env[0] == '\0' || env[0] == '0') return false;
+  if (std::strcmp(env, "1") == 0) return true;
+  const std::string list = std::string(",") + env + ",";
+  return list.find(std::string(",") + kind + ",") != std::string::npos;
+}
+
 // The bf16 GEMM on the sm_90a kernel (gemm_sm90.h): false (nothing enqueued) unless
 // VIT_SM90_GEMM=1, the device is a Hopper and the operands fit.
 template <typename T>
-bool sm90_gemm(const sm90::GemmOperands& g) {
+bool sm90_gemm(const char* kind, const sm90::GemmOperands& g) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (!env_opt_in("VIT_SM90_GEMM") || !sm90::gemm(g, stream())) return false;
+    if (!sm90_on(kind) || !sm90::gemm(g, stream())) return false;
     VIT_CUDA_LAUNCHED();
     g_sm90_gemms.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -34,8 +48,8 @@ template <typename T>
 bool sm90_linear(T* out, T* pre, const T* inp, const T* weight, const T* bias, Index M, Index K,
                  Index Nout) {
   if constexpr (std::is_same_v<T, bf16>)
-    return sm90_gemm<T>(
-        {inp, K, weight, K, false, out, Nout, bias, pre, nullptr, nullptr, nullptr, M, Nout, K});
+    return sm90_gemm<T>("fwd", {inp, K, weight, K, false, out, Nout, bias, pre, nullptr, nullptr,
+                                nullptr, M, Nout, K});
   return false;
 }
 
@@ -50,7 +64,7 @@ bool sm90_linear_dinp(T* dinp, const T* gelu_in, float* dbias, const T* dout, co
     if (dbias)  // the blocks' column sums (ceil(M / 128), K) fp32
       g.workspace = static_cast<float*>(
           scratch(size_t(sm90::gemm_workspace_floats(g)) * sizeof(float), kScratchColsum));
-    return sm90_gemm<T>(g);
+    return sm90_gemm<T>("dgrad", g);
   }
   return false;
 }
@@ -60,7 +74,7 @@ template <typename T>
 bool sm90_linear_dweight(float* dweight, const T* dout, const T* inp, Index M, Index K,
                          Index Nout) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (!env_opt_in("VIT_SM90_GEMM") || !sm90::gemm_available()) return false;
+    if (!sm90_on("wgrad") || !sm90::gemm_available()) return false;
     sm90::WgradOperands w{dout, Nout, inp, K, dweight, K, M, Nout, K, nullptr};
     w.workspace = static_cast<float*>(
         scratch(size_t(sm90::wgrad_workspace_floats(w)) * sizeof(float), kScratchGemmSplit));

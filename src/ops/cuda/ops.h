@@ -95,8 +95,8 @@ Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-w
 
 // The sm_90a wgmma GEMM (gemm_sm90.h) for the bf16 Linears' forward, data and weight gradients
 // (with the exact GELU's forward and backward in its epilogues), opt-in while it is new
-// (VIT_SM90_GEMM=1): used where the device is a Hopper (compute capability 9.0) and the operands
-// fit, else cuBLASLt. Calls that ran it, process-wide (a test's proof that it was used).
+// (VIT_SM90_GEMM=1 for all three, or a comma-separated list of fwd, dgrad, wgrad): used where
+// the device is a Hopper (compute capability 9.0) and the operands fit, else cuBLASLt. Calls that ran it, process-wide (a test's proof that it was used).
 Index sm90_gemm_count();
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
