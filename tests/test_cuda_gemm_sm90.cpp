@@ -47,6 +47,18 @@ struct Shape {
   bool trans_b;  // B stored (K, N): the data-gradient GEMM
 };
 
+// A shape as its test's name (and as gtest prints it): M x N x K, the epilogue, B's layout.
+std::string shape_name(const Shape& s) {
+  const char* epi = s.epi == Epi::kBias   ? (s.bias ? "bias" : "plain")
+                    : s.epi == Epi::kGelu ? "gelu"
+                                          : "gelugrad";
+  return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) + "_ldc" +
+         std::to_string(s.ldc) + "_" + epi + (s.trans_b ? "_bKN" : "_bNK");
+}
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << shape_name(s);
+}
+
 class CudaSm90Gemm : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
@@ -180,7 +192,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{128, 128, 64, 128, false, Epi::kBias, true},     // B (K, N), one tile
                       Shape{394, 384, 1152, 384, false, Epi::kBias, true},   // ViT-S qkv's d(ln1)
                       Shape{394, 1536, 384, 1536, false, Epi::kGeluGrad, true},  // fc2's d(fc1)
-                      Shape{150, 180, 328, 186, false, Epi::kGeluGrad, true}));  // at the edges
+                      Shape{150, 180, 328, 186, false, Epi::kGeluGrad, true}),
+    [](const ::testing::TestParamInfo<Shape>& info) {
+      return shape_name(info.param);
+    });  // at the edges
 
 // Runs `ops` with VIT_SM90_GEMM set to `on` and returns the buffers it names, downloaded; the
 // kernel must have run `calls` times when on, never when off.
