@@ -193,10 +193,12 @@ struct ComposedLocalFfn {
   }
 };
 
-// The CUDA backend's Linear + exact GELU pairs (fc1 of the mlp FFN and its GELU; fc2's backward
-// through that GELU: one GEMM each with the GELU's forward or backward in its epilogue where the
-// sm_90a GEMM runs, ops/cuda/ops.h) as the host policy P's separate ops: the GEMM's output
-// rounded before the GELU, as the epilogues round it.
+// The CUDA backend's Linear + GELU pairs (fc1 of the mlp and mlp_tanh FFNs with its GELU; fc2's
+// backward through that GELU, with fc1's bias gradient: one GEMM each with the GELU's forward or
+// backward in its epilogue on the GPU, the tanh form's in cuBLASLt's, the exact one's in the
+// sm_90a GEMM's; ops/cuda/ops.h) as the host policy P's separate ops: the GEMM's output rounded
+// before the GELU, as the epilogues round it, and fc1's bias gradient the column sums of the
+// stored dpre as matmul_backward forms them (the bits of calling them one by one).
 template <class P>
 struct ComposedMatmulGelu {
   template <class S>
@@ -205,40 +207,32 @@ struct ComposedMatmulGelu {
     P::matmul_forward(pre, inp, weight, bias, M, K, Hid);
     P::gelu_forward(act, static_cast<const S*>(pre), M * Hid);
   }
-  // The Linear after it, backward through the GELU into dpre, with fc1's bias gradient the
-  // column sums of dpre as matmul_backward forms them (the bits of the calls one by one).
-  template <class S, class A>
-  static void matmul_gelu_backward(S* dpre, A* dpre_bias, A* dweight, A* dbias, S* dact,
-                                   const S* dout, const S* act, const S* pre, const S* weight,
-                                   Index M, Index Hid, Index Nout) {
-    P::matmul_backward(dact, dweight, dbias, dout, act, weight, M, Hid, Nout);
-    P::gelu_backward(dpre, static_cast<const S*>(dact), pre, M * Hid);
-    if (dpre_bias)
-      P::matmul_backward(static_cast<S*>(nullptr), static_cast<A*>(nullptr), dpre_bias,
-                         static_cast<const S*>(dpre), static_cast<const S*>(nullptr),
-                         static_cast<const S*>(nullptr), M, Index(1), Hid);
-  }
-};
-
-// The CUDA backend's Linear + tanh GELU pair (the mlp_tanh FFN's fc1 with the GELU in cuBLASLt's
-// epilogues; ops/cuda/ops.h) as the host policy P's separate ops: the GEMM's output rounded
-// before the GELU, and fc1's bias gradient summed from the stored dpre (for the CPU reference the
-// bits of calling them one by one).
-template <class P>
-struct ComposedMatmulGeluTanh {
   template <class S>
   static void matmul_gelu_tanh_forward(S* act, S* pre, const S* inp, const S* weight, const S* bias,
                                        Index M, Index K, Index Hid) {
     P::matmul_forward(pre, inp, weight, bias, M, K, Hid);
     P::gelu_tanh_forward(act, static_cast<const S*>(pre), M * Hid);
   }
-  template <class S, class A>
-  static void matmul_gelu_tanh_backward(S* dpre, A* dpre_bias, A* dweight, A* dbias, S* dact,
-                                        const S* dout, const S* act, const S* pre, const S* weight,
-                                        Index M, Index Hid, Index Nout) {
+  template <class... Args>
+  static void matmul_gelu_backward(Args... args) {
+    backward<false>(args...);
+  }
+  template <class... Args>
+  static void matmul_gelu_tanh_backward(Args... args) {
+    backward<true>(args...);
+  }
+
+ private:
+  template <bool kTanh, class S, class A>
+  static void backward(S* dpre, A* dpre_bias, A* dweight, A* dbias, S* dact, const S* dout,
+                       const S* act, const S* pre, const S* weight, Index M, Index Hid,
+                       Index Nout) {
     P::matmul_backward(dact, dweight, dbias, dout, act, weight, M, Hid, Nout);
-    P::gelu_tanh_backward(dpre, static_cast<const S*>(dact), pre, M * Hid);
-    if (dpre_bias)  // fc1's bias gradient: the column sums of dpre, as matmul_backward forms them
+    if constexpr (kTanh)
+      P::gelu_tanh_backward(dpre, static_cast<const S*>(dact), pre, M * Hid);
+    else
+      P::gelu_backward(dpre, static_cast<const S*>(dact), pre, M * Hid);
+    if (dpre_bias)
       P::matmul_backward(static_cast<S*>(nullptr), static_cast<A*>(nullptr), dpre_bias,
                          static_cast<const S*>(dpre), static_cast<const S*>(nullptr),
                          static_cast<const S*>(nullptr), M, Index(1), Hid);
@@ -249,8 +243,7 @@ template <typename T>
 struct CpuBackend : HostMemory,
                     ComposedResidualNorm<CpuBackend<T>>,
                     ComposedLocalFfn<CpuBackend<T>>,
-                    ComposedMatmulGelu<CpuBackend<T>>,
-                    ComposedMatmulGeluTanh<CpuBackend<T>> {
+                    ComposedMatmulGelu<CpuBackend<T>> {
   using Store = T;
   using Acc = T;
   using Res = T;

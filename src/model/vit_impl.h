@@ -427,21 +427,17 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
                         b.ln2_rstd, bw.norm2_w, bw.norm2_b, B, N);
 
   // FFN branch.
-  const bool tanh_gelu = cfg_.ffn == Ffn::MlpTanh;
-  if (tanh_gelu) {
-    // fc1 and its tanh GELU: one GEMM with the GELU in its epilogue on the GPU (bf16).
+  if (!local) {
+    // fc1 and its GELU: one GEMM with the GELU in its epilogue on the GPU (bf16; the exact
+    // GELU's on a Hopper with VIT_SM90_GEMM, the tanh form's in cuBLASLt's).
     OpWork work = W::matmul_forward(BN, C, M);
     work.bytes += W::elementwise(BN * M, 1).bytes;  // act1 besides fc1
     ProfileScope prof("matmul_gelu_forward", work);
-    Backend::matmul_gelu_tanh_forward(b.act1, b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w,
-                                      bw.fc1_b, BN, C, M);
-  } else if (!local) {
-    // fc1 and its exact GELU: one GEMM with the GELU in its epilogue where the GPU has it.
-    OpWork work = W::matmul_forward(BN, C, M);
-    work.bytes += W::elementwise(BN * M, 1).bytes;  // act1 besides fc1
-    ProfileScope prof("matmul_gelu_forward", work);
-    Backend::matmul_gelu_forward(b.act1, b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w,
-                                 bw.fc1_b, BN, C, M);
+    const Store* ln2 = b.ln2;
+    if (cfg_.ffn == Ffn::MlpTanh)
+      Backend::matmul_gelu_tanh_forward(b.act1, b.fc1, ln2, bw.fc1_w, bw.fc1_b, BN, C, M);
+    else
+      Backend::matmul_gelu_forward(b.act1, b.fc1, ln2, bw.fc1_w, bw.fc1_b, BN, C, M);
   } else {
     ProfileScope prof("matmul_forward", W::matmul_forward(BN, C, M));
     Backend::matmul_forward(b.fc1, static_cast<const Store*>(b.ln2), bw.fc1_w, bw.fc1_b, BN, C, M);
@@ -578,24 +574,20 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   const Store* dffn = branch_grad(CS(bw.ls2), s2, bg.ls2, CS(b.fc2));
   const Store* hidden = local ? b.act2 : b.act1;
   Acc* fc1_db = bg.fc1_b;  // nullptr with the locality FFN: its fc1 has no bias
-  if (cfg_.ffn == Ffn::MlpTanh) {
-    // fc2's backward through the tanh GELU into d(fc1) (dhid_b) and fc1's bias gradient: on the
-    // GPU (bf16) the GELU's backward and the bias sums are the data-gradient GEMM's epilogue.
-    OpWork work = W::matmul_backward(BN, M, C);
-    work.bytes += W::elementwise(BN * M, 1).bytes;  // fc1's output, read by the epilogue
-    ProfileScope prof("matmul_gelu_backward", work);
-    Backend::matmul_gelu_tanh_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn, hidden,
-                                       CS(b.fc1), CS(bw.fc2_w), BN, M, C);
-    fc1_db = nullptr;
-  } else if (cfg_.ffn == Ffn::Mlp) {
-    // fc2's backward through the exact GELU into d(fc1) (dhid_b; d(act1) in dhid_a where the
-    // backend forms it) and fc1's bias gradient: on a Hopper with VIT_SM90_GEMM=1 the GELU's
-    // backward is the data-gradient GEMM's epilogue.
+  if (!local) {
+    // fc2's backward through the GELU into d(fc1) (dhid_b; d(act1) in dhid_a where the backend
+    // forms it) and fc1's bias gradient: on the GPU (bf16) the GELU's backward and the bias
+    // sums are the data-gradient GEMM's epilogue (the tanh form's in cuBLASLt's, the exact one's
+    // on a Hopper with VIT_SM90_GEMM).
     OpWork work = W::matmul_backward(BN, M, C);
     work.bytes += W::elementwise(BN * M, 1).bytes;  // fc1's output, read for the GELU
     ProfileScope prof("matmul_gelu_backward", work);
-    Backend::matmul_gelu_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn, hidden,
-                                  CS(b.fc1), CS(bw.fc2_w), BN, M, C);
+    if (cfg_.ffn == Ffn::MlpTanh)
+      Backend::matmul_gelu_tanh_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn,
+                                         hidden, CS(b.fc1), CS(bw.fc2_w), BN, M, C);
+    else
+      Backend::matmul_gelu_backward(a.dhid_b, fc1_db, bg.fc2_w, bg.fc2_b, a.dhid_a, dffn, hidden,
+                                    CS(b.fc1), CS(bw.fc2_w), BN, M, C);
     fc1_db = nullptr;
   } else {
     ProfileScope prof("matmul_backward", W::matmul_backward(BN, M, C));
