@@ -46,6 +46,35 @@ bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+constexpr Index kIntMax = 0x7fffffff;  // the kernel's sizes are ints
+constexpr Index kGridYMax = 65535;     // row blocks are the grid's y
+
+// Tiles of `tile` over n: the grid's extent, the K slices, the column sums' row blocks.
+Index tiles(Index n, Index tile) {
+  return (n + tile - 1) / tile;
+}
+
+// The device's facts, read once: whether it is a Hopper (compute capability 9.0), its SMs.
+struct DeviceFacts {
+  bool hopper = false;
+  int multiprocessors = 0;
+};
+const DeviceFacts& device_facts() {
+  static const DeviceFacts facts = [] {
+    DeviceFacts f;
+    int device = 0, major = 0, minor = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return f;
+    f.hopper = major == 9 && minor == 0;
+    f.multiprocessors = sms;
+    return f;
+  }();
+  return facts;
+}
+
 // dbias (N) += the sum of the blocks' column sums, part (tiles, N), in row order.
 __global__ void add_column_sums_kernel(float* dbias, const float* part, int tiles, int N) {
   const int c = int(blockIdx.x * blockDim.x + threadIdx.x);
@@ -78,12 +107,11 @@ bool launch(const GemmOperands& g, cudaStream_t stream) {
   float* colsum = g.dbias ? g.workspace : nullptr;
   const gemm_sm90::Params p{g.out, g.pre,    g.aux,    g.bias,   colsum,    nullptr,
                             0,     int(g.M), int(g.N), int(g.K), int(g.ldc)};
-  const dim3 grid(unsigned((g.N + gemm_sm90::kBN - 1) / gemm_sm90::kBN),
-                  unsigned((g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM));
+  const dim3 grid(unsigned(tiles(g.N, gemm_sm90::kBN)), unsigned(tiles(g.M, gemm_sm90::kBM)));
   if (!launch_kernel<kEpi, false, kTransB>(map_a, map_b, p, grid, stream)) return false;
   if (colsum) {
     constexpr int kThreads = 256;
-    add_column_sums_kernel<<<unsigned((g.N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+    add_column_sums_kernel<<<unsigned(tiles(g.N, kThreads)), kThreads, 0, stream>>>(
         g.dbias, colsum, int(grid.y), int(g.N));
   }
   return true;
@@ -106,26 +134,14 @@ __global__ void add_partials_kernel(float* dweight, Index ldw, const float* part
   }
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return 132;
-    return n;
-  }();
-  return count;
-}
-
 // The weight gradient's K slices (64 tokens each) per split: enough splits for two blocks on
 // every SM, each at least 4 slices long, none empty.
 int wgrad_slices_per_split(const WgradOperands& w) {
-  const Index all = (w.R + gemm_sm90::kBK - 1) / gemm_sm90::kBK;
-  const Index tiles = ((w.Nout + gemm_sm90::kBM - 1) / gemm_sm90::kBM) *
-                      ((w.K + gemm_sm90::kBN - 1) / gemm_sm90::kBN);
-  Index splits = (2 * multiprocessors() + tiles - 1) / tiles;
+  const Index all = tiles(w.R, gemm_sm90::kBK);
+  const Index blocks = tiles(w.Nout, gemm_sm90::kBM) * tiles(w.K, gemm_sm90::kBN);
+  Index splits = tiles(2 * device_facts().multiprocessors, blocks);
   splits = std::max<Index>(1, std::min(splits, all / 4));
-  return int((all + splits - 1) / splits);
+  return int(tiles(all, splits));
 }
 
 // One box by TMA into shared memory, then its bytes out as they lie there: (box_rows, 128 bytes)
@@ -163,26 +179,16 @@ bool probe_tma_box(unsigned char* out, const __nv_bfloat16* src, Index rows, Ind
 }
 
 bool gemm_available() {
-  static const bool ok = [] {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-      return false;
-    return major == 9 && minor == 0 && tensor_map_encoder() != nullptr;
-  }();
-  return ok;
+  return device_facts().hopper && tensor_map_encoder() != nullptr;
 }
 
 Index gemm_workspace_floats(const GemmOperands& g) {
-  return g.dbias ? (g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM * g.N : 0;
+  return g.dbias ? tiles(g.M, gemm_sm90::kBM) * g.N : 0;
 }
 
 bool gemm_fits(const GemmOperands& g) {
-  constexpr Index kIntMax = 0x7fffffff;
-  const Index row_blocks = (g.M + gemm_sm90::kBM - 1) / gemm_sm90::kBM;
   const bool sizes = g.M > 0 && g.N > 0 && g.K > 0 && g.M <= kIntMax && g.N <= kIntMax &&
-                     g.K <= kIntMax && row_blocks <= 65535 && g.ldc <= kIntMax;
+                     g.K <= kIntMax && tiles(g.M, gemm_sm90::kBM) <= kGridYMax && g.ldc <= kIntMax;
   const bool strides = g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.K &&
                        g.ldb >= (g.trans_b ? g.N : g.K) && g.ldc % 2 == 0 && g.ldc >= g.N;
   const bool pointers = aligned(g.a, 16) && aligned(g.b, 16) && g.out && aligned(g.out, 4) &&
@@ -192,8 +198,7 @@ bool gemm_fits(const GemmOperands& g) {
 }
 
 Index wgrad_splits(const WgradOperands& w) {
-  const Index all = (w.R + gemm_sm90::kBK - 1) / gemm_sm90::kBK, per = wgrad_slices_per_split(w);
-  return (all + per - 1) / per;
+  return tiles(tiles(w.R, gemm_sm90::kBK), wgrad_slices_per_split(w));
 }
 
 Index wgrad_workspace_floats(const WgradOperands& w) {
@@ -201,10 +206,8 @@ Index wgrad_workspace_floats(const WgradOperands& w) {
 }
 
 bool wgrad_fits(const WgradOperands& w) {
-  constexpr Index kIntMax = 0x7fffffff;
   const bool sizes = w.R > 0 && w.Nout > 0 && w.K > 0 && w.R <= kIntMax && w.Nout <= kIntMax &&
-                     w.K <= kIntMax && w.K % 2 == 0 &&
-                     (w.Nout + gemm_sm90::kBM - 1) / gemm_sm90::kBM <= 65535;
+                     w.K <= kIntMax && w.K % 2 == 0 && tiles(w.Nout, gemm_sm90::kBM) <= kGridYMax;
   const bool strides = w.ld_dout % 8 == 0 && w.ld_dout >= w.Nout && w.ld_inp % 8 == 0 &&
                        w.ld_inp >= w.K && w.ldw >= w.K;
   return sizes && strides && aligned(w.dout, 16) && aligned(w.inp, 16) && w.dweight && w.workspace;
@@ -220,11 +223,11 @@ bool wgrad(const WgradOperands& w, cudaStream_t stream) {
   const int per = wgrad_slices_per_split(w), splits = int(wgrad_splits(w));
   const gemm_sm90::Params p{nullptr, nullptr,     nullptr,  nullptr,  nullptr, w.workspace,
                             per,     int(w.Nout), int(w.K), int(w.R), int(w.K)};
-  const dim3 grid(unsigned((w.K + gemm_sm90::kBN - 1) / gemm_sm90::kBN),
-                  unsigned((w.Nout + gemm_sm90::kBM - 1) / gemm_sm90::kBM), unsigned(splits));
+  const dim3 grid(unsigned(tiles(w.K, gemm_sm90::kBN)), unsigned(tiles(w.Nout, gemm_sm90::kBM)),
+                  unsigned(splits));
   if (!launch_kernel<Epilogue::kPartial, true, true>(map_a, map_b, p, grid, stream)) return false;
   const Index n = w.Nout * w.K;
-  const unsigned blocks = unsigned(std::min<Index>((n + 255) / 256, 4096));
+  const unsigned blocks = unsigned(std::min<Index>(tiles(n, 256), 4096));
   add_partials_kernel<<<blocks, 256, 0, stream>>>(w.dweight, w.ldw, w.workspace, splits, w.Nout,
                                                   w.K);
   return true;
