@@ -6,13 +6,9 @@
 
 namespace vit::cuda {
 
-namespace {
-// VIT_GELU_FAST=1: the exact GELU through gelu_cdf_fast (activation_math.cuh) instead of erff.
-// Opt-in, read at every call (a bench compares both in one process).
 bool gelu_fast() {
   return env_opt_in("VIT_GELU_FAST");
 }
-}  // namespace
 
 // out, inp (n)
 template <typename T>

@@ -1,7 +1,9 @@
 // Linear layers as cuBLASLt GEMMs (bias in the epilogue); the bias gradient is a
 // deterministic column sum (on 16-byte packs where it can, elementwise.cuh). The Linear before a
 // tanh GELU (the mlp_tanh FFN's fc1) has it in the GEMM's epilogues in bf16: forward, and in the
-// backward of the Linear after it (fc2's data gradient).
+// backward of the Linear after it (fc2's data gradient). With VIT_SM90_GEMM on a Hopper, bf16
+// Linears run on our own GEMM (gemm_sm90.h) instead, the exact GELU's forward and backward (and
+// fc1's bias gradient) in its epilogues.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -29,16 +31,19 @@ bool sm90_on(const char* kind) {
   return list.find(std::string(",") + kind + ",") != std::string::npos;
 }
 
+// Whether the sm_90a kernel was enqueued; if it was, the launch is checked and counted.
+bool sm90_ran(bool launched) {
+  if (!launched) return false;
+  VIT_CUDA_LAUNCHED();
+  g_sm90_gemms.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 // The bf16 GEMM on the sm_90a kernel (gemm_sm90.h): false (nothing enqueued) unless
-// VIT_SM90_GEMM=1, the device is a Hopper and the operands fit.
+// VIT_SM90_GEMM turns `kind` on, the device is a Hopper and the operands fit.
 template <typename T>
 bool sm90_gemm(const char* kind, const sm90::GemmOperands& g) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (!sm90_on(kind) || !sm90::gemm(g, stream())) return false;
-    VIT_CUDA_LAUNCHED();
-    g_sm90_gemms.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
+  if constexpr (std::is_same_v<T, bf16>) return sm90_on(kind) && sm90_ran(sm90::gemm(g, stream()));
   return false;
 }
 
@@ -78,10 +83,7 @@ bool sm90_linear_dweight(float* dweight, const T* dout, const T* inp, Index M, I
     sm90::WgradOperands w{dout, Nout, inp, K, dweight, K, M, Nout, K, nullptr};
     w.workspace = static_cast<float*>(
         scratch(size_t(sm90::wgrad_workspace_floats(w)) * sizeof(float), kScratchGemmSplit));
-    if (!sm90::wgrad(w, stream())) return false;
-    VIT_CUDA_LAUNCHED();
-    g_sm90_gemms.fetch_add(1, std::memory_order_relaxed);
-    return true;
+    return sm90_ran(sm90::wgrad(w, stream()));
   }
   return false;
 }
@@ -104,8 +106,7 @@ template <typename T>
 void matmul_gelu_forward(T* act, T* pre, const T* inp, const T* weight, const T* bias, Index M,
                          Index K, Index Hid) {
   // pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias; act (M, Hid) = gelu(pre)
-  if (!env_opt_in("VIT_GELU_FAST") && sm90_linear<T>(act, pre, inp, weight, bias, M, K, Hid))
-    return;
+  if (!gelu_fast() && sm90_linear<T>(act, pre, inp, weight, bias, M, K, Hid)) return;
   matmul_forward(pre, inp, weight, bias, M, K, Hid);
   gelu_forward(act, static_cast<const T*>(pre), M * Hid);
 }
@@ -131,9 +132,7 @@ void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbia
   matmul_backward<T>(nullptr, dweight, dbias, dout, act, weight, M, Hid, Nout);
   // dpre (M, Hid) = gelu'(pre) * bf16(dout @ weight) in the GEMM's epilogue, and fc1's bias
   // gradient from the stored dpre's column sums, per row block in the epilogue too
-  if (!env_opt_in("VIT_GELU_FAST") &&
-      sm90_linear_dinp<T>(dpre, pre, dpre_bias, dout, weight, M, Hid, Nout))
-    return;
+  if (!gelu_fast() && sm90_linear_dinp<T>(dpre, pre, dpre_bias, dout, weight, M, Hid, Nout)) return;
   matmul_backward<T>(dact, nullptr, nullptr, dout, act, weight, M, Hid, Nout);
   gelu_backward_bias(dpre, dpre_bias, static_cast<const T*>(dact), pre, M, Hid);
 }

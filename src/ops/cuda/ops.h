@@ -96,8 +96,14 @@ Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-w
 // The sm_90a wgmma GEMM (gemm_sm90.h) for the bf16 Linears' forward, data and weight gradients
 // (with the exact GELU's forward and backward in its epilogues), opt-in while it is new
 // (VIT_SM90_GEMM=1 for all three, or a comma-separated list of fwd, dgrad, wgrad): used where
-// the device is a Hopper (compute capability 9.0) and the operands fit, else cuBLASLt. Calls that ran it, process-wide (a test's proof that it was used).
+// the device is a Hopper (compute capability 9.0) and the operands fit, else cuBLASLt. Calls
+// that ran it, process-wide (a test's proof that it was used).
 Index sm90_gemm_count();
+
+// VIT_GELU_FAST=1: the exact GELU through gelu_cdf_fast (activation_math.cuh) instead of erff,
+// in the GELU kernels; the sm_90a GEMM's epilogues have only erff, so they stand aside. Opt-in,
+// read at every call (a bench compares both in one process).
+bool gelu_fast();
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>
