@@ -18,6 +18,13 @@ inline double bf16_ulp(double x) {
   return std::ldexp(1.0, e - 8);
 }
 
+// How many bf16 spacings (at `want`) a result lies from the value it should round from: at most
+// 0.5 when it is the nearest bf16, up to 1 when fp32 summation in another order moved it across
+// a rounding boundary.
+inline double bf16_steps(double got, double want) {
+  return std::fabs(got - want) / bf16_ulp(want);
+}
+
 // bf16 results of a GPU kernel against the CPU emulation's (src/ops/emu) on the same inputs,
 // both widened to fp32: each element within `ulps` bf16 spacings of the larger of the two, plus
 // one spacing of the largest reference value (fp32 summation order can move a value across a

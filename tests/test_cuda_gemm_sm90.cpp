@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bf16_ulps.h"
 #include "cuda_test_util.h"
 #include "ops/cuda/gemm_sm90.h"
 #include "ops/cuda/ops.h"
@@ -20,19 +21,13 @@
 namespace {
 
 using vit::Index;
+using vit::test::bf16_steps;
 using vit::test::DevBuf;
 using vit::test::rnd;
 using vit::test::ScopedEnv;
 using vit::test::Vec;
 using bf = __nv_bfloat16;
 namespace cu = vit::cuda;
-
-// A bf16 value's distance in representable steps from the exact value.
-double bf16_steps(float got, double want) {
-  const double mag = std::max(std::fabs(want), 1e-30);
-  const double spacing = std::ldexp(1.0, std::ilogb(mag) - 7);
-  return std::fabs(double(got) - want) / spacing;
-}
 
 double gelu_exact(double x) {
   return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bf16_ulps.h"
 #include "cuda_host_sim.h"
 #include "cuda_host_sim_sm90.h"
 #include "ops/cuda/gemm_sm90_kernels.cuh"
@@ -40,12 +41,6 @@ std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, float scale) {
 
 float widen(bf16 x) {
   return float(x);
-}
-
-// A bf16's distance in representable steps from the fp32 value (both finite).
-double bf16_steps(bf16 got, float want) {
-  const float spacing = std::ldexp(1.0f, std::ilogb(std::fabs(want) > 1e-30f ? want : 1e-30f) - 7);
-  return std::fabs(double(widen(got)) - double(want)) / spacing;
 }
 
 template <k::Epilogue kEpi, bool kTransB>
@@ -134,12 +129,12 @@ void run_case(const Case& c, uint32_t seed) {
         const bf16 want = bf16(vit::cuda::GeluBackward{}(widen(bf16(float(sum))), x));
         formula_off += out[at].bits != want.bits;
         const double exact = vit::cuda::GeluBackward{}(float(sum), x);
-        ASSERT_LE(bf16_steps(out[at], float(exact)), 2.0)
+        ASSERT_LE(vit::test::bf16_steps(widen(out[at]), float(exact)), 2.0)
             << "d(pre) (" << i << ", " << j << "): " << widen(out[at]) << " vs " << exact;
         continue;
       }
       const bf16 y = gelu ? pre[at] : out[at];
-      const double steps = bf16_steps(y, float(sum));
+      const double steps = vit::test::bf16_steps(widen(y), float(sum));
       worst = std::max(worst, steps);
       if (steps > 0.5) ++far;  // not the nearest bf16 of the exact sum
       ASSERT_LE(steps, 1.0) << "(" << i << ", " << j << "): " << widen(y) << " vs " << sum;
