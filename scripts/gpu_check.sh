@@ -549,8 +549,9 @@ s_vbench_storedwhole() {
 s_vbench_stored() {
   VIT_FLASH_STORED_DS=1 s_vbench "$@"
 }
-# Args: model, batch. The Linears' forward on the sm_90a wgmma GEMM, fc1's GELU in its epilogue
-# (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the separate GELU pass.
+# Args: model, batch. All the Linears' GEMMs on the sm_90a wgmma kernel, the GELU's forward and
+# backward in its epilogues (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the
+# separate GELU passes.
 s_vbench_sm90() {
   VIT_SM90_GEMM=1 s_vbench "$@"
 }
@@ -883,15 +884,20 @@ report_plain() {
 
 PY_REPORT="$(command -v "$PY" || command -v python3 || echo false)"
 
+# A step not run, with why, in the table as SKIP. Args: id, group, title, why, and the limit it
+# would have had (default 0).
+skip_step() {
+  printf '%s\t%s\t%s\tSKIP\t-\t0\t%s\t%s\n' "$1" "$2" "$3" "${5:-0}" "$4" >>"$WORK/steps.tsv"
+  echo "== [$1] $3: SKIP ($4)"
+}
+
 # step ID GROUP TIMEOUT_S TITLE FUNCTION [ARGS...]
 step() {
   local id="$1" group="$2" tmax="$3" title="$4"
   shift 4
   local left=$((DEADLINE_S - RESERVE_S - EPOCHSECONDS)) t status rc secs note
   if [ "$left" -lt "$MIN_STEP_S" ]; then
-    printf '%s\t%s\t%s\tSKIP\t-\t0\t%s\t%s\n' "$id" "$group" "$title" "$tmax" \
-      "not started: ${left}s of the budget left" >>"$WORK/steps.tsv"
-    echo "== [$id] $title: SKIP (${left}s of the budget left)"
+    skip_step "$id" "$group" "$title" "not started: ${left}s of the budget left" "$tmax"
     return
   fi
   t=$((tmax < left ? tmax : left))
@@ -926,12 +932,6 @@ step() {
   report 0 >/dev/null 2>&1
 }
 
-# A step not run, with why, in the table as SKIP. Args: id, group, title, why.
-skip_step() {
-  printf '%s\t%s\t%s\tSKIP\t-\t0\t0\t%s\n' "$1" "$2" "$3" "$4" >>"$WORK/steps.tsv"
-  echo "== [$1] $3: SKIP ($4)"
-}
-
 # Whether the steps that run the sm_90a GEMM (VIT_SM90_GEMM=1) may: its test (b_sm90_gemm)
 # passed in this call, or did not run in it (then GPU_CHECK_SM90=0 keeps them out). A kernel
 # that hangs on the device would otherwise spend each of their timeouts (~10 of a session's 15
@@ -946,6 +946,14 @@ sm90_ok() {
   fi
 }
 SM90_SKIPPED="the sm_90a GEMM's test (b_sm90_gemm) did not pass in this call, or GPU_CHECK_SM90=0"
+# A step that runs the sm_90a GEMM: `step`'s arguments; SKIP with why unless sm90_ok.
+sm90_step() {
+  if sm90_ok; then
+    step "$@"
+  else
+    skip_step "$1" "$2" "$4" "$SM90_SKIPPED"
+  fi
+}
 
 # ---------------------------------------------------------------------------------------------
 # The steps, as groups of steps; the phases at the end call them in order.
@@ -985,12 +993,8 @@ steps_ops_sanitizers() {
         gemm)
           step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
             s_memcheck "${MEMCHECK_FILTER_2:-CudaOps/bf16.Matmul:CudaOps/bf16.Attention:CublasLtEpilogue.MatmulGeluTanh*}"
-          if sm90_ok; then
-            step c_memcheck_sm90 ops 90 "memcheck: the sm_90a wgmma GEMM (TMA loads, epilogue stores)" \
-              s_sanitized test_cuda_gemm_sm90 "" memcheck
-          else
-            skip_step c_memcheck_sm90 ops "memcheck: the sm_90a wgmma GEMM" "$SM90_SKIPPED"
-          fi
+          sm90_step c_memcheck_sm90 ops 90 "memcheck: the sm_90a wgmma GEMM (TMA loads, epilogue stores)" \
+            s_sanitized test_cuda_gemm_sm90 "" memcheck
           ;;
         resize)
           step c_memcheck_resize ops 90 "memcheck: input ops" \
@@ -1033,13 +1037,10 @@ steps_model() {
     env VIT_GELU_FAST=1
   step d_gelufast_model model 90 "VIT_GELU_FAST=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_GELU_FAST=1
-  # The Linears' forward on the wgmma GEMM, fc1 with the GELU in its epilogue (opt-in).
-  if sm90_ok; then
-    step d_sm90_model model 90 "VIT_SM90_GEMM=1: bf16 model vs emulation" \
-      s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_SM90_GEMM=1
-  else
-    skip_step d_sm90_model model "VIT_SM90_GEMM=1: bf16 model vs emulation" "$SM90_SKIPPED"
-  fi
+  # All the Linears' GEMMs on the sm_90a kernel, the GELU's forward and backward in its
+  # epilogues (opt-in).
+  sm90_step d_sm90_model model 90 "VIT_SM90_GEMM=1: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_SM90_GEMM=1
   # dQ from the stored dS (opt-in; it passed this as the default in f48b072's run, and
   # differs from the recomputed dQ in up to 1% of its bits).
   step d_stored_model model 90 "VIT_FLASH_STORED_DS=1: bf16 model vs emulation" \
@@ -1187,8 +1188,17 @@ variant_label() {
 # WMMA kernels and the unfused attention, s_vbench_wmma and s_vbench_unfused, measured, no
 # longer run) on the first model only (ViT-S); those of BENCH_EVERY and the BEFORE build (when
 # bundled) on every model.
+# One bench variant's step (s_vbench_<var>). Args: variant, short model name, round, model,
+# batch. The sm_90a GEMM's variants only when sm90_ok.
+variant_step() {
+  local run=step
+  [[ "$1" == sm90* ]] && run=sm90_step
+  "$run" "f_$1_$2_r$3" bench 120 "vitrain bench ($(variant_label "$1")) $4 b$5" "s_vbench_$1" \
+    "$4" "$5"
+}
+
 steps_bench_round() {
-  local r="$1" mb m b s var variants keep
+  local r="$1" mb m b s var variants
   # A round's first bench (the build's default at ViT-S/16) ran at 7,752 and 8,063 img/s in
   # 2026-11-27's two calls, below the BEFORE build's nearly identical kernels later in the round
   # (8,274-8,331): a short untimed bench first, outside the tables (group warmup), so that no
@@ -1202,18 +1212,6 @@ steps_bench_round() {
     variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
     [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=("${BENCH_VARIANTS[@]}")
-    if [[ " ${variants[*]} " == *" sm90"* ]] && ! sm90_ok; then
-      keep=()
-      for var in "${variants[@]}"; do
-        if [[ "$var" == sm90* ]]; then
-          skip_step "f_${var}_${s}_r$r" bench "vitrain bench ($(variant_label "$var")) $m b$b" \
-            "$SM90_SKIPPED"
-        else
-          keep+=("$var")
-        fi
-      done
-      variants=("${keep[@]}")
-    fi
     variants+=("${BENCH_EVERY[@]}")
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)
@@ -1221,17 +1219,11 @@ steps_bench_round() {
     fi
     if [ "$r" = 1 ]; then
       step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
-      for var in "${variants[@]}"; do
-        step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
-          "s_vbench_$var" "$m" "$b"
-      done
+      for var in "${variants[@]}"; do variant_step "$var" "$s" "$r" "$m" "$b"; done
       step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
     else
       step "g_eager_${s}_r$r" bench 150 "timm eager $m b$b" s_tbench "$m" "$b" eager
-      for var in "${variants[@]}"; do
-        step "f_${var}_${s}_r$r" bench 120 "vitrain bench ($(variant_label "$var")) $m b$b" \
-          "s_vbench_$var" "$m" "$b"
-      done
+      for var in "${variants[@]}"; do variant_step "$var" "$s" "$r" "$m" "$b"; done
       step "f_vitrain_${s}_r$r" bench 120 "vitrain bench $m b$b" s_vbench "$m" "$b"
     fi
   done
@@ -1245,13 +1237,8 @@ steps_profile() {
   [ -x "$BUNDLE/bin/vitrain_before" ] &&
     step "h_profile_before_$(short "$m")" bench 120 "BEFORE build: vitrain bench --profile $m b$b" \
       s_vprofile_before "$m" "$b"
-  if sm90_ok; then
-    step "h_profile_sm90_$(short "$m")" bench 120 "vitrain bench --profile, VIT_SM90_GEMM=1 $m b$b" \
-      s_vprofile_sm90 "$m" "$b"
-  else
-    skip_step "h_profile_sm90_$(short "$m")" bench "vitrain bench --profile, VIT_SM90_GEMM=1" \
-      "$SM90_SKIPPED"
-  fi
+  sm90_step "h_profile_sm90_$(short "$m")" bench 120 \
+    "vitrain bench --profile, VIT_SM90_GEMM=1 $m b$b" s_vprofile_sm90 "$m" "$b"
   step "h_profile_local_$(short "$m")" bench 120 "vitrain bench --profile --ffn local $m b$b" \
     s_vprofile_local "$m" "$b"
   # The small-image model too (issue 13 asks 2x torch.compile there; 1.04x on the H200): where
@@ -1294,9 +1281,7 @@ steps_compile() {
     if [ "${VIT_TORCH_SKIP_COMPILE:-0}" != 0 ] || [ "$left" -lt 120 ]; then
       why="VIT_TORCH_SKIP_COMPILE set"
       [ "$left" -lt 120 ] && why="not started: ${left}s of the budget left (a compile needs 120)"
-      printf '%s\t%s\t%s\tSKIP\t-\t0\t0\t%s\n' "g_compile_$s" compile "timm compile $m b$b" \
-        "$why" >>"$WORK/steps.tsv"
-      echo "== [g_compile_$s] SKIP: $why"
+      skip_step "g_compile_$s" compile "timm compile $m b$b" "$why"
     else
       step "g_compile_$s" compile $((COMPILE_TIMEOUT + 60)) "timm torch.compile $mode $m b$b" \
         s_tbench "$m" "$b" compile "$mode"
