@@ -149,7 +149,7 @@ int wgrad_slices_per_split(const WgradOperands& w) {
 __global__ void probe_tma_box_kernel(const __grid_constant__ TensorMap map, unsigned char* out,
                                      int box_rows, int c0, int c1) {
   extern __shared__ __align__(1024) unsigned char raw[];
-  unsigned char* box = raw + (1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024;
+  unsigned char* box = gemm_sm90::swizzle_atom_aligned(raw);
   auto* bar = reinterpret_cast<uint64_t*>(box + box_rows * 128);
   if (threadIdx.x == 0) {
     mbar_init(bar, 1);

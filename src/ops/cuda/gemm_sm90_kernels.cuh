@@ -86,6 +86,12 @@ __device__ __forceinline__ void store_pair(bf16* m, int64_t at, bool pair, bf16 
     m[at] = y0;
 }
 
+// The first 1024-byte boundary at or after p: where a 128-byte-swizzled tile must start (the
+// swizzle reads the address's bits 7-9).
+__device__ __forceinline__ unsigned char* swizzle_atom_aligned(unsigned char* p) {
+  return p + (1024 - reinterpret_cast<uintptr_t>(p) % 1024) % 1024;
+}
+
 struct Pair {
   float x, y;
 };
@@ -204,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(1024) unsigned char raw[];
 #endif
   // stage s: A tile (kBM, kBK) then B's (kBN x kBK elements), 128-byte rows, swizzled
-  unsigned char* base = raw + (1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024;
+  unsigned char* base = swizzle_atom_aligned(raw);
   bf16* tiles = reinterpret_cast<bf16*>(base);
   uint64_t* full = reinterpret_cast<uint64_t*>(base + kStages * kStageBytes);
   uint64_t* empty = full + kStages;
