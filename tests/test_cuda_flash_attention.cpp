@@ -330,6 +330,21 @@ TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
   }
 }
 
+// VIT_FLASH_FUSED_BWD=1: the backward in one kernel where a block holds all of a head's keys
+// (N <= 256, D <= 64; the D = 96 shapes fall back to the two kernels). dK and dV come from the
+// dK/dV kernel's own code and dQ sums the same bf16 dS^T in the same order as the stored-dS
+// kernel, so every output must have the stored-dS backward's bits (on the CPU simulation,
+// FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits).
+TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
+  ScopedEnv stored_ds("VIT_FLASH_STORED_DS", "1");
+  compare_switch("VIT_FLASH_FUSED_BWD", "0", "1", 6000,
+                 [](const DeviceResult& stored, const DeviceResult& fused) {
+                   expect_same_bits("out", fused.out, stored.out);
+                   expect_same_bits("lse", fused.lse, stored.lse);
+                   expect_same_bits("dqkv", fused.dqkv, stored.dqkv);
+                 });
+}
+
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
 // their tolerances of each other), and the time of each, printed for the record.
 TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {

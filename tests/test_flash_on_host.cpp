@@ -10,7 +10,8 @@
 // GPU: this is where a change to the kernels' fragment layouts, masks, tile streaming or
 // padding skips is first checked. What the simulation cannot check (the device's arithmetic,
 // memory model, timing) stays with the GPU tests. The stored-dS backward (VIT_FLASH_STORED_DS=1)
-// is checked against the recomputing one, bit for bit.
+// is checked against the recomputing one, bit for bit, and the one-kernel backward
+// (VIT_FLASH_FUSED_BWD=1) against the stored-dS one.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "cuda_host_sim.h"
 #include "cuda_host_sim_mma.h"
 #include "emu_test_util.h"
+#include "ops/cuda/flash_mma_fused_kernels.cuh"
 #include "ops/cuda/flash_mma_kernels.cuh"
 #include "ops/emu/ops.h"
 
@@ -58,6 +60,7 @@ struct Launch {
   bool stored_ds = false;   // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
   int warps = k::kWarps;    // VIT_FLASH_WARPS
   bool half_tiles = false;  // VIT_FLASH_HALF_TILES=1: the backward kernels' kGroups = 2
+  bool fused = false;       // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
@@ -73,6 +76,20 @@ struct Launch {
   template <int D>
   void backward(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv, const float* lse,
                 const float* drow) const {
+    if (fused) {
+      if constexpr (D <= 64) {  // as flash_attention_mma.cu launches it
+        const int fused_warps = (s.N + 15) / 16;
+        ASSERT_LE(fused_warps, k::kFusedWarps);
+        cu::launch({unsigned(s.B * s.H)}, {unsigned(32 * fused_warps)},
+                   k::fused_backward_smem_bytes<D>(fused_warps), [&] {
+                     k::flash_mma_fused_backward_kernel<D, k::kFusedGroups>(
+                         dqkv, dout, qkv, lse, drow, s.N, s.H, 1.0f / std::sqrt(float(D)), vec,
+                         async);
+                   });
+        return;
+      }
+      FAIL() << "the fused backward runs head dims up to 64";
+    }
     if (half_tiles)
       backward_groups<D, 2>(dqkv, dout, qkv, lse, drow);
     else
@@ -217,6 +234,33 @@ TEST(FlashKernelsOnHost, StoredDsGivesTheRecomputedBits) {
     stored.stored_ds = true;
     const Result r = run_kernels(stored, c.qkv, c.dout, c.e_out, c.e_lse);
     vit::emu_test::expect_same_bits(widen(r.dqkv), widen(recomputed.dqkv));
+  }
+}
+
+// VIT_FLASH_FUSED_BWD=1: one block owns all of a head's keys and forms dQ from the dS^T tiles
+// its warps leave in shared memory. dK and dV come from the dK/dV kernel's own helper and dQ
+// sums the same dS^T values in the same order as the stored-dS kernel, so all of dqkv must have
+// the stored-dS backward's bits: N = 197 (13 warps, the last with 5 keys), 17, 65 (a last
+// query tile of one row), 256 (16 warps, the most), 50 in 2 heads; the scalar and synchronous
+// tile loads too.
+TEST(FlashKernelsOnHost, FusedBackwardGivesTheStoredDsBits) {
+  const struct {
+    Shape s;
+    bool vec, async;
+  } cases[] = {{kShapes[0], true, true},     {kShapes[1], true, true},
+               {kShapes[2], true, true},     {{1, 256, 1, 32}, true, true},
+               {{2, 50, 2, 64}, true, true}, {kShapes[2], false, false},
+               {kShapes[1], true, false}};
+  uint64_t seed = 1000;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.s.str() + (c.vec ? "" : " scalar") + (c.async ? "" : " sync"));
+    const Case in = make_case(c.s, ++seed);
+    Launch stored{c.s, c.vec, c.async}, fused{c.s, c.vec, c.async};
+    stored.stored_ds = true;
+    fused.fused = true;
+    const Result want = run_kernels(stored, in.qkv, in.dout, in.e_out, in.e_lse);
+    const Result got = run_kernels(fused, in.qkv, in.dout, in.e_out, in.e_lse);
+    vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "ops/cuda/flash_common.cuh"
 #include "ops/cuda/flash_mma.cuh"
+#include "ops/cuda/flash_mma_fused_kernels.cuh"
 #include "ops/cuda/flash_mma_kernels.cuh"
 
 namespace vit::cuda {
@@ -150,12 +151,59 @@ void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, 
                               qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
 }
 
+// VIT_FLASH_FUSED_BWD=1: the backward in one kernel (flash_mma_fused_kernels.cuh: 5 products
+// instead of the two kernels' 7, no recomputation, no scratch) where a block can own all of a
+// head's keys: N <= 16 kFusedWarps and its shared memory within the device's limit. Opt-in until
+// a device times it (one block an SM of ceil(N / 16) warps, against the two kernels' 2-4).
+bool flash_mma_fused_backward() {
+  return env_opt_in("VIT_FLASH_FUSED_BWD");
+}
+
+// The most dynamic shared memory a block of this device may opt into.
+size_t max_block_smem() {
+  int dev = 0, bytes = 0;
+  VIT_CUDA_CHECK(cudaGetDevice(&dev));
+  VIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
+}
+
+// The fused backward (one block of ceil(N / 16) warps a head) if it fits this N, head dim and
+// device; false if not, and nothing is launched.
+template <int kD>
+bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                           const float* drow, Index B, Index N, Index H, float scale, bool vec,
+                           bool async) {
+  if constexpr (kD > 64) {
+    // at 96 the dK and dV sums alone are 96 of the launch bound's 128 registers a thread
+    // (ptxas, sm_90: 200 bytes spilled)
+    return false;
+  } else {
+    constexpr auto kKernel = flash_mma_fused_backward_kernel<kD, kFusedGroups>;
+    const int warps = int((N + 15) / 16);
+    if (warps > kFusedWarps) return false;
+    const size_t bytes = fused_backward_smem_bytes<kD>(warps);
+    if (bytes > max_block_smem()) return false;
+    row_tiles(B, N, H, warps);  // checks the grid's B * H blocks
+    launch_flash_warps<kKernel>(unsigned(B * H), warps, bytes, dqkv, dout, qkv, lse, drow, int(N),
+                                int(H), scale, vec, async);
+    return true;
+  }
+}
+
 }  // namespace
 
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, bool vec) {
   const float scale = 1.0f / std::sqrt(float(D));
   const bool async = flash_mma_async(), stored_ds = flash_mma_stored_ds();
+  if (flash_mma_fused_backward()) {
+    bool fused = false;
+    with_head_dim(D, [&](auto d) {
+      fused = launch_fused_backward<decltype(d)::value>(dqkv, dout, qkv, lse, drow, B, N, H, scale,
+                                                        vec, async);
+    });
+    if (fused) return;
+  }
   auto run = [&](auto head_dim, auto groups) {
     constexpr int kD = decltype(head_dim)::value, kGroups = decltype(groups)::value;
     if (!stored_ds) {

@@ -227,14 +227,14 @@ __device__ __forceinline__ int col_of(int j, int e) {
   return j * 8 + 2 * (threadIdx.x % 4) + (e & 1);
 }
 
-// g rows [row0, row0 + 16) (row stride ldg, rows from `valid` on skipped) = acc (16 x D) * the
-// row factor (rows g, g + 8), as bf16.
-template <int D>
-__device__ __forceinline__ void store_acc(bf16* g, int ldg, const float (&acc)[D / 8][4], float f0,
+// g rows [0, 16) (row stride ldg, rows from `valid` on skipped), columns [0, 8 NT) = acc (16 x 8
+// NT: C tiles) * the row factor (rows g, g + 8), as bf16.
+template <int NT>
+__device__ __forceinline__ void store_acc(bf16* g, int ldg, const float (&acc)[NT][4], float f0,
                                           float f8, int valid, bool vec) {
   const int lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
+  for (int n = 0; n < NT; ++n) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = r + 8 * half;
@@ -412,8 +412,8 @@ __global__ void __launch_bounds__(kThreads)
     if (first + g < N) lse[Index(pos.bh) * N + first + g] = (m[0] + log2f(l[0])) * kLn2;
     if (first + g + 8 < N) lse[Index(pos.bh) * N + first + g + 8] = (m[1] + log2f(l[1])) * kLn2;
   }
-  store_acc<D>(out + (Index(pos.b) * N + first) * C + pos.h * D, C, o, 1.0f / l[0], 1.0f / l[1],
-               N - first, vec);
+  store_acc(out + (Index(pos.b) * N + first) * C + pos.h * D, C, o, 1.0f / l[0], 1.0f / l[1],
+            N - first, vec);
 }
 
 // Blocks an SM the dQ kernel's launch bound asks ptxas to fit: over half tiles at head dims up
@@ -499,8 +499,109 @@ __global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
       }
     }
   });
-  store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
-               vec);
+  store_acc(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
+            vec);
+}
+
+// The dK/dV kernels' work on one group of a streamed query tile (kGroupCols queries from column
+// c0 of the (kCols, ld) tiles sq, sdo and their statistics slse, sdr; nv valid queries in the
+// tile) for the warp's 16 keys (A fragments ka, va of K and V): S^T = K Q^T and dP^T = V dO^T,
+// then P^T and dS^T (rounded to bf16 A fragments), dV += P^T dO and dK += dS^T Q. dS^T is
+// returned in dsa for the callers that also need it (the stored-dS and the fused backward).
+template <int D, int kGroupCols>
+__device__ __forceinline__ void keys_times_query_group(float (&dk)[D / 8][4], float (&dv)[D / 8][4],
+                                                       uint32_t (&dsa)[kGroupCols / 16][4],
+                                                       const uint32_t (&ka)[D / 16][4],
+                                                       const uint32_t (&va)[D / 16][4],
+                                                       const bf16* sq, const bf16* sdo,
+                                                       const float* slse, const float* sdr, int c0,
+                                                       int nv, float scale_log2, float scale) {
+  static_assert(kGroupCols % 16 == 0, "a group is whole 16-column steps");
+  constexpr int ld = kTileLd<bf16, D>;
+  const int ng = nv - c0;  // the group's valid queries (may be <= 0)
+  const bf16 *gq = sq + c0 * ld, *gdo = sdo + c0 * ld;
+  float st[kGroupCols / 8][4], dpt[kGroupCols / 8][4];
+  rows_times_tile_t<D>(st, ka, gq, ng);    // S^T = K Q^T
+  rows_times_tile_t<D>(dpt, va, gdo, ng);  // dP^T = V dO^T
+#pragma unroll
+  for (int j = 0; j < kGroupCols / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = c0 + col_of(j, e);  // the query
+      // lse in log2 units, the product rounded on its own (no fma with the score's)
+      const float p = i < nv ? exp2f(st[j][e] * scale_log2 - __fmul_rn(slse[i], kLog2e)) : 0.0f;
+      st[j][e] = p;                                  // P^T, rounded by to_operand
+      dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
+    }
+  uint32_t pa[kGroupCols / 16][4];
+  to_operand(pa, st);
+  to_operand(dsa, dpt);
+  accumulate_times_tile<D>(dv, pa, gdo, ng);  // dV += P^T dO
+  accumulate_times_tile<D>(dk, dsa, gq, ng);  // dK += dS^T Q
+}
+
+// The per-query statistics of the block's head: lse and Drow (B, H, N) from row bh * N.
+struct QueryStats {
+  const float *lse, *drow;  // (N) each
+  __device__ QueryStats(const float* lse_all, const float* drow_all, int bh, int N)
+      : lse(lse_all + Index(bh) * N), drow(drow_all + Index(bh) * N) {}
+};
+
+// The dK/dV kernels' shared memory (flash_mma_dkv_kernel, flash_mma_fused_backward_kernel): the
+// block's (rows, ld) keys and values, then 2 stages of [(kCols, ld) queries, (kCols, ld) dO] and
+// of [(kCols) lse, Drow] of the streamed query tiles; end() is where a kernel's own tiles go.
+template <int D>
+struct KeyBlockTiles {
+  static constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  bf16 *sk, *sv, *sqd;
+  float* sstat;
+  __device__ KeyBlockTiles(unsigned char* smem, int rows)
+      : sk(reinterpret_cast<bf16*>(smem)),
+        sv(sk + rows * ld),
+        sqd(sv + rows * ld),
+        sstat(reinterpret_cast<float*>(sqd + 4 * kTile)) {}
+  __device__ static int stage(int i0) { return (i0 / kCols) % 2; }
+  __device__ bf16* queries(int i0) const { return sqd + stage(i0) * 2 * kTile; }
+  __device__ bf16* dO(int i0) const { return queries(i0) + kTile; }
+  __device__ float* lse(int i0) const { return sstat + stage(i0) * 2 * kCols; }
+  __device__ float* drow(int i0) const { return lse(i0) + kCols; }
+  __device__ unsigned char* end() const {
+    return reinterpret_cast<unsigned char*>(sstat + 4 * kCols);
+  }
+  // Issues the copies of the block's keys and values [row0, row0 + rows) of the head.
+  __device__ void load_keys(const Head& hd, int row0, int rows, int N, int C, bool vec,
+                            bool async) const {
+    const int ld3 = 3 * C;
+    load_tile_async<D>(sk, hd.k + Index(row0) * ld3, ld3, N - row0, vec, async, rows);
+    load_tile_async<D>(sv, hd.v + Index(row0) * ld3, ld3, N - row0, vec, async, rows);
+  }
+  // Issues the copies of the query tile from row i0: queries, dO and their statistics.
+  __device__ void load_queries(const Head& hd, const QueryStats& stats, int i0, int N, int C,
+                               bool vec, bool async) const {
+    const int ld3 = 3 * C;
+    load_tile_async<D>(queries(i0), hd.q + Index(i0) * ld3, ld3, N - i0, vec, async, kCols);
+    load_tile_async<D>(dO(i0), hd.dO + Index(i0) * C, C, N - i0, vec, async, kCols);
+    load_stats_async(lse(i0), stats.lse + i0, N - i0, async);
+    load_stats_async(drow(i0), stats.drow + i0, N - i0, async);
+  }
+  // The A fragments of the warp's 16 keys and values.
+  __device__ void load_key_rows(uint32_t (&ka)[D / 16][4], uint32_t (&va)[D / 16][4],
+                                int warp) const {
+    load_rows<D>(ka, sk, warp);
+    load_rows<D>(va, sv, warp);
+  }
+};
+
+// The warp's dK and dV rows (its 16 keys from `first`; those from N on skipped) into their
+// columns C + h*D and 2C + h*D of dqkv (B, N, 3C).
+template <int D>
+__device__ __forceinline__ void store_dk_dv(bf16* dqkv, const BlockPos& pos, int N, int C,
+                                            int first, const float (&dk)[D / 8][4],
+                                            const float (&dv)[D / 8][4], bool vec) {
+  const int ld3 = 3 * C;
+  bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;
+  store_acc(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
+  store_acc(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);
 }
 
 // kStoreDs: the kernel also writes the bf16 dS^T it forms to ds_out (B * H, N, ldq), for
@@ -514,34 +615,19 @@ __global__ void __launch_bounds__(kThreads)
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
   // [row0, row0 + rows); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
   // kCols / kGroups queries) in registers.
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, kGroupCols = kCols / kGroups;
-  static_assert(kGroupCols % 16 == 0, "a group is whole 16-column steps");
+  constexpr int kGroupCols = kCols / kGroups;
   const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
-  bf16* sk = reinterpret_cast<bf16*>(smem);  // (rows, ld) keys
-  bf16* sv = sk + rows * ld;                 // (rows, ld) values
-  bf16* sqd = sv + rows * ld;  // 2 stages of [(kCols, ld) queries, (kCols, ld) dO] of a tile
-  float* sstat = reinterpret_cast<float*>(sqd + 4 * kTile);  // 2 stages of [(kCols) lse, Drow]
+  const KeyBlockTiles<D> sh(smem, rows);
   const BlockPos pos(H, tiles, rows);
-  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
+  const int C = H * D, warp = threadIdx.x / 32;
   const Head hd(qkv, dout, pos, N, C, D);
-  const bf16 *q = hd.q, *k = hd.k, *v = hd.v, *dO = hd.dO;
-  const float* lse_bh = lse + Index(pos.bh) * N;  // (N)
-  const float* dr_bh = drow + Index(pos.bh) * N;  // (N)
+  const QueryStats stats(lse, drow, pos.bh, N);
   const float scale_log2 = scale * kLog2e;
-  auto stage = [&](int i0) { return (i0 / kCols) % 2; };
-  auto load_q_do = [&](int i0) {
-    bf16* s = sqd + stage(i0) * 2 * kTile;
-    float* st = sstat + stage(i0) * 2 * kCols;
-    load_tile_async<D>(s, q + Index(i0) * ld3, ld3, N - i0, vec, async, kCols);
-    load_tile_async<D>(s + kTile, dO + Index(i0) * C, C, N - i0, vec, async, kCols);
-    load_stats_async(st, lse_bh + i0, N - i0, async);
-    load_stats_async(st + kCols, dr_bh + i0, N - i0, async);
-  };
+  auto load_queries = [&](int i0) { sh.load_queries(hd, stats, i0, N, C, vec, async); };
 
-  load_tile_async<D>(sk, k + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
-  load_tile_async<D>(sv, v + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
-  load_q_do(0);
+  sh.load_keys(hd, pos.row0, rows, N, C, vec, async);
+  load_queries(0);
   cp_async_commit();
   uint32_t ka[D / 16][4], va[D / 16][4];
   float dk[D / 8][4], dv[D / 8][4];
@@ -550,45 +636,21 @@ __global__ void __launch_bounds__(kThreads)
   const int first = pos.row0 + warp * 16;  // the warp's first key
   const bool idle = first >= N;            // all 16 keys past N: load, compute nothing
 
-  stream_tiles(N, load_q_do, [&](int i0) {
-    if (i0 == 0) {
-      load_rows<D>(ka, sk, warp);
-      load_rows<D>(va, sv, warp);
-    }
+  stream_tiles(N, load_queries, [&](int i0) {
+    if (i0 == 0) sh.load_key_rows(ka, va, warp);
     if (!idle) {
-      const bf16 *sq = sqd + stage(i0) * 2 * kTile, *sdo = sq + kTile;
-      const float *slse = sstat + stage(i0) * 2 * kCols, *sdr = slse + kCols;
       const int nv = min(kCols, N - i0);  // valid queries in the tile
 #pragma unroll
-      for (int group = 0; group < kGroups; ++group) {     // the tile's queries a group at a time
-        const int c0 = group * kGroupCols, ng = nv - c0;  // the group's valid queries (may be <= 0)
-        const bf16 *gq = sq + c0 * ld, *gdo = sdo + c0 * ld;
-        float st[kGroupCols / 8][4], dpt[kGroupCols / 8][4];
-        rows_times_tile_t<D>(st, ka, gq, ng);    // S^T = K Q^T
-        rows_times_tile_t<D>(dpt, va, gdo, ng);  // dP^T = V dO^T
-#pragma unroll
-        for (int j = 0; j < kGroupCols / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = c0 + col_of(j, e);  // the query
-            // lse in log2 units, the product rounded on its own (no fma with the score's)
-            const float p =
-                i < nv ? exp2f(st[j][e] * scale_log2 - __fmul_rn(slse[i], kLog2e)) : 0.0f;
-            st[j][e] = p;                                  // P^T, rounded by to_operand
-            dpt[j][e] = p * (dpt[j][e] - sdr[i]) * scale;  // dS^T, rounded by to_operand
-          }
-        uint32_t pa[kGroupCols / 16][4], dsa[kGroupCols / 16][4];
-        to_operand(pa, st);
-        to_operand(dsa, dpt);
+      for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
+        const int c0 = group * kGroupCols;
+        uint32_t dsa[kGroupCols / 16][4];
+        keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
+                                              sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
         if constexpr (kStoreDs) store_ds_t(ds_out, pos.bh, N, first, i0 + c0, dsa);
-        accumulate_times_tile<D>(dv, pa, gdo, ng);  // dV += P^T dO
-        accumulate_times_tile<D>(dk, dsa, gq, ng);  // dK += dS^T Q
       }
     }
   });
-  bf16* dk_out = dqkv + (Index(pos.b) * N + first) * ld3 + C + pos.h * D;  // row stride 3C
-  store_acc<D>(dk_out, ld3, dk, 1.0f, 1.0f, N - first, vec);
-  store_acc<D>(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);
+  store_dk_dv<D>(dqkv, pos, N, C, first, dk, dv, vec);
 }
 
 // dQ = dS K from the dS^T the dK/dV kernel stored (kStoreDs): the recomputation of S, P and
@@ -632,8 +694,8 @@ __global__ void __launch_bounds__(kThreads)
     load_ds_fragments(dsa, sk + kTile, ldt, warp, nk);
     accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
   });
-  store_acc<D>(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
-               vec);
+  store_acc(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
+            vec);
 }
 
 // Bytes of a (rows, D) shared tile.

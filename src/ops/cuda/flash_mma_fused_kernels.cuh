@@ -1,0 +1,126 @@
+// The fused attention backward in one kernel for short sequences (N <= 16 kFusedWarps: every
+// ViT's 197 tokens at 224 px), VIT_FLASH_FUSED_BWD=1. The default backward is two kernels: dK/dV
+// (a block owns 16-row groups of keys and streams the queries) and dQ (a block owns queries and
+// streams the keys), so S, P and dP are formed twice, 7 products where 5 would do; FlashAttention
+// -2 forms them once by adding dQ from every key block with atomics, which are not
+// deterministic. Here one block owns all the keys of its (b, h), 16 a warp, so every dQ
+// contribution is made inside the block: per streamed query tile, each warp forms its keys' dS^T
+// as the dK/dV kernel does (the same helper, so dK and dV get that kernel's bits) and writes it
+// to a shared (keys, queries) tile; then the block forms the tile's dQ = dS K over all the keys
+// from that tile and the keys already in shared memory, in units of 16 queries x 16 columns dealt
+// to the warps round robin. Each unit sums the keys 16 at a time in ascending order, the chain
+// flash_mma_dq_stored_kernel runs over the dS^T the dK/dV kernel stores (VIT_FLASH_STORED_DS=1),
+// so dQ gets those bits without the scratch tensor or its trips through memory.
+// tests/test_flash_on_host.cpp runs this source on the CPU against both.
+#pragma once
+#include "ops/cuda/flash_mma_kernels.cuh"
+
+namespace vit::cuda::flash_mma_kernels {
+
+// The most warps (16 keys each) a fused block has; its launch bound (128 registers a thread).
+constexpr int kFusedWarps = 16;
+constexpr int kFusedThreads = 32 * kFusedWarps;
+// The streamed query tile taken kCols / kFusedGroups queries at a time (kGroups of the dK/dV
+// kernel: the same bits whatever the grouping).
+constexpr int kFusedGroups = 4;
+
+// The warp's 16 keys of dS^T over the queries [c0, c0 + 16 KK) of the tile (A fragments as
+// to_operand packs them: a[kk] rows g, g + 8 by columns kk*16 + 2t, kk*16 + 8 + 2t) into the
+// block's shared (rows, ldt) tile sds; keys from N on as zeros (their rows of K are zeros too,
+// and the stored-dS path reads them as zeros).
+template <int KK>
+__device__ __forceinline__ void store_ds_t_shared(bf16* sds, int ldt, int warp, int first, int N,
+                                                  int c0, const uint32_t (&a)[KK][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = g + (r & 1) * 8;  // the key within the warp's 16
+      *reinterpret_cast<uint32_t*>(sds + (warp * 16 + row) * ldt + c0 + kk * 16 + (r >> 1) * 8 +
+                                   2 * t) = first + row < N ? a[kk][r] : 0u;
+    }
+}
+
+// dQ of a streamed query tile (nv valid queries; dq: its first row, row stride ldg) = dS K over
+// the N keys: sds the (keys, kCols queries) dS^T tile, sk the (keys, ld) keys, both shared and
+// zero from key N on. Units of 16 queries x 16 columns, unit u to warp u % warps; each sums the
+// keys 16 at a time in ascending order (key steps wholly past N skipped).
+template <int D>
+__device__ __forceinline__ void dq_of_query_tile(bf16* dq, int ldg, const bf16* sds, const bf16* sk,
+                                                 int N, int nv, bool vec) {
+  constexpr int ld = kTileLd<bf16, D>, ldt = kTileLd<bf16, kCols>, kColPairs = D / 16;
+  const int warp = threadIdx.x / 32, warps = int(blockDim.x) / 32, lane = threadIdx.x % 32;
+  const int units = (nv + 15) / 16 * kColPairs;
+  for (int u = warp; u < units; u += warps) {
+    const int qg = u / kColPairs, dp = u % kColPairs;  // the unit's 16 queries, 16 columns
+    float acc[2][4] = {};
+    for (int k0 = 0; k0 < N; k0 += 16) {
+      uint32_t a[4], b[4];
+      // dS (16 queries x 16 keys): the transposed 8x8 parts of dS^T, as load_ds_fragments
+      ldmatrix_x4_trans(
+          a, sds + (k0 + lane % 8 + (lane / 16) * 8) * ldt + qg * 16 + ((lane / 8) % 2) * 8);
+      // K (16 keys x 16 columns), as accumulate_times_tile reads a row-major tile
+      ldmatrix_x4_trans(
+          b, sk + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld + dp * 16 + (lane / 16) * 8);
+      mma(acc[0], a, b[0], b[1]);
+      mma(acc[1], a, b[2], b[3]);
+    }
+    store_acc(dq + (qg * 16) * ldg + dp * 16, ldg, acc, 1.0f, 1.0f, nv - qg * 16, vec);
+  }
+}
+
+// Dynamic shared memory of a fused block of `warps` warps: the dK/dV kernel's (its keys and
+// values, 2 stages of streamed queries, dO and statistics), then the (keys, kCols) dS^T tile.
+template <int D>
+constexpr size_t fused_backward_smem_bytes(int warps) {
+  return dkv_smem_bytes<D>(warps) + size_t(16 * warps) * kTileLd<bf16, kCols> * sizeof(bf16);
+}
+
+template <int D, int kGroups>
+__global__ void __launch_bounds__(kFusedThreads, 1)
+    flash_mma_fused_backward_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                                    const float* drow, int N, int H, float scale, bool vec,
+                                    bool async) {
+  // dq, dk, dv (B, N, D) at columns h*D, C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h),
+  // all its keys (ceil(N / 16) warps of 16, launched so); each warp holds its keys' S^T, P^T,
+  // dP^T, dS^T over kCols / kGroups queries at a time in registers, as the dK/dV kernel does.
+  constexpr int kGroupCols = kCols / kGroups, ldt = kTileLd<bf16, kCols>;
+  const int rows = block_rows();
+  VIT_DYNAMIC_SHARED(smem);
+  const KeyBlockTiles<D> sh(smem, rows);
+  bf16* sds = reinterpret_cast<bf16*>(sh.end());  // (rows, ldt) dS^T: keys x the tile's queries
+  const BlockPos pos(H, 1, rows);
+  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
+  const Head hd(qkv, dout, pos, N, C, D);
+  const QueryStats stats(lse, drow, pos.bh, N);
+  const float scale_log2 = scale * kLog2e;
+  auto load_queries = [&](int i0) { sh.load_queries(hd, stats, i0, N, C, vec, async); };
+
+  sh.load_keys(hd, 0, rows, N, C, vec, async);
+  load_queries(0);
+  cp_async_commit();
+  float dk[D / 8][4], dv[D / 8][4];
+  zero_acc<D>(dk);
+  zero_acc<D>(dv);
+  const int first = warp * 16;                                // the warp's first key
+  bf16* dq_head = dqkv + Index(pos.b) * N * ld3 + pos.h * D;  // (N, D), row stride 3C
+
+  stream_tiles(N, load_queries, [&](int i0) {
+    const int nv = min(kCols, N - i0);  // valid queries in the tile
+#pragma unroll
+    for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
+      const int c0 = group * kGroupCols;
+      uint32_t ka[D / 16][4], va[D / 16][4], dsa[kGroupCols / 16][4];
+      sh.load_key_rows(ka, va, warp);  // again each group: registers for the dK, dV sums
+      keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
+                                            sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
+      store_ds_t_shared(sds, ldt, warp, first, N, c0, dsa);
+    }
+    __syncthreads();  // the tile's whole dS^T is in sds
+    dq_of_query_tile<D>(dq_head + Index(i0) * ld3, ld3, sds, sh.sk, N, nv, vec);
+  });  // stream_tiles syncs before the next tile's dS^T overwrites sds
+  store_dk_dv<D>(dqkv, pos, N, C, first, dk, dv, vec);
+}
+
+}  // namespace vit::cuda::flash_mma_kernels
