@@ -555,6 +555,11 @@ s_vbench_stored() {
 s_vbench_fusedbwd() {
   VIT_FLASH_FUSED_BWD=1 s_vbench "$@"
 }
+# Args: model, batch. The flash forward over two 16-row tiles a warp (VIT_FLASH_FWD_ROWS=32;
+# written without a GPU on 2026-11-27): half the shared-memory reads a product.
+s_vbench_fwdrows() {
+  VIT_FLASH_FWD_ROWS=32 s_vbench "$@"
+}
 # Args: model, batch. All the Linears' GEMMs on the sm_90a wgmma kernel, the GELU's forward and
 # backward in its epilogues (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the
 # separate GELU passes.
@@ -679,7 +684,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_fwdrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1015,8 +1020,8 @@ steps_ops_sanitizers() {
             s_sanitize_flash memcheck '*MatchesCpuReference*:*MatchesTheEmulation*'
           step c_memcheck_flash_small ops 120 "memcheck: flash attention, 1-warp blocks, half tiles" \
             s_memcheck_flash_small
-          step c_memcheck_flash_fused ops 90 "memcheck: the one-kernel flash backward" \
-            s_sanitize_flash memcheck 'FlashAttentionBf16.FusedBackward*'
+          step c_memcheck_flash_fused ops 90 "memcheck: the one-kernel flash backward, the 32-row forward" \
+            s_sanitize_flash memcheck 'FlashAttentionBf16.FusedBackward*:FlashAttentionBf16.ForwardRowTiles*'
           ;;
         flash_race)
           # (BlockHeightsGiveTheSameBits left out for time: HalfTilesGiveTheSameBits runs the
@@ -1162,8 +1167,9 @@ fi
 # separate ops in the fourth and fifth runs (2026-11-27). Left out since the sm_90a GEMM's three
 # variants came (2026-11-27), for time: dwvec, gelufast and storedwhole (the fifth runs timed
 # them, with the bench's chunk waits). stored gave its place to fusedbwd (the one-kernel flash
-# backward, not yet timed; stored was timed in the fourth and fifth runs).
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd local dwone}"
+# backward, not yet timed; stored was timed in the fourth and fifth runs); fwdrows (the forward
+# over two row tiles a warp) came with it.
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd fwdrows local dwone}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
@@ -1190,6 +1196,7 @@ variant_label() {
     storedwhole) echo "VIT_FLASH_STORED_DS=1, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     stored) echo "VIT_FLASH_STORED_DS=1" ;;
     fusedbwd) echo "VIT_FLASH_FUSED_BWD=1" ;;
+    fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     nograph) echo "--cuda-graph=false" ;;
@@ -1278,7 +1285,7 @@ steps_limits() {
     layernorm_forward_rows map1_packed map2_colsum_packed "nvjet|gemm|xmma:3" "${sm90[@]}" \
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
     "flash_mma_dkv:1::VIT_FLASH_STORED_DS=1" "flash_mma_dq_stored:1::VIT_FLASH_STORED_DS=1" \
-    "flash_mma_fused_backward:1::VIT_FLASH_FUSED_BWD=1" \
+    "flash_mma_fused_backward:1::VIT_FLASH_FUSED_BWD=1" "flash_mma_forward:1::VIT_FLASH_FWD_ROWS=32" \
     "dwconv3x3_forward:1:--ffn local:VIT_DWCONV_VEC=1" \
     "dwconv3x3_backward_kernel:1:--ffn local:VIT_DWCONV_VEC=2"
 }

@@ -115,6 +115,9 @@ T __shfl_sync(unsigned, T v, int src_lane) {
 inline int min(int a, int b) {
   return a < b ? a : b;
 }
+inline int max(int a, int b) {
+  return a < b ? b : a;
+}
 
 inline float to_f32(float x) {
   return x;

@@ -345,6 +345,19 @@ TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
                  });
 }
 
+// VIT_FLASH_FWD_ROWS=32: the forward's warps own two 16-row tiles (head dims up to 64; 96 keeps
+// one), each key and value fragment feeding both. Every row's products and softmax are the same,
+// so every output must have the 16-row warps' bits, the backward's too (it reads out and lse; on
+// the CPU simulation, FlashKernelsOnHost.ForwardRowTilesGiveTheSameBits).
+TEST_F(FlashAttentionBf16, ForwardRowTilesGiveTheSameBits) {
+  compare_switch("VIT_FLASH_FWD_ROWS", "16", "32", 7000,
+                 [](const DeviceResult& one, const DeviceResult& two) {
+                   expect_same_bits("out", two.out, one.out);
+                   expect_same_bits("lse", two.lse, one.lse);
+                   expect_same_bits("dqkv", two.dqkv, one.dqkv);
+                 });
+}
+
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
 // their tolerances of each other), and the time of each, printed for the record.
 TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {

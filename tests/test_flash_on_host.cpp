@@ -61,16 +61,24 @@ struct Launch {
   int warps = k::kWarps;    // VIT_FLASH_WARPS
   bool half_tiles = false;  // VIT_FLASH_HALF_TILES=1: the backward kernels' kGroups = 2
   bool fused = false;       // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
+  int fwd_row_tiles = 1;    // VIT_FLASH_FWD_ROWS=32: 2 (the forward's rows a warp, 16 each)
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
 
   template <int D>
   void forward(vit::bf16* out, float* lse, const vit::bf16* qkv) const {
+    if (fwd_row_tiles == 2)
+      forward_rows<D, 2>(out, lse, qkv);
+    else
+      forward_rows<D, 1>(out, lse, qkv);
+  }
+  template <int D, int R>
+  void forward_rows(vit::bf16* out, float* lse, const vit::bf16* qkv) const {
     const float scale_log2 = k::kLog2e / std::sqrt(float(D));
-    cu::launch({grid()}, {threads()}, k::forward_smem_bytes<D>(warps), [&] {
-      k::flash_mma_forward_kernel<D>(out, lse, qkv, s.N, s.H, s.tiles(warps), scale_log2, vec,
-                                     async);
+    const int tiles = s.tiles(warps * R);  // blocks of 16 R `warps` rows
+    cu::launch({unsigned(s.B * s.H * tiles)}, {threads()}, k::forward_smem_bytes<D, R>(warps), [&] {
+      k::flash_mma_forward_kernel<D, R>(out, lse, qkv, s.N, s.H, tiles, scale_log2, vec, async);
     });
   }
   template <int D>
@@ -261,6 +269,35 @@ TEST(FlashKernelsOnHost, FusedBackwardGivesTheStoredDsBits) {
     const Result want = run_kernels(stored, in.qkv, in.dout, in.e_out, in.e_lse);
     const Result got = run_kernels(fused, in.qkv, in.dout, in.e_out, in.e_lse);
     vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
+  }
+}
+
+// VIT_FLASH_FWD_ROWS=32: the forward's warps own two 16-row tiles, each key and value fragment
+// feeding both; every row's products and softmax are unchanged, so out and lse must have the
+// 16-row warps' bits: every shape in 4-warp blocks (N = 197: 2 blocks of 128 rows, the second
+// with a warp of one active row tile and two idle), N = 65 in blocks of 1 and 3 warps (a last
+// warp whose second tile is all padding), the scalar and synchronous loads.
+TEST(FlashKernelsOnHost, ForwardRowTilesGiveTheSameBits) {
+  struct Variant {
+    Shape s;
+    int warps;
+    bool vec, async;
+  };
+  std::vector<Variant> cases;
+  for (const Shape& s : kShapes) cases.push_back({s, k::kWarps, true, true});
+  cases.push_back({kShapes[2], 1, true, true});
+  cases.push_back({kShapes[2], 3, false, false});
+  uint64_t seed = 1100;
+  for (const Variant& c : cases) {
+    SCOPED_TRACE(c.s.str() + " warps " + std::to_string(c.warps) + (c.vec ? "" : " scalar"));
+    const Case in = make_case(c.s, ++seed);
+    Launch one{c.s, c.vec, c.async}, two{c.s, c.vec, c.async};
+    one.warps = two.warps = c.warps;
+    two.fwd_row_tiles = 2;
+    const Result want = run_kernels(one, in.qkv, in.dout, in.e_out, in.e_lse);
+    const Result got = run_kernels(two, in.qkv, in.dout, in.e_out, in.e_lse);
+    vit::emu_test::expect_same_bits(widen(got.out), widen(want.out));
+    vit::emu_test::expect_same_bits(got.lse, want.lse);
   }
 }
 

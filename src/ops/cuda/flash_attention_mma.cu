@@ -52,7 +52,7 @@ int flash_warps_setting() {  // 0: auto
 // name (VIT_FLASH_WARPS=auto), it says what it chose on stderr (once), so a benchmark's log shows
 // the heights it ran while a training run's stays quiet.
 template <auto kKernel, typename Bytes>
-int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
+int block_warps(const char* name, Index N, Index D, Bytes&& bytes, int rows_per_warp = 16) {
   const int setting = flash_warps_setting();
   if (setting > 0) return setting;
   static thread_local std::unordered_map<Index, int> chosen;  // device << 32 | N -> warps
@@ -63,11 +63,14 @@ int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
   allow_smem<kKernel>(bytes(kWarps));  // the calculator counts only what may be allowed
   static_assert(kWarps == 4, "the line below names four heights");
   int per_sm[kWarps + 1] = {};
-  const int warps = choose_block_warps(N, [&](int w) {
-    VIT_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[w], kKernel, 32 * w, bytes(w)));
-    return Index(per_sm[w]);
-  });
+  const int warps = choose_block_warps(
+      N,
+      [&](int w) {
+        VIT_CUDA_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[w], kKernel, 32 * w, bytes(w)));
+        return Index(per_sm[w]);
+      },
+      rows_per_warp);
   if (const char* env = std::getenv("VIT_FLASH_WARPS"); env && *env)
     std::fprintf(stderr,
                  "vitrain: flash attention %s, N=%lld D=%lld: blocks of %d warps (blocks an SM at "
@@ -78,12 +81,22 @@ int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
   return warps;
 }
 
-// A head's blocks of 16 `warps` rows over N rows (the kernels' `tiles`); the grid they make,
-// B * H * tiles, checked against its limit.
-int row_tiles(Index B, Index N, Index H, int warps) {
-  const Index tiles = (N + 16 * warps - 1) / (16 * warps);
+// A head's blocks of rows_per_warp `warps` rows over N rows (the kernels' `tiles`); the grid they
+// make, B * H * tiles, checked against its limit.
+int row_tiles(Index B, Index N, Index H, int warps, int rows_per_warp = 16) {
+  const Index block = Index(rows_per_warp) * warps, tiles = (N + block - 1) / block;
   VIT_CHECK(B * H * tiles < (Index(1) << 31), "flash attention: too many blocks for one grid");
   return int(tiles);
+}
+
+// VIT_FLASH_FWD_ROWS: the forward's rows a warp, 16 (the default) or 32 (two row tiles: each key
+// and value fragment feeds twice the products; the same bits). Opt-in until a device times it.
+int flash_forward_row_tiles() {
+  const char* env = std::getenv("VIT_FLASH_FWD_ROWS");
+  if (!env || !*env) return 1;
+  const std::string value(env);
+  VIT_CHECK(value == "16" || value == "32", "VIT_FLASH_FWD_ROWS=" + value + ": expected 16 or 32");
+  return value == "32" ? 2 : 1;
 }
 
 }  // namespace
@@ -92,13 +105,21 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
                        bool vec) {
   const float scale_log2 = kLog2e / std::sqrt(float(D));
   const bool async = flash_mma_async();
+  auto run = [&](auto head_dim, auto row_tiles_a_warp) {
+    constexpr int kD = decltype(head_dim)::value, kR = decltype(row_tiles_a_warp)::value;
+    constexpr auto kKernel = flash_mma_forward_kernel<kD, kR>;
+    const int warps = block_warps<kKernel>("forward", N, kD, forward_smem_bytes<kD, kR>, 16 * kR);
+    const int tiles = row_tiles(B, N, H, warps, 16 * kR);
+    launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, forward_smem_bytes<kD, kR>(warps),
+                                out, lse, qkv, int(N), int(H), tiles, scale_log2, vec, async);
+  };
+  const int row_tiles_a_warp = flash_forward_row_tiles();
   with_head_dim(D, [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    constexpr auto kKernel = flash_mma_forward_kernel<kD>;
-    const int warps = block_warps<kKernel>("forward", N, kD, forward_smem_bytes<kD>);
-    const int tiles = row_tiles(B, N, H, warps);
-    launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, forward_smem_bytes<kD>(warps), out,
-                                lse, qkv, int(N), int(H), tiles, scale_log2, vec, async);
+    // two row tiles up to head dim 64 (at 96, 255 registers and 80 bytes spilled: ptxas, sm_90)
+    if constexpr (decltype(d)::value <= 64) {
+      if (row_tiles_a_warp == 2) return run(d, std::integral_constant<int, 2>());
+    }
+    run(d, std::integral_constant<int, 1>());
   });
 }
 

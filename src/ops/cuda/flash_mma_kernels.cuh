@@ -125,17 +125,22 @@ __device__ __forceinline__ void load_rows(uint32_t (&a)[D / 16][4], const bf16* 
     ldmatrix_x4(a[kk], tile + (warp * 16 + lane % 16) * ld + kk * 16 + (lane / 16) * 8);
 }
 
-// s (16 x 8 NT, C tiles) = a (16 x D) @ y^T, y the (8 NT, D) shared tile (row-major: a streamed
-// tile's rows, or a group of them), whose rows from `ncols` on are padding (zeros): the C tiles
-// of only padding columns are left 0 without their products (the callers mask those columns).
-// ncols is the same in every lane.
-template <int D, int NT>
-__device__ __forceinline__ void rows_times_tile_t(float (&s)[NT][4], const uint32_t (&a)[D / 16][4],
-                                                  const bf16* y, int ncols) {
+// s[r] (16 x 8 NT, C tiles) = a[r] (16 x D) @ y^T for the first `active` of R row tiles (16 rows
+// each: the forward's rows a warp, VIT_FLASH_FWD_ROWS), y the (8 NT, D) shared tile (row-major: a
+// streamed tile's rows, or a group of them), whose rows from `ncols` on are padding (zeros): the
+// C tiles of only padding columns are left 0 without their products (the callers mask those
+// columns). Each fragment of y read from shared memory feeds all the row tiles' products. ncols
+// and active are the same in every lane.
+template <int D, int NT, int R>
+__device__ __forceinline__ void row_tiles_times_tile_t(float (&s)[R][NT][4],
+                                                       const uint32_t (&a)[R][D / 16][4],
+                                                       const bf16* y, int ncols, int active) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) s[r][j][0] = s[r][j][1] = s[r][j][2] = s[r][j][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
@@ -144,20 +149,34 @@ __device__ __forceinline__ void rows_times_tile_t(float (&s)[NT][4], const uint3
       uint32_t b[4];
       ldmatrix_x4(b,
                   y + (jp * 16 + lane % 8 + (lane / 16) * 8) * ld + kk * 16 + ((lane / 8) % 2) * 8);
-      mma(s[2 * jp], a[kk], b[0], b[1]);
-      mma(s[2 * jp + 1], a[kk], b[2], b[3]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= active) break;
+        mma(s[r][2 * jp], a[r][kk], b[0], b[1]);
+        mma(s[r][2 * jp + 1], a[r][kk], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc (16 x D, C tiles) += p (16 x 16 KK, given as A fragments) @ z, z the (16 KK, D) shared
-// tile (row-major: a streamed tile, or a group of its rows). Columns of p from `ncols` on are 0
-// (masked) and z's rows there are zeros, so their 16-column steps, which would add exact zeros,
-// are skipped (ncols: same in every lane).
-template <int D, int KK>
-__device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
-                                                      const uint32_t (&p)[KK][4], const bf16* z,
-                                                      int ncols) {
+// The same for one row tile: s (16 x 8 NT) = a (16 x D) @ y^T.
+template <int D, int NT>
+__device__ __forceinline__ void rows_times_tile_t(float (&s)[NT][4], const uint32_t (&a)[D / 16][4],
+                                                  const bf16* y, int ncols) {
+  row_tiles_times_tile_t<D, NT, 1>(reinterpret_cast<float(&)[1][NT][4]>(s),
+                                   reinterpret_cast<const uint32_t(&)[1][D / 16][4]>(a), y, ncols,
+                                   1);
+}
+
+// acc[r] (16 x D, C tiles) += p[r] (16 x 16 KK, given as A fragments) @ z for the first `active`
+// of R row tiles, z the (16 KK, D) shared tile (row-major: a streamed tile, or a group of its
+// rows). Columns of p from `ncols` on are 0 (masked) and z's rows there are zeros, so their
+// 16-column steps, which would add exact zeros, are skipped (ncols, active: same in every lane).
+template <int D, int KK, int R>
+__device__ __forceinline__ void row_tiles_accumulate_times_tile(float (&acc)[R][D / 8][4],
+                                                                const uint32_t (&p)[R][KK][4],
+                                                                const bf16* z, int ncols,
+                                                                int active) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -168,10 +187,24 @@ __device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
       uint32_t b[4];
       ldmatrix_x4_trans(
           b, z + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * ld + dp * 16 + (lane / 16) * 8);
-      mma(acc[2 * dp], p[kk], b[0], b[1]);
-      mma(acc[2 * dp + 1], p[kk], b[2], b[3]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= active) break;
+        mma(acc[r][2 * dp], p[r][kk], b[0], b[1]);
+        mma(acc[r][2 * dp + 1], p[r][kk], b[2], b[3]);
+      }
     }
   }
+}
+
+// The same for one row tile: acc (16 x D) += p (16 x 16 KK) @ z.
+template <int D, int KK>
+__device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
+                                                      const uint32_t (&p)[KK][4], const bf16* z,
+                                                      int ncols) {
+  row_tiles_accumulate_times_tile<D, KK, 1>(reinterpret_cast<float(&)[1][D / 8][4]>(acc),
+                                            reinterpret_cast<const uint32_t(&)[1][KK][4]>(p), z,
+                                            ncols, 1);
 }
 
 // C tiles (16 x 16 KK fp32) rounded to bf16 as A fragments of the next product.
@@ -331,13 +364,60 @@ __device__ __forceinline__ void stream_tiles(int N, Load&& load, Compute&& compu
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
+// The online softmax over one streamed key tile (from key j0) for a row tile: s, its scores
+// (16 x kCols, C tiles; columns past N masked here), become the tile's unnormalised
+// probabilities, rounded to bf16 as the A fragments pa of P @ V; m, l (rows g, g + 8, log2
+// units) take the tile, and o is rescaled to the new maxima.
 template <int D>
+__device__ __forceinline__ void online_softmax_tile(uint32_t (&pa)[kCols / 16][4],
+                                                    float (&s)[kNT][4], float (&m)[2],
+                                                    float (&l)[2], float (&o)[D / 8][4], int j0,
+                                                    int N, float scale_log2) {
+  float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = j0 + col_of(j, e) < N ? s[j][e] * scale_log2 : -INFINITY;
+      mt[e / 2] = fmaxf(mt[e / 2], s[j][e]);
+    }
+  float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mn = fmaxf(m[r], quad_max(mt[r]));  // finite: the tile has a valid key
+    alpha[r] = exp2f(m[r] - mn);                    // 0 on the first tile
+    m[r] = mn;
+  }
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = exp2f(s[j][e] - m[e / 2]);  // masked keys: exp2(-inf) = 0
+      sum[e / 2] += s[j][e];
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    o[n][0] *= alpha[0];
+    o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1];
+    o[n][3] *= alpha[1];
+  }
+  to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
+}
+
+// kRowTiles: 16-row tiles a warp owns (VIT_FLASH_FWD_ROWS=32: 2). Each key and value fragment
+// read from shared memory then feeds that many products: ldmatrix.x4 against mma.sync 1:2 at one
+// tile, 1:4 at two, where shared memory's 128 bytes a clock (4 clocks an ldmatrix.x4) would
+// otherwise bound the loop. Every row's products and softmax are the same, so are its bits.
+template <int D, int kRowTiles = 1>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_forward_kernel(bf16* out, float* lse, const bf16* qkv, int N, int H, int tiles,
                              float scale_log2, bool vec, bool async) {
   // qkv (B, N, 3C) -> out (B, N, C), lse (B, H, N); block: (b, h), queries [row0, row0 + rows)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
-  const int rows = block_rows();
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, R = kRowTiles;
+  const int rows = block_rows() * R;
   VIT_DYNAMIC_SHARED(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem);  // (rows, ld) queries
   bf16* skv = sq + rows * ld;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
@@ -354,66 +434,48 @@ __global__ void __launch_bounds__(kThreads)
   load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
   load_kv(0);
   cp_async_commit();
-  uint32_t qa[D / 16][4];
-  float o[D / 8][4];
-  zero_acc<D>(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units)
+  uint32_t qa[R][D / 16][4];
+  float o[R][D / 8][4], m[R][2], l[R][2];  // m, l: rows g, g + 8 (log2 units)
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    zero_acc<D>(o[r]);
+    m[r][0] = m[r][1] = -INFINITY;
+    l[r][0] = l[r][1] = 0.0f;
+  }
 
-  // A warp whose 16 rows are all past N (the last tile's, e.g. 3 of 4 warps at N = 197) loads
-  // tiles with the others but computes nothing.
-  const int first = pos.row0 + warp * 16;  // the warp's first row
-  const bool idle = first >= N;
+  // Row tiles all past N (e.g. 3 of 4 warps' in the last block at N = 197) are not computed; a
+  // warp with none loads tiles with the others but computes nothing.
+  const int first = pos.row0 + warp * 16 * R;  // the warp's first row
+  const int active = max(0, min(R, (N - first + 15) / 16));
   stream_tiles(N, load_kv, [&](int j0) {
-    if (j0 == 0) load_rows<D>(qa, sq, warp);
-    if (!idle) {
+    if (j0 == 0)
+#pragma unroll
+      for (int r = 0; r < R; ++r) load_rows<D>(qa[r], sq, warp * R + r);
+    if (active > 0) {
       const bf16 *sk = stage(j0), *sv = sk + kTile;
       const int nk = min(kCols, N - j0);  // valid keys in the tile
-      float s[kNT][4];
-      rows_times_tile_t<D>(s, qa, sk, nk);
-      float mt[2] = {-INFINITY, -INFINITY};
+      float s[R][kNT][4];
+      row_tiles_times_tile_t<D, kNT, R>(s, qa, sk, nk, active);
+      uint32_t pa[R][kCols / 16][4];
 #pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = j0 + col_of(j, e) < N ? s[j][e] * scale_log2 : -INFINITY;
-          mt[e / 2] = fmaxf(mt[e / 2], s[j][e]);
-        }
-      float alpha[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float mn = fmaxf(m[r], quad_max(mt[r]));  // finite: the tile has a valid key
-        alpha[r] = exp2f(m[r] - mn);                    // 0 on the first tile
-        m[r] = mn;
-      }
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2f(s[j][e] - m[e / 2]);  // masked keys: exp2(-inf) = 0
-          sum[e / 2] += s[j][e];
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
-      }
-      uint32_t pa[kCols / 16][4];
-      to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
-      accumulate_times_tile<D>(o, pa, sv, nk);
+      for (int r = 0; r < R; ++r)
+        if (r < active) online_softmax_tile<D>(pa[r], s[r], m[r], l[r], o[r], j0, N, scale_log2);
+      row_tiles_accumulate_times_tile<D, kCols / 16, R>(o, pa, sv, nk, active);
     }
   });
 
   const int g = lane / 4;
-  if (lane % 4 == 0) {
-    if (first + g < N) lse[Index(pos.bh) * N + first + g] = (m[0] + log2f(l[0])) * kLn2;
-    if (first + g + 8 < N) lse[Index(pos.bh) * N + first + g + 8] = (m[1] + log2f(l[1])) * kLn2;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= active) break;
+    const int row = first + 16 * r;  // the row tile's first row
+    if (lane % 4 == 0) {
+      if (row + g < N) lse[Index(pos.bh) * N + row + g] = (m[r][0] + log2f(l[r][0])) * kLn2;
+      if (row + g + 8 < N) lse[Index(pos.bh) * N + row + g + 8] = (m[r][1] + log2f(l[r][1])) * kLn2;
+    }
+    store_acc(out + (Index(pos.b) * N + row) * C + pos.h * D, C, o[r], 1.0f / l[r][0],
+              1.0f / l[r][1], N - row, vec);
   }
-  store_acc(out + (Index(pos.b) * N + first) * C + pos.h * D, C, o, 1.0f / l[0], 1.0f / l[1],
-            N - first, vec);
 }
 
 // Blocks an SM the dQ kernel's launch bound asks ptxas to fit: over half tiles at head dims up
@@ -707,9 +769,9 @@ constexpr size_t tile_bytes(int rows = kCols) {
 // Dynamic shared memory of each kernel with blocks of `warps` warps: forward: queries, 2 x
 // (keys, values); dq: queries, dO, 2 x (keys, values); dkv: keys, values, 2 x (queries, dO, lse,
 // Drow); the block's own rows 16 a warp, the streamed tiles kCols.
-template <int D>
+template <int D, int kRowTiles = 1>
 constexpr size_t forward_smem_bytes(int warps = kWarps) {
-  return tile_bytes<D>(16 * warps) + 4 * tile_bytes<D>();
+  return tile_bytes<D>(16 * kRowTiles * warps) + 4 * tile_bytes<D>();
 }
 template <int D>
 constexpr size_t dq_smem_bytes(int warps = kWarps) {
