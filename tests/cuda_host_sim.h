@@ -30,6 +30,7 @@
 #define __forceinline__ inline
 #define __shared__ static  // one block runs at a time
 #define __launch_bounds__(...)
+#define __maxnreg__(...)
 // The launch's dynamic shared memory (`bytes` of launch()), 128-byte aligned.
 #define VIT_DYNAMIC_SHARED(name) unsigned char* name = ::vit::cuda::sim_dynamic_shared
 

@@ -331,7 +331,7 @@ TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
 }
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel where a block holds all of a head's keys
-// (N <= 256, D <= 64; the D = 96 shapes fall back to the two kernels). dK and dV come from the
+// (N <= 208, D <= 64; the D = 96 shapes fall back to the two kernels). dK and dV come from the
 // dK/dV kernel's own code and dQ sums the same bf16 dS^T in the same order as the stored-dS
 // kernel, so every output must have the stored-dS backward's bits (on the CPU simulation,
 // FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits).

@@ -174,8 +174,9 @@ void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, 
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel (flash_mma_fused_kernels.cuh: 5 products
 // instead of the two kernels' 7, no recomputation, no scratch) where a block can own all of a
-// head's keys: N <= 16 kFusedWarps and its shared memory within the device's limit. Opt-in until
-// a device times it (one block an SM of ceil(N / 16) warps, against the two kernels' 2-4).
+// head's keys: N <= 16 kFusedWarps (208) and its shared memory within the device's limit.
+// Opt-in until a device times it (one block an SM of ceil(N / 16) warps, against the two
+// kernels' 2-4 blocks of up to 4).
 bool flash_mma_fused_backward() {
   return env_opt_in("VIT_FLASH_FUSED_BWD");
 }
@@ -195,8 +196,8 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
                            const float* drow, Index B, Index N, Index H, float scale, bool vec,
                            bool async) {
   if constexpr (kD > 64) {
-    // at 96 the dK and dV sums alone are 96 of the launch bound's 128 registers a thread
-    // (ptxas, sm_90: 200 bytes spilled)
+    // at 96 the dK and dV sums and the keys' and values' fragments alone would be 144 of the
+    // kernel's 152 registers a thread
     return false;
   } else {
     constexpr auto kKernel = flash_mma_fused_backward_kernel<kD, kFusedGroups>;

@@ -7,22 +7,26 @@
 // contribution is made inside the block: per streamed query tile, each warp forms its keys' dS^T
 // as the dK/dV kernel does (the same helper, so dK and dV get that kernel's bits) and writes it
 // to a shared (keys, queries) tile; then the block forms the tile's dQ = dS K over all the keys
-// from that tile and the keys already in shared memory, in units of 16 queries x 16 columns dealt
-// to the warps round robin. Each unit sums the keys 16 at a time in ascending order, the chain
-// flash_mma_dq_stored_kernel runs over the dS^T the dK/dV kernel stores (VIT_FLASH_STORED_DS=1),
-// so dQ gets those bits without the scratch tensor or its trips through memory.
-// tests/test_flash_on_host.cpp runs this source on the CPU against both.
+// from that tile and the keys already in shared memory, in units of 16 queries x 32 (or 16)
+// columns dealt to the warps round robin. Each unit sums the keys 16 at a time in ascending order,
+// the chain flash_mma_dq_stored_kernel runs over the dS^T the dK/dV kernel stores
+// (VIT_FLASH_STORED_DS=1), so dQ gets those bits without the scratch tensor or its trips through
+// memory. tests/test_flash_on_host.cpp runs this source on the CPU against both.
 #pragma once
 #include "ops/cuda/flash_mma_kernels.cuh"
 
 namespace vit::cuda::flash_mma_kernels {
 
-// The most warps (16 keys each) a fused block has; its launch bound (128 registers a thread).
-constexpr int kFusedWarps = 16;
-constexpr int kFusedThreads = 32 * kFusedWarps;
+// The most warps (16 keys each) a fused block has: N <= 208 (ViTs' 197 tokens at 224 px), so
+// that each thread may have kFusedRegisters (13 warps x 32 x 152 <= 65,536). A launch bound
+// would count the 13 warps as 16 and allow 128, where holding the warp's keys and values as A
+// fragments spilled 268 bytes (ptxas, sm_90, D = 64) and reloading them for each query group
+// cost 32 ldmatrix a tile a warp, a quarter more than its products' own.
+constexpr int kFusedWarps = 13;
+constexpr int kFusedRegisters = 152;
 // The streamed query tile taken kCols / kFusedGroups queries at a time (kGroups of the dK/dV
-// kernel: the same bits whatever the grouping).
-constexpr int kFusedGroups = 4;
+// kernel: the same bits whatever the grouping): at D = 64, 152 registers and 4 bytes spilled.
+constexpr int kFusedGroups = 2;
 
 // The warp's 16 keys of dS^T over the queries [c0, c0 + 16 KK) of the tile (A fragments as
 // to_operand packs them: a[kk] rows g, g + 8 by columns kk*16 + 2t, kk*16 + 8 + 2t) into the
@@ -42,31 +46,41 @@ __device__ __forceinline__ void store_ds_t_shared(bf16* sds, int ldt, int warp, 
     }
 }
 
+// Columns of a dQ unit: 32 where D allows (each dS fragment then feeds four products: 3
+// ldmatrix to 4 mma.sync; at D = 64, 8 units a tile for the 13 warps), else 16.
+template <int D>
+constexpr int kDqUnitCols = D % 32 == 0 ? 32 : 16;
+
 // dQ of a streamed query tile (nv valid queries; dq: its first row, row stride ldg) = dS K over
 // the N keys: sds the (keys, kCols queries) dS^T tile, sk the (keys, ld) keys, both shared and
-// zero from key N on. Units of 16 queries x 16 columns, unit u to warp u % warps; each sums the
-// keys 16 at a time in ascending order (key steps wholly past N skipped).
+// zero from key N on. Units of 16 queries x kDqUnitCols columns, unit u to warp u % warps; each
+// sums the keys 16 at a time in ascending order (key steps wholly past N skipped).
 template <int D>
 __device__ __forceinline__ void dq_of_query_tile(bf16* dq, int ldg, const bf16* sds, const bf16* sk,
                                                  int N, int nv, bool vec) {
-  constexpr int ld = kTileLd<bf16, D>, ldt = kTileLd<bf16, kCols>, kColPairs = D / 16;
+  constexpr int ld = kTileLd<bf16, D>, ldt = kTileLd<bf16, kCols>, kUnit = kDqUnitCols<D>;
+  constexpr int kColUnits = D / kUnit;
   const int warp = threadIdx.x / 32, warps = int(blockDim.x) / 32, lane = threadIdx.x % 32;
-  const int units = (nv + 15) / 16 * kColPairs;
+  const int units = (nv + 15) / 16 * kColUnits;
   for (int u = warp; u < units; u += warps) {
-    const int qg = u / kColPairs, dp = u % kColPairs;  // the unit's 16 queries, 16 columns
-    float acc[2][4] = {};
+    const int qg = u / kColUnits, c0 = (u % kColUnits) * kUnit;  // its 16 queries, first column
+    float acc[kUnit / 8][4] = {};
     for (int k0 = 0; k0 < N; k0 += 16) {
-      uint32_t a[4], b[4];
+      uint32_t a[4];
       // dS (16 queries x 16 keys): the transposed 8x8 parts of dS^T, as load_ds_fragments
       ldmatrix_x4_trans(
           a, sds + (k0 + lane % 8 + (lane / 16) * 8) * ldt + qg * 16 + ((lane / 8) % 2) * 8);
-      // K (16 keys x 16 columns), as accumulate_times_tile reads a row-major tile
-      ldmatrix_x4_trans(
-          b, sk + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld + dp * 16 + (lane / 16) * 8);
-      mma(acc[0], a, b[0], b[1]);
-      mma(acc[1], a, b[2], b[3]);
+#pragma unroll
+      for (int dp = 0; dp < kUnit / 16; ++dp) {
+        // K (16 keys x 16 columns), as accumulate_times_tile reads a row-major tile
+        uint32_t b[4];
+        ldmatrix_x4_trans(
+            b, sk + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld + c0 + dp * 16 + (lane / 16) * 8);
+        mma(acc[2 * dp], a, b[0], b[1]);
+        mma(acc[2 * dp + 1], a, b[2], b[3]);
+      }
     }
-    store_acc(dq + (qg * 16) * ldg + dp * 16, ldg, acc, 1.0f, 1.0f, nv - qg * 16, vec);
+    store_acc(dq + (qg * 16) * ldg + c0, ldg, acc, 1.0f, 1.0f, nv - qg * 16, vec);
   }
 }
 
@@ -78,7 +92,7 @@ constexpr size_t fused_backward_smem_bytes(int warps) {
 }
 
 template <int D, int kGroups>
-__global__ void __launch_bounds__(kFusedThreads, 1)
+__global__ void __maxnreg__(kFusedRegisters)
     flash_mma_fused_backward_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                                     const float* drow, int N, int H, float scale, bool vec,
                                     bool async) {
@@ -106,13 +120,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int first = warp * 16;                                // the warp's first key
   bf16* dq_head = dqkv + Index(pos.b) * N * ld3 + pos.h * D;  // (N, D), row stride 3C
 
+  uint32_t ka[D / 16][4], va[D / 16][4];
   stream_tiles(N, load_queries, [&](int i0) {
+    if (i0 == 0) sh.load_key_rows(ka, va, warp);
     const int nv = min(kCols, N - i0);  // valid queries in the tile
 #pragma unroll
     for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
       const int c0 = group * kGroupCols;
-      uint32_t ka[D / 16][4], va[D / 16][4], dsa[kGroupCols / 16][4];
-      sh.load_key_rows(ka, va, warp);  // again each group: registers for the dK, dV sums
+      uint32_t dsa[kGroupCols / 16][4];
       keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
                                             sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
       store_ds_t_shared(sds, ldt, warp, first, N, c0, dsa);
