@@ -242,6 +242,13 @@ TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
   }
 }
 
+// Every output of `got` has the bits of `want`'s (a compare_switch check).
+void expect_same_outputs(const DeviceResult& got, const DeviceResult& want) {
+  expect_same_bits("out", got.out, want.out);
+  expect_same_bits("lse", got.lse, want.lse);
+  expect_same_bits("dqkv", got.dqkv, want.dqkv);
+}
+
 // For each shape, the mma.sync kernels on one set of random inputs with the switch `name` set
 // to `a`, then to `b`: check(result a, result b).
 template <typename Check>
@@ -281,12 +288,7 @@ TEST_F(FlashAttentionBf16, StoredDsMatchesTheRecomputation) {
 // same order, so every output must have the same bits; the misaligned shapes (synchronous tile
 // loads either way, cp.async statistics in the dK/dV kernel) included.
 TEST_F(FlashAttentionBf16, AsyncTileLoadsGiveTheSynchronousBits) {
-  compare_switch("VIT_FLASH_ASYNC", "1", "0", 2000,
-                 [](const DeviceResult& with, const DeviceResult& without) {
-                   expect_same_bits("out", with.out, without.out);
-                   expect_same_bits("lse", with.lse, without.lse);
-                   expect_same_bits("dqkv", with.dqkv, without.dqkv);
-                 });
+  compare_switch("VIT_FLASH_ASYNC", "1", "0", 2000, expect_same_outputs);
 }
 
 // VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps, or the occupancy model's choice per kernel and N
@@ -300,12 +302,7 @@ TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
     ScopedEnv stored_ds("VIT_FLASH_STORED_DS", stored);
     for (const char* warps : {"auto", "3", "2", "1"}) {
       SCOPED_TRACE(std::string("VIT_FLASH_STORED_DS=") + stored + " VIT_FLASH_WARPS=" + warps);
-      compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100,
-                     [](const DeviceResult& four, const DeviceResult& other) {
-                       expect_same_bits("out", other.out, four.out);
-                       expect_same_bits("lse", other.lse, four.lse);
-                       expect_same_bits("dqkv", other.dqkv, four.dqkv);
-                     });
+      compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100, expect_same_outputs);
     }
   }
 }
@@ -320,12 +317,7 @@ TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
     for (const char* warps : {"4", "auto"}) {
       SCOPED_TRACE(std::string("VIT_FLASH_STORED_DS=") + stored + " VIT_FLASH_WARPS=" + warps);
       ScopedEnv height("VIT_FLASH_WARPS", warps);
-      compare_switch("VIT_FLASH_HALF_TILES", "0", "1", 5000,
-                     [](const DeviceResult& whole, const DeviceResult& half) {
-                       expect_same_bits("out", half.out, whole.out);
-                       expect_same_bits("lse", half.lse, whole.lse);
-                       expect_same_bits("dqkv", half.dqkv, whole.dqkv);
-                     });
+      compare_switch("VIT_FLASH_HALF_TILES", "0", "1", 5000, expect_same_outputs);
     }
   }
 }
@@ -337,12 +329,7 @@ TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
 // FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits).
 TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
   ScopedEnv stored_ds("VIT_FLASH_STORED_DS", "1");
-  compare_switch("VIT_FLASH_FUSED_BWD", "0", "1", 6000,
-                 [](const DeviceResult& stored, const DeviceResult& fused) {
-                   expect_same_bits("out", fused.out, stored.out);
-                   expect_same_bits("lse", fused.lse, stored.lse);
-                   expect_same_bits("dqkv", fused.dqkv, stored.dqkv);
-                 });
+  compare_switch("VIT_FLASH_FUSED_BWD", "0", "1", 6000, expect_same_outputs);
 }
 
 // VIT_FLASH_FWD_ROWS=32: the forward's warps own two 16-row tiles (head dims up to 64; 96 keeps
@@ -350,12 +337,7 @@ TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
 // so every output must have the 16-row warps' bits, the backward's too (it reads out and lse; on
 // the CPU simulation, FlashKernelsOnHost.ForwardRowTilesGiveTheSameBits).
 TEST_F(FlashAttentionBf16, ForwardRowTilesGiveTheSameBits) {
-  compare_switch("VIT_FLASH_FWD_ROWS", "16", "32", 7000,
-                 [](const DeviceResult& one, const DeviceResult& two) {
-                   expect_same_bits("out", two.out, one.out);
-                   expect_same_bits("lse", two.lse, one.lse);
-                   expect_same_bits("dqkv", two.dqkv, one.dqkv);
-                 });
+  compare_switch("VIT_FLASH_FWD_ROWS", "16", "32", 7000, expect_same_outputs);
 }
 
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within

@@ -99,7 +99,7 @@ __global__ void __maxnreg__(kFusedRegisters)
   // dq, dk, dv (B, N, D) at columns h*D, C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h),
   // all its keys (ceil(N / 16) warps of 16, launched so); each warp holds its keys' S^T, P^T,
   // dP^T, dS^T over kCols / kGroups queries at a time in registers, as the dK/dV kernel does.
-  constexpr int kGroupCols = kCols / kGroups, ldt = kTileLd<bf16, kCols>;
+  constexpr int ldt = kTileLd<bf16, kCols>;
   const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
   const KeyBlockTiles<D> sh(smem, rows);
@@ -124,14 +124,9 @@ __global__ void __maxnreg__(kFusedRegisters)
   stream_tiles(N, load_queries, [&](int i0) {
     if (i0 == 0) sh.load_key_rows(ka, va, warp);
     const int nv = min(kCols, N - i0);  // valid queries in the tile
-#pragma unroll
-    for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
-      const int c0 = group * kGroupCols;
-      uint32_t dsa[kGroupCols / 16][4];
-      keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
-                                            sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
-      store_ds_t_shared(sds, ldt, warp, first, N, c0, dsa);
-    }
+    keys_times_query_tile<D, kGroups>(
+        dk, dv, ka, va, sh, i0, nv, scale_log2, scale,
+        [&](int c0, const auto& dsa) { store_ds_t_shared(sds, ldt, warp, first, N, c0, dsa); });
     __syncthreads();  // the tile's whole dS^T is in sds
     dq_of_query_tile<D>(dq_head + Index(i0) * ld3, ld3, sds, sh.sk, N, nv, vec);
   });  // stream_tiles syncs before the next tile's dS^T overwrites sds

@@ -654,6 +654,27 @@ struct KeyBlockTiles {
   }
 };
 
+// The dK/dV kernels' work on the streamed query tile from row i0 (nv valid queries) in sh,
+// kCols / kGroups queries at a time (keys_times_query_group); with_ds(c0, dsa) then takes each
+// group's dS^T (the group's first column, its A fragments).
+template <int D, int kGroups, typename WithDs>
+__device__ __forceinline__ void keys_times_query_tile(float (&dk)[D / 8][4], float (&dv)[D / 8][4],
+                                                      const uint32_t (&ka)[D / 16][4],
+                                                      const uint32_t (&va)[D / 16][4],
+                                                      const KeyBlockTiles<D>& sh, int i0, int nv,
+                                                      float scale_log2, float scale,
+                                                      WithDs&& with_ds) {
+  constexpr int kGroupCols = kCols / kGroups;
+#pragma unroll
+  for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
+    const int c0 = group * kGroupCols;
+    uint32_t dsa[kGroupCols / 16][4];
+    keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
+                                          sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
+    with_ds(c0, dsa);
+  }
+}
+
 // The warp's dK and dV rows (its 16 keys from `first`; those from N on skipped) into their
 // columns C + h*D and 2C + h*D of dqkv (B, N, 3C).
 template <int D>
@@ -677,7 +698,6 @@ __global__ void __launch_bounds__(kThreads)
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
   // [row0, row0 + rows); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
   // kCols / kGroups queries) in registers.
-  constexpr int kGroupCols = kCols / kGroups;
   const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
   const KeyBlockTiles<D> sh(smem, rows);
@@ -700,17 +720,12 @@ __global__ void __launch_bounds__(kThreads)
 
   stream_tiles(N, load_queries, [&](int i0) {
     if (i0 == 0) sh.load_key_rows(ka, va, warp);
-    if (!idle) {
-      const int nv = min(kCols, N - i0);  // valid queries in the tile
-#pragma unroll
-      for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
-        const int c0 = group * kGroupCols;
-        uint32_t dsa[kGroupCols / 16][4];
-        keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
-                                              sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
-        if constexpr (kStoreDs) store_ds_t(ds_out, pos.bh, N, first, i0 + c0, dsa);
-      }
-    }
+    if (idle) return;
+    keys_times_query_tile<D, kGroups>(dk, dv, ka, va, sh, i0, min(kCols, N - i0), scale_log2, scale,
+                                      [&](int c0, const auto& dsa) {
+                                        if constexpr (kStoreDs)
+                                          store_ds_t(ds_out, pos.bh, N, first, i0 + c0, dsa);
+                                      });
   });
   store_dk_dv<D>(dqkv, pos, N, C, first, dk, dv, vec);
 }
