@@ -62,6 +62,9 @@ inline float __fmaf_rn(float a, float b, float c) {
 inline float __fmul_rn(float a, float b) {  // the test is built with -ffp-contract=off
   return a * b;
 }
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
 inline float __fdividef(float a, float b) {  // the device's is approximate (2 ulps)
   return a / b;
 }

@@ -38,6 +38,10 @@ inline bool env_opt_in(const char* name) {
   return env && env[0] != '\0' && env[0] != '0';
 }
 
+// A kernel's dynamic shared memory (the launch's third argument), 128-byte aligned
+// (tests/cuda_host_sim.h has its own for kernels it runs on the CPU).
+#define VIT_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+
 // Arithmetic is fp32 whatever the storage type.
 __device__ __forceinline__ float to_f32(float x) {
   return x;

@@ -12,8 +12,6 @@
 #include "ops/attention_choice.h"
 #ifndef VIT_CUDA_HOST_SIM
 #include "ops/cuda/common.cuh"
-// A kernel's dynamic shared memory (the launch's third argument), 128-byte aligned.
-#define VIT_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
 namespace vit::cuda::flash {

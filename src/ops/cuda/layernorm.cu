@@ -2,11 +2,14 @@
 // value before the two-pass mean/variance, so rows with a large mean and a tiny spread
 // (mean 1e3, std 1e-2) keep fp32 accuracy without the CPU's fp64 sums. The input and its
 // accumulated gradient are the residual stream's X (ops.h): with X = float (T = bf16) neither is
-// rounded, and out is rounded once to T.
+// rounded, and out is rounded once to T. VIT_LAYERNORM_VEC=1 takes the 16-byte kernels of
+// layernorm_vec_kernels.cuh where C and the pointers allow (the same formulas, other sum orders).
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/layernorm_vec_kernels.cuh"
 #include "ops/cuda/ops.h"
 #include "ops/cuda/residual_sum.cuh"
 
@@ -54,17 +57,9 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// The residual add a LayerNorm can take first (residual_layernorm_forward): row r of the stream
-// becomes x + sample_scale[r / S] gamma branch, stored in X, and the norm reads the stored value,
-// as residual_forward followed by layernorm_forward would (the same residual_sum, so the bits).
+// The residual add a LayerNorm can take first (layernorm_vec_kernels.cuh).
 template <typename T, typename X>
-struct ResidualAdd {
-  X* stream = nullptr;                  // (R, C) the sum; may alias the norm's input x
-  const T* branch = nullptr;            // (R, C)
-  const T* gamma = nullptr;             // (C) or nullptr
-  const float* sample_scale = nullptr;  // (R / S) or nullptr
-  Index S = 1;                          // rows per sample
-};
+using ResidualAdd = layernorm_vec::ResidualAdd<T, X>;
 
 // The same forward with the row in registers, as the backward holds it (lane l: columns l,
 // l + 32, ..., at most kPerLane of them): x is read once and a row's loads are all in flight
@@ -350,20 +345,19 @@ __global__ void layernorm_param_grad_kernel(float* dweight, float* dbias, const 
   if (dbias) dbias[c] += sbias;
 }
 
-// Blocks of the backward kernel for C columns: as many as the device holds at once (the
-// kernel strides over the rows; more blocks would only add partial rows to sum), found once per
-// shared-memory size. Also raises the kernel's shared-memory limit where C needs it.
-template <typename T, typename X, int kPerLane>
-Index layernorm_backward_blocks(size_t smem) {
+// Blocks of a backward kernel (kKernel, kThreads a block) for its shared memory: as many as the
+// device holds at once (the kernels stride over the rows; more blocks would only add partial rows
+// to sum), found once per shared-memory size. Also raises the kernel's shared-memory limit where
+// C needs it.
+template <auto kKernel, int kThreads>
+Index resident_blocks(size_t smem) {
   static size_t known_smem = 0;
   static int per_sm = 0;
   if (smem != known_smem) {
-    const auto kernel = layernorm_backward_kernel<T, X, kPerLane>;
     if (smem > 48 * 1024)
       VIT_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    VIT_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdWarps * 32, smem));
+          cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    VIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, smem));
     known_smem = smem;
   }
   return Index(std::max(per_sm, 1)) * num_sms();
@@ -376,9 +370,60 @@ Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X*
                                 const T* weight, const float* rstd, Index R, Index C,
                                 Index max_blocks) {
   const size_t smem = bwd_smem_bytes<kPerLane>(C);
-  const Index blocks = std::min(max_blocks, layernorm_backward_blocks<T, X, kPerLane>(smem));
+  const Index blocks = std::min(
+      max_blocks, resident_blocks<layernorm_backward_kernel<T, X, kPerLane>, kBwdWarps * 32>(smem));
   layernorm_backward_kernel<T, X, kPerLane><<<unsigned(blocks), kBwdWarps * 32, smem, stream()>>>(
       dinp, partial, dout, inp, weight, rstd, R, C);
+  VIT_CUDA_LAUNCHED();
+  return blocks;
+}
+
+// VIT_LAYERNORM_VEC=1 (opt-in until a device times it): the 16-byte kernels
+// (layernorm_vec_kernels.cuh), where C deals into whole chunks and every pointer given is 16-byte
+// aligned (null ones are); else group 0 and the default kernels.
+layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> pointers) {
+  if (!env_opt_in("VIT_LAYERNORM_VEC")) return {};
+  for (const void* p : pointers)
+    if (!layernorm_vec::aligned16(p)) return {};
+  return layernorm_vec::layout_for(C);
+}
+
+// The 16-byte forward (with kAdd the residual add first); false, launching nothing, where it
+// does not apply.
+template <typename T, typename X, bool kAdd>
+bool launch_layernorm_forward_vec(T* out, float* mean, float* rstd, const X* inp, const T* weight,
+                                  const T* bias, Index R, Index C, float eps,
+                                  ResidualAdd<T, X> add = {}) {
+  const layernorm_vec::Layout l =
+      vec_layout(C, {out, inp, weight, bias, add.stream, add.branch, add.gamma});
+  if (l.group == 0) return false;
+  layernorm_vec::with_layout(l, [&](auto g, auto k) {
+    constexpr int kGroup = decltype(g)::value;
+    layernorm_vec::layernorm_forward_vec_kernel<T, X, kGroup, decltype(k)::value, kAdd>
+        <<<blocks_for(R, layernorm_vec::kThreads / kGroup), layernorm_vec::kThreads, 0, stream()>>>(
+            out, mean, rstd, inp, weight, bias, R, C, eps, add);
+  });
+  VIT_CUDA_LAUNCHED();
+  return true;
+}
+
+// The 16-byte backward's row pass into partial (at most max_blocks rows of it); returns the
+// blocks launched, 0 (launching nothing) where it does not apply.
+template <typename T, typename X>
+Index launch_layernorm_backward_vec(X* dinp, float* partial, const T* dout, const X* inp,
+                                    const T* weight, const float* rstd, Index R, Index C,
+                                    Index max_blocks) {
+  const layernorm_vec::Layout l = vec_layout(C, {dinp, dout, inp, weight});
+  if (l.group == 0) return 0;
+  const size_t smem = layernorm_vec::backward_smem_bytes(C, l.group);
+  Index blocks = 0;
+  layernorm_vec::with_layout(l, [&](auto g, auto k) {
+    constexpr auto kernel =
+        layernorm_vec::layernorm_backward_vec_kernel<T, X, decltype(g)::value, decltype(k)::value>;
+    blocks = std::min(max_blocks, resident_blocks<kernel, layernorm_vec::kThreads>(smem));
+    kernel<<<unsigned(blocks), layernorm_vec::kThreads, smem, stream()>>>(dinp, partial, dout, inp,
+                                                                          weight, rstd, R, C);
+  });
   VIT_CUDA_LAUNCHED();
   return blocks;
 }
@@ -398,6 +443,8 @@ template <typename T, typename X>
 void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                        const T* bias, Index R, Index C, float eps) {
   if (R <= 0) return;
+  if (launch_layernorm_forward_vec<T, X, false>(out, mean, rstd, inp, weight, bias, R, C, eps))
+    return;
   const bool in_registers = with_row_registers(C, [&](auto k) {
     launch_layernorm_forward_rows<T, X, decltype(k)::value>(out, mean, rstd, inp, weight, bias, R,
                                                             C, eps);
@@ -413,11 +460,14 @@ void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, con
   const Index R = B * S;
   if (R <= 0) return;
   const ResidualAdd<T, X> add{stream, branch, gamma, sample_scale, S};
-  const bool in_registers =
-      env_switch_on("VIT_FUSE_RESIDUAL_NORM") && with_row_registers(C, [&](auto k) {
-        launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(out, mean, rstd, x, weight,
-                                                                      bias, R, C, eps, add);
-      });
+  const bool fuse = env_switch_on("VIT_FUSE_RESIDUAL_NORM");
+  if (fuse &&
+      launch_layernorm_forward_vec<T, X, true>(out, mean, rstd, x, weight, bias, R, C, eps, add))
+    return;
+  const bool in_registers = fuse && with_row_registers(C, [&](auto k) {
+                              launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(
+                                  out, mean, rstd, x, weight, bias, R, C, eps, add);
+                            });
   if (in_registers) return;
   residual_forward(stream, x, branch, gamma, sample_scale, B, S, C);  // rows over 1024: two passes
   layernorm_forward(out, mean, rstd, static_cast<const X*>(stream), weight, bias, R, C, eps);
@@ -432,16 +482,22 @@ void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, co
   const Index max_blocks = std::min<Index>((R + kBwdWarps - 1) / kBwdWarps, Index(num_sms()) * 8);
   auto* partial = static_cast<float*>(
       scratch(size_t(max_blocks) * 2 * size_t(C) * sizeof(float), kScratchLayernorm));
-  Index blocks = 0;
-  with_row_registers(C, [&](auto k) {  // C <= 1024: always a register row
-    blocks = launch_layernorm_backward<T, X, decltype(k)::value>(dinp, partial, dout, inp, weight,
-                                                                 rstd, R, C, max_blocks);
-  });
+  Index blocks =
+      launch_layernorm_backward_vec(dinp, partial, dout, inp, weight, rstd, R, C, max_blocks);
+  if (blocks == 0)
+    with_row_registers(C, [&](auto k) {  // C <= 1024: always a register row
+      blocks = launch_layernorm_backward<T, X, decltype(k)::value>(dinp, partial, dout, inp, weight,
+                                                                   rstd, R, C, max_blocks);
+    });
   if (dweight || dbias) {
     layernorm_param_grad_kernel<<<unsigned((C + 31) / 32), 1024, 0, stream()>>>(dweight, dbias,
                                                                                 partial, blocks, C);
     VIT_CUDA_LAUNCHED();
   }
+}
+
+bool layernorm_vectorized(Index C) {
+  return vec_layout(C, {}).group != 0;
 }
 
 #define INSTANTIATE(T, X)                                                                        \
