@@ -560,6 +560,11 @@ s_vbench_fusedbwd() {
 s_vbench_fwdrows() {
   VIT_FLASH_FWD_ROWS=32 s_vbench "$@"
 }
+# Args: model, batch. The LayerNorm kernels over 16-byte loads, 8-32 lanes a row
+# (VIT_LAYERNORM_VEC=1, layernorm_vec_kernels.cuh; written without a GPU on 2026-11-28).
+s_vbench_lnvec() {
+  VIT_LAYERNORM_VEC=1 s_vbench "$@"
+}
 # Args: model, batch. All the Linears' GEMMs on the sm_90a wgmma kernel, the GELU's forward and
 # backward in its epilogues (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the
 # separate GELU passes.
@@ -684,7 +689,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_fwdrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_fwdrows s_vbench_lnvec s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -999,7 +1004,7 @@ steps_ops_sanitizers() {
     case "$s" in
         kernels)
           step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
-            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/bf16.ResidualLayerNormIsTheTwoOpsBitwise:CudaOps/bf16.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/bf16.DwConvPairedChannelsGiveTheSameBits:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/bf16.ResidualLayerNormIsTheTwoOpsBitwise:CudaOps/bf16.LayerNormVecMatchesTheCpu:CudaOps/bf16.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/bf16.DwConvPairedChannelsGiveTheSameBits:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
           ;;
         gemm)
           step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
@@ -1058,6 +1063,14 @@ steps_model() {
   # differs from the recomputed dQ in up to 1% of its bits).
   step d_stored_model model 90 "VIT_FLASH_STORED_DS=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_FLASH_STORED_DS=1
+  # The 16-byte LayerNorm kernels (opt-in): the LayerNorm ops against the CPU and the fused
+  # residual add against the two ops under the switch (LayerNormRowsInRegistersMatchTheLoop is
+  # left out: it holds the default kernels to the loop kernel's bits), then the model.
+  step d_lnvec_ops model 60 "VIT_LAYERNORM_VEC=1: LayerNorm ops vs CPU, fused residual add" \
+    s_gtest test_cuda_ops 'CudaOps/*.LayerNorm:CudaOps/*.LayerNormVecMatchesTheCpu:CudaOps/*.ResidualLayerNormIsTheTwoOpsBitwise:CudaOpsFp32Residual.LayerNormMatchesTheEmulation' \
+    env VIT_LAYERNORM_VEC=1
+  step d_lnvec_model model 90 "VIT_LAYERNORM_VEC=1: bf16 model vs emulation" \
+    s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_LAYERNORM_VEC=1
   # The flash backward in one kernel a head (opt-in; b_flash checks its bits against the
   # stored-dS backward's).
   step d_fusedbwd_model model 90 "VIT_FLASH_FUSED_BWD=1: bf16 model vs emulation" \
@@ -1172,9 +1185,11 @@ fi
 read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd fwdrows local dwone}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
-# others' 197). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
+# others' 197); the 16-byte LayerNorm kernels (lnvec), whose group width depends on C (8 lanes a
+# row at ViT-Ti's 192, 16 at ViT-S's 384, 32 at ViT-B's 768), and whose share is largest at
+# ViT-Ti/4 (LayerNorm 15% of its step in the third runs). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
 # since 2026-11-27, paid 1.01-1.04x in the third runs) when asked.
-read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashold}"
+read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashold lnvec}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
   case "$1" in
@@ -1197,6 +1212,7 @@ variant_label() {
     stored) echo "VIT_FLASH_STORED_DS=1" ;;
     fusedbwd) echo "VIT_FLASH_FUSED_BWD=1" ;;
     fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
+    lnvec) echo "VIT_LAYERNORM_VEC=1" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
     sync) echo "VIT_FLASH_ASYNC=0" ;;
     nograph) echo "--cuda-graph=false" ;;
@@ -1286,6 +1302,7 @@ steps_limits() {
     "dwconv3x3_forward:1:--ffn local" "dwconv3x3_backward_kernel:1:--ffn local" \
     "flash_mma_dkv:1::VIT_FLASH_STORED_DS=1" "flash_mma_dq_stored:1::VIT_FLASH_STORED_DS=1" \
     "flash_mma_fused_backward:1::VIT_FLASH_FUSED_BWD=1" "flash_mma_forward:1::VIT_FLASH_FWD_ROWS=32" \
+    "layernorm_backward_vec:1::VIT_LAYERNORM_VEC=1" "layernorm_forward_vec:1::VIT_LAYERNORM_VEC=1" \
     "dwconv3x3_forward:1:--ffn local:VIT_DWCONV_VEC=1" \
     "dwconv3x3_backward_kernel:1:--ffn local:VIT_DWCONV_VEC=2"
 }
