@@ -982,7 +982,7 @@ steps_ops_tests() {
   step b_ops_fp32 ops 150 "op harness fp32 (+ runtime, AdamW)" \
     s_gtest test_cuda_ops 'CudaOps/fp32.*:CudaRuntime.*:CudaAdamW.*:CublasLtEpilogue.*'
   step b_ops_bf16 ops 150 "op harness bf16 (+ fp32 residual stream)" \
-    s_gtest test_cuda_ops 'CudaOps/bf16.*:CudaOpsFp32Residual.*'
+    s_gtest test_cuda_ops 'CudaOps/bf16.*:CudaOpsFp32Residual.*:CudaLayerNormVec.*'
   step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \
     s_gtest test_cuda_flash_attention ""
   step b_flash_wmma ops 120 "fused flash attention, WMMA kernels (VIT_FLASH_MMA=0)" \
@@ -1004,7 +1004,7 @@ steps_ops_sanitizers() {
     case "$s" in
         kernels)
           step c_memcheck_kernels ops 150 "memcheck: own kernels fp32 (+ packed bf16), runtime, AdamW" \
-            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/bf16.ResidualLayerNormIsTheTwoOpsBitwise:CudaOps/bf16.LayerNormVecMatchesTheCpu:CudaOps/bf16.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/bf16.DwConvPairedChannelsGiveTheSameBits:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
+            s_memcheck "${MEMCHECK_FILTER_1:-CudaOps/fp32.LayerNorm:CudaOps/fp32.LayerNormRowsInRegistersMatchTheLoop:CudaOps/fp32.Activations:CudaOps/fp32.ElementwisePacksMatchTheScalarPath:CudaOps/fp32.ResidualPacksMatchTheScalarPath:CudaOps/fp32.BiasGradPacksAreDeterministicColumnSums:CudaOps/fp32.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/fp32.DwConv:CudaOps/fp32.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/fp32.Im2Patches:CudaOps/fp32.EmbedTokens:CudaOps/fp32.Residual:CudaOps/fp32.Pool:CudaOps/fp32.CrossEntropy:CudaOps/bf16.LayerNormRowsInRegistersMatchTheLoop:CudaOps/bf16.ElementwisePacksMatchTheScalarPath:CudaOps/bf16.ResidualPacksMatchTheScalarPath:CudaOps/bf16.BiasGradPacksAreDeterministicColumnSums:CudaOps/bf16.ActivationBiasGradMatchesTheUnfusedOps:CudaOps/bf16.ResidualLayerNormIsTheTwoOpsBitwise:CudaLayerNormVec.*:CudaOps/bf16.LocalFfnFusedIsTheThreeOpsBitwise:CudaOps/bf16.DwConvPairedChannelsGiveTheSameBits:CudaOpsFp32Residual.ResidualMatchesTheEmulation:CudaRuntime.*:CudaAdamW.MatchesCpu}"
           ;;
         gemm)
           step c_memcheck_gemm ops 150 "memcheck: matmul + attention bf16" \
@@ -1067,7 +1067,7 @@ steps_model() {
   # residual add against the two ops under the switch (LayerNormRowsInRegistersMatchTheLoop is
   # left out: it holds the default kernels to the loop kernel's bits), then the model.
   step d_lnvec_ops model 60 "VIT_LAYERNORM_VEC=1: LayerNorm ops vs CPU, fused residual add" \
-    s_gtest test_cuda_ops 'CudaOps/*.LayerNorm:CudaOps/*.LayerNormVecMatchesTheCpu:CudaOps/*.ResidualLayerNormIsTheTwoOpsBitwise:CudaOpsFp32Residual.LayerNormMatchesTheEmulation' \
+    s_gtest test_cuda_ops 'CudaOps/*.LayerNorm:CudaLayerNormVec.*:CudaOps/*.ResidualLayerNormIsTheTwoOpsBitwise:CudaOpsFp32Residual.LayerNormMatchesTheEmulation' \
     env VIT_LAYERNORM_VEC=1
   step d_lnvec_model model 90 "VIT_LAYERNORM_VEC=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_LAYERNORM_VEC=1

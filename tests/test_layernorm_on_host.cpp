@@ -91,7 +91,7 @@ NormRef layernorm_ref(const std::vector<double>& x, const std::vector<double>& w
 
 // The kernels' launches as layernorm.cu makes them (blocks of kThreads; the backward's grid
 // given, so a test can make its loop stride).
-template <typename T, typename X, bool kAdd>
+template <typename T, typename X>
 void run_forward(T* out, float* mean, float* rstd, const X* inp, const T* w, const T* b, Index R,
                  Index C, lv::ResidualAdd<T, X> add = {}) {
   const lv::Layout l = lv::layout_for(C);
@@ -100,8 +100,8 @@ void run_forward(T* out, float* mean, float* rstd, const X* inp, const T* w, con
     constexpr int kGroup = decltype(g)::value, kChunks = decltype(k)::value;
     const Index rows = lv::kThreads / kGroup;
     cu::launch({unsigned((R + rows - 1) / rows)}, {unsigned(lv::kThreads)}, [&] {
-      lv::layernorm_forward_vec_kernel<T, X, kGroup, kChunks, kAdd>(out, mean, rstd, inp, w, b, R,
-                                                                    C, kEps, add);
+      lv::layernorm_forward_vec_kernel<T, X, kGroup, kChunks>(out, mean, rstd, inp, w, b, R, C,
+                                                              kEps, add);
     });
   });
 }
@@ -134,6 +134,20 @@ TEST(LayerNormVecOnHost, LayoutDealsWholeChunks) {
     EXPECT_EQ(l.group, w.group) << "C=" << w.C;
     EXPECT_EQ(l.chunks, w.chunks) << "C=" << w.C;
   }
+  // Every layout it gives has its compiled kernels (with_layout calls f with its arguments), and
+  // no other layout does.
+  for (Index C = 0; C <= 1040; ++C) {
+    const lv::Layout l = lv::layout_for(C);
+    int group = 0, chunks = 0;
+    const bool called = lv::with_layout(l, [&](auto g, auto k) {
+      group = decltype(g)::value;
+      chunks = decltype(k)::value;
+    });
+    EXPECT_EQ(called, l.group != 0) << "C=" << C;
+    EXPECT_EQ(group, l.group) << "C=" << C;
+    EXPECT_EQ(chunks, l.chunks) << "C=" << C;
+  }
+  EXPECT_FALSE(lv::with_layout({16, 2}, [](auto, auto) {}));  // deals 256, never chosen for it
 }
 
 // The forward over rows ~ (shift + row_step (r % 3) +- spread), two samples of S rows;
@@ -168,14 +182,13 @@ void check_forward(Index C, int variant, double shift, uint64_t seed, double spr
   std::vector<float> mean(R, NAN), rstd(R, NAN);
   std::vector<X> written(R * C, X(NAN));
   if (variant == 0) {
-    run_forward<T, X, false>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R,
-                             C);
+    run_forward<T, X>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R, C);
   } else {
     X* dst = variant == 3 ? x.data() : written.data();
     const lv::ResidualAdd<T, X> add{dst, br.data(), variant >= 2 ? gamma.data() : nullptr,
                                     variant >= 2 ? scale.data() : nullptr, S};
-    run_forward<T, X, true>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R,
-                            C, add);
+    run_forward<T, X>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R, C,
+                      add);
     const std::vector<X>& got = variant == 3 ? x : written;
     size_t differ = 0;
     for (size_t i = 0; i < got.size(); ++i) differ += float(got[i]) != float(stream[i]);
@@ -220,8 +233,7 @@ void check_backward(Index C, Index R, unsigned blocks, bool with_dx, uint64_t se
   const std::vector<T> w = values<T>(gen, C, 1.0, 0.3), b = values<T>(gen, C, 0.0, 0.1);
   std::vector<T> out(R * C);
   std::vector<float> mean(R), rstd(R);
-  run_forward<T, X, false>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R,
-                           C);
+  run_forward<T, X>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R, C);
   std::vector<X> dx = dx0;
   const std::vector<float> partial = run_backward<T, X>(
       with_dx ? dx.data() : nullptr, dy.data(), x.data(), w.data(), rstd.data(), R, C, blocks);

@@ -387,24 +387,32 @@ layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> poi
     if (!layernorm_vec::aligned16(p)) return {};
   return layernorm_vec::layout_for(C);
 }
+// They are compiled for bf16 activations only (the fp32 mode is the device's check against the
+// CPU, not its speed; 8 layouts x 2 stream types x 2 kernels add ~1.4 MB to each binary that
+// links LayerNorm, against a 64 MiB bundle).
+template <typename T>
+constexpr bool kVecKernels = std::is_same_v<T, bf16>;
 
-// The 16-byte forward (with kAdd the residual add first); false, launching nothing, where it
-// does not apply.
-template <typename T, typename X, bool kAdd>
+// The 16-byte forward (the residual add first where add.branch is set); false, launching
+// nothing, where it does not apply.
+template <typename T, typename X>
 bool launch_layernorm_forward_vec(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                                   const T* bias, Index R, Index C, float eps,
                                   ResidualAdd<T, X> add = {}) {
-  const layernorm_vec::Layout l =
-      vec_layout(C, {out, inp, weight, bias, add.stream, add.branch, add.gamma});
-  if (l.group == 0) return false;
-  layernorm_vec::with_layout(l, [&](auto g, auto k) {
-    constexpr int kGroup = decltype(g)::value;
-    layernorm_vec::layernorm_forward_vec_kernel<T, X, kGroup, decltype(k)::value, kAdd>
-        <<<blocks_for(R, layernorm_vec::kThreads / kGroup), layernorm_vec::kThreads, 0, stream()>>>(
-            out, mean, rstd, inp, weight, bias, R, C, eps, add);
-  });
-  VIT_CUDA_LAUNCHED();
-  return true;
+  if constexpr (!kVecKernels<T>) {
+    return false;
+  } else {
+    const layernorm_vec::Layout l =
+        vec_layout(C, {out, inp, weight, bias, add.stream, add.branch, add.gamma});
+    const bool launched = layernorm_vec::with_layout(l, [&](auto g, auto k) {
+      constexpr int kGroup = decltype(g)::value;
+      layernorm_vec::layernorm_forward_vec_kernel<T, X, kGroup, decltype(k)::value>
+          <<<blocks_for(R, layernorm_vec::kThreads / kGroup), layernorm_vec::kThreads, 0,
+             stream()>>>(out, mean, rstd, inp, weight, bias, R, C, eps, add);
+      VIT_CUDA_LAUNCHED();
+    });
+    return launched;
+  }
 }
 
 // The 16-byte backward's row pass into partial (at most max_blocks rows of it); returns the
@@ -413,18 +421,19 @@ template <typename T, typename X>
 Index launch_layernorm_backward_vec(X* dinp, float* partial, const T* dout, const X* inp,
                                     const T* weight, const float* rstd, Index R, Index C,
                                     Index max_blocks) {
-  const layernorm_vec::Layout l = vec_layout(C, {dinp, dout, inp, weight});
-  if (l.group == 0) return 0;
-  const size_t smem = layernorm_vec::backward_smem_bytes(C, l.group);
   Index blocks = 0;
-  layernorm_vec::with_layout(l, [&](auto g, auto k) {
-    constexpr auto kernel =
-        layernorm_vec::layernorm_backward_vec_kernel<T, X, decltype(g)::value, decltype(k)::value>;
-    blocks = std::min(max_blocks, resident_blocks<kernel, layernorm_vec::kThreads>(smem));
-    kernel<<<unsigned(blocks), layernorm_vec::kThreads, smem, stream()>>>(dinp, partial, dout, inp,
-                                                                          weight, rstd, R, C);
-  });
-  VIT_CUDA_LAUNCHED();
+  if constexpr (kVecKernels<T>) {
+    const layernorm_vec::Layout l = vec_layout(C, {dinp, dout, inp, weight});
+    layernorm_vec::with_layout(l, [&](auto g, auto k) {
+      constexpr auto kernel = layernorm_vec::layernorm_backward_vec_kernel<T, X, decltype(g)::value,
+                                                                           decltype(k)::value>;
+      const size_t smem = layernorm_vec::backward_smem_bytes(C, decltype(g)::value);
+      blocks = std::min(max_blocks, resident_blocks<kernel, layernorm_vec::kThreads>(smem));
+      kernel<<<unsigned(blocks), layernorm_vec::kThreads, smem, stream()>>>(
+          dinp, partial, dout, inp, weight, rstd, R, C);
+      VIT_CUDA_LAUNCHED();
+    });
+  }
   return blocks;
 }
 
@@ -443,8 +452,7 @@ template <typename T, typename X>
 void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                        const T* bias, Index R, Index C, float eps) {
   if (R <= 0) return;
-  if (launch_layernorm_forward_vec<T, X, false>(out, mean, rstd, inp, weight, bias, R, C, eps))
-    return;
+  if (launch_layernorm_forward_vec<T, X>(out, mean, rstd, inp, weight, bias, R, C, eps)) return;
   const bool in_registers = with_row_registers(C, [&](auto k) {
     launch_layernorm_forward_rows<T, X, decltype(k)::value>(out, mean, rstd, inp, weight, bias, R,
                                                             C, eps);
@@ -461,8 +469,7 @@ void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, con
   if (R <= 0) return;
   const ResidualAdd<T, X> add{stream, branch, gamma, sample_scale, S};
   const bool fuse = env_switch_on("VIT_FUSE_RESIDUAL_NORM");
-  if (fuse &&
-      launch_layernorm_forward_vec<T, X, true>(out, mean, rstd, x, weight, bias, R, C, eps, add))
+  if (fuse && launch_layernorm_forward_vec<T, X>(out, mean, rstd, x, weight, bias, R, C, eps, add))
     return;
   const bool in_registers = fuse && with_row_registers(C, [&](auto k) {
                               launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(
@@ -497,7 +504,7 @@ void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, co
 }
 
 bool layernorm_vectorized(Index C) {
-  return vec_layout(C, {}).group != 0;
+  return vec_layout(C, {}).group != 0;  // with_layout takes every layout layout_for gives
 }
 
 #define INSTANTIATE(T, X)                                                                        \

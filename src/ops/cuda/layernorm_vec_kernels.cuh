@@ -45,28 +45,20 @@ inline Layout layout_for(Index C) {
   return {};
 }
 // f(integral_constant<int, G>, integral_constant<int, K>) for a layout's group G and chunks K
-// (the kernels' template arguments); a layout with group 0 calls nothing.
-template <int kGroup, typename F>
-void with_chunks(int chunks, F&& f) {
-  static_assert(kMaxChunks == 4);
-  using G = std::integral_constant<int, kGroup>;
-  if (chunks == 1)
-    f(G(), std::integral_constant<int, 1>());
-  else if (chunks == 2)
-    f(G(), std::integral_constant<int, 2>());
-  else if (chunks == 3)
-    f(G(), std::integral_constant<int, 3>());
-  else if (chunks == 4)
-    f(G(), std::integral_constant<int, 4>());
+// (the kernels' template arguments) if it is one of the 8 pairs layout_for gives (the 4 others
+// deal C = 128, 256, 512 too, but with more chunks a lane: they are never chosen, so never
+// compiled); false, calling nothing, for any other.
+template <int kGroup, int kChunks, typename F>
+bool call_with(Layout l, F& f) {
+  if (l.group != kGroup || l.chunks != kChunks) return false;
+  f(std::integral_constant<int, kGroup>(), std::integral_constant<int, kChunks>());
+  return true;
 }
 template <typename F>
-void with_layout(Layout l, F&& f) {
-  if (l.group == 8)
-    with_chunks<8>(l.chunks, f);
-  else if (l.group == 16)
-    with_chunks<16>(l.chunks, f);
-  else if (l.group == 32)
-    with_chunks<32>(l.chunks, f);
+bool with_layout(Layout l, F&& f) {
+  return call_with<8, 1>(l, f) || call_with<16, 1>(l, f) || call_with<32, 1>(l, f) ||
+         call_with<32, 2>(l, f) || call_with<8, 3>(l, f) || call_with<16, 3>(l, f) ||
+         call_with<32, 3>(l, f) || call_with<32, 4>(l, f);
 }
 // Whether a pointer may be read or written in 16-byte words (null: nothing to check).
 inline bool aligned16(const void* p) {
@@ -159,7 +151,7 @@ __device__ __forceinline__ Shifted shifted_mean(const Chunk<X> (&x)[kChunks],
 template <typename T, typename X>
 struct ResidualAdd {
   X* stream = nullptr;                  // (R, C) the sum; may alias the norm's input x
-  const T* branch = nullptr;            // (R, C)
+  const T* branch = nullptr;            // (R, C); nullptr: no add (the 16-byte forward)
   const T* gamma = nullptr;             // (C) or nullptr
   const float* sample_scale = nullptr;  // (R / S) or nullptr
   Index S = 1;                          // rows per sample
@@ -190,7 +182,7 @@ __device__ __forceinline__ void add_residual(Chunk<X> (&x)[kChunks], const RowLa
   }
 }
 
-template <typename T, typename X, int kGroup, int kChunks, bool kAdd>
+template <typename T, typename X, int kGroup, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layernorm_forward_vec_kernel(T* out, float* mean, float* rstd, const X* inp, const T* weight,
                                  const T* bias, Index R, Index C, float eps,
@@ -205,8 +197,7 @@ __global__ void __launch_bounds__(kThreads)
   Chunk<X> x[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) x[j] = rl.live ? load_chunk(xr + rl.col(j)) : zero_chunk<X>();
-  if constexpr (kAdd)
-    if (rl.live) add_residual(x, rl, C, add);
+  if (add.branch && rl.live) add_residual(x, rl, C, add);
   const Shifted sh = shifted_mean(x, rl, C);
   float sq = 0.0f;
 #pragma unroll
