@@ -181,12 +181,16 @@ bool flash_mma_fused_backward() {
   return env_opt_in("VIT_FLASH_FUSED_BWD");
 }
 
-// The most dynamic shared memory a block of this device may opt into.
+// The most dynamic shared memory a block of this device may opt into; asked once a process, as
+// num_sms() is (each fused backward launch asked before: two host queries a layer a step).
 size_t max_block_smem() {
-  int dev = 0, bytes = 0;
-  VIT_CUDA_CHECK(cudaGetDevice(&dev));
-  VIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return size_t(bytes);
+  static const size_t limit = [] {
+    int dev = 0, bytes = 0;
+    VIT_CUDA_CHECK(cudaGetDevice(&dev));
+    VIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return size_t(bytes);
+  }();
+  return limit;
 }
 
 // The fused backward (one block of ceil(N / 16) warps a head) if it fits this N, head dim and
