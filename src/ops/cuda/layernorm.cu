@@ -388,7 +388,7 @@ layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> poi
   return layernorm_vec::layout_for(C);
 }
 // They are compiled for bf16 activations only (the fp32 mode is the device's check against the
-// CPU, not its speed; 8 layouts x 2 stream types x 2 kernels add ~1.4 MB to each binary that
+// CPU, not its speed; 8 layouts x 2 stream types x 2 kernels add ~1.7 MB to each binary that
 // links LayerNorm, against a 64 MiB bundle).
 template <typename T>
 constexpr bool kVecKernels = std::is_same_v<T, bf16>;
