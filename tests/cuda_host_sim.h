@@ -123,6 +123,10 @@ inline int max(int a, int b) {
   return a < b ? b : a;
 }
 
+inline bool aligned16(const void* p) {  // common.cuh's
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 inline float to_f32(float x) {
   return x;
 }

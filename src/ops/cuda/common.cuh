@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -36,6 +37,12 @@ inline bool env_switch_on(const char* name) {
 inline bool env_opt_in(const char* name) {
   const char* env = std::getenv(name);
   return env && env[0] != '\0' && env[0] != '0';
+}
+
+// Whether a pointer may be read or written in 16-byte words (null is); tests/cuda_host_sim.h has
+// the same for kernels it runs on the CPU.
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 // A kernel's dynamic shared memory (the launch's third argument), 128-byte aligned

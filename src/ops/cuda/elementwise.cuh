@@ -21,9 +21,6 @@ struct alignas(16) Pack {
   T v[G];
 };
 
-inline bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 constexpr Index kPackedMaxN = Index(1) << 30;  // 32-bit indices stay far from overflow
 
 template <typename T, typename F>

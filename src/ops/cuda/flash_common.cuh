@@ -40,10 +40,6 @@ void launch_flash(unsigned grid, size_t bytes, Args... args) {
   launch_flash_warps<kKernel>(grid, kWarps, bytes, args...);
 }
 
-inline bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 // Supported head dims, and shapes the kernels' 32-bit index math can hold (checked before any
 // launch); returns the number of 64-row tiles.
 inline int check_shape(Index B, Index N, Index H, Index D) {

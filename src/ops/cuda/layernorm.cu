@@ -384,7 +384,7 @@ Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X*
 layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> pointers) {
   if (!env_opt_in("VIT_LAYERNORM_VEC")) return {};
   for (const void* p : pointers)
-    if (!layernorm_vec::aligned16(p)) return {};
+    if (!aligned16(p)) return {};
   return layernorm_vec::layout_for(C);
 }
 // They are compiled for bf16 activations only (the fp32 mode is the device's check against the

@@ -60,10 +60,6 @@ bool with_layout(Layout l, F&& f) {
          call_with<32, 2>(l, f) || call_with<8, 3>(l, f) || call_with<16, 3>(l, f) ||
          call_with<32, 3>(l, f) || call_with<32, 4>(l, f);
 }
-// Whether a pointer may be read or written in 16-byte words (null: nothing to check).
-inline bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 
 // Eight consecutive values of a row, moved as one or two 16-byte words.
 template <typename V>
