@@ -1061,11 +1061,12 @@ steps_model() {
   # (Left out since 2026-11-28, for the session's time: the bf16 model against the emulation
   # with VIT_GELU_FAST=1, which passed in the fourth runs, and with VIT_FLASH_STORED_DS=1, which
   # passed as the default in f48b072's run; neither kernel has changed since.)
-  # The 16-byte LayerNorm kernels (opt-in): the LayerNorm ops against the CPU and the fused
-  # residual add against the two ops under the switch (LayerNormRowsInRegistersMatchTheLoop is
+  # The 16-byte LayerNorm kernels (opt-in): the default kernels' LayerNorm tests under the switch
+  # (the ops against the CPU, the fused residual add against the two ops; CudaLayerNormVec.*,
+  # which sets the switch itself, runs in b_ops_bf16; LayerNormRowsInRegistersMatchTheLoop is
   # left out: it holds the default kernels to the loop kernel's bits), then the model.
   step d_lnvec_ops model 60 "VIT_LAYERNORM_VEC=1: LayerNorm ops vs CPU, fused residual add" \
-    s_gtest test_cuda_ops 'CudaOps/*.LayerNorm:CudaLayerNormVec.*:CudaOps/*.ResidualLayerNormIsTheTwoOpsBitwise:CudaOpsFp32Residual.LayerNormMatchesTheEmulation' \
+    s_gtest test_cuda_ops 'CudaOps/*.LayerNorm:CudaOps/*.ResidualLayerNormIsTheTwoOpsBitwise:CudaOpsFp32Residual.LayerNormMatchesTheEmulation' \
     env VIT_LAYERNORM_VEC=1
   step d_lnvec_model model 90 "VIT_LAYERNORM_VEC=1: bf16 model vs emulation" \
     s_gtest test_cuda_model '*Bf16MatchesTheEmulation/*' env VIT_LAYERNORM_VEC=1
@@ -1185,8 +1186,9 @@ read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad f
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197); the 16-byte LayerNorm kernels (lnvec), whose group width depends on C (8 lanes a
 # row at ViT-Ti's 192, 16 at ViT-S's 384, 32 at ViT-B's 768), and whose share is largest at
-# ViT-Ti/4 (LayerNorm 15% of its step in the third runs). Without CUDA graphs (nograph: --cuda-graph=false; the graphs, bench's default
-# since 2026-11-27, paid 1.01-1.04x in the third runs) when asked.
+# ViT-Ti/4 (LayerNorm 15% of its step in the third runs). Without CUDA graphs (nograph:
+# --cuda-graph=false; the graphs, bench's default since 2026-11-27, paid 1.01-1.04x in the third
+# runs) when asked.
 read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-flashold lnvec}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
