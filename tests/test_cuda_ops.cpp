@@ -246,11 +246,11 @@ TYPED_TEST(CudaOps, LayerNorm) {
   for (const LayerNormCase& c : kLayerNormCases) check_layernorm<TypeParam>(c, seed);
 }
 
-// VIT_LAYERNORM_VEC=1: the 16-byte kernels (layernorm_vec_kernels.cuh, compiled for bf16
-// activations only) at every group width and chunk count (C = 64 .. 1024), with rows over the
-// backward's resident blocks (ViT-S/16 and ViT-Ti/4 widths) and hostile rows, to the default
-// kernels' tolerances; rows they do not deal (C = 100, 1000) keep the default kernels.
-// gpu_check.sh's d_lnvec_ops runs the other LayerNorm tests under the switch too.
+// The 16-byte kernels (layernorm_vec_kernels.cuh, compiled for bf16 activations only; the
+// default, so CudaOps/bf16.LayerNorm runs them too) at every group width and chunk count (C = 64
+// .. 1024), with rows over the backward's resident blocks (ViT-S/16 and ViT-Ti/4 widths) and
+// hostile rows, to the row-in-registers kernels' tolerances; rows they do not deal (C = 100,
+// 1000) keep the row-in-registers kernels.
 class CudaLayerNormVec : public CudaTest {};
 TEST_F(CudaLayerNormVec, MatchesTheCpu) {
   const ScopedEnv vec("VIT_LAYERNORM_VEC", "1");
@@ -264,6 +264,15 @@ TEST_F(CudaLayerNormVec, MatchesTheCpu) {
       {77, 512, 1.0, 0.0},        {64, 384, 1e-2, 1e3},      {5 * 50, 100, 2.0, 0.5}};
   uint64_t seed = 700;
   for (const LayerNormCase& c : cases) check_layernorm<__nv_bfloat16>(c, seed);
+}
+
+// VIT_LAYERNORM_VEC=0: bf16 rows keep the row-in-registers kernels at every width, which then
+// meet the same tolerances (with the switch on, CudaOps/bf16.LayerNorm runs the 16-byte ones).
+TEST_F(CudaLayerNormVec, OffKeepsTheRowKernels) {
+  const ScopedEnv off("VIT_LAYERNORM_VEC", "0");
+  for (Index C : {64, 192, 384, 768, 1024}) EXPECT_FALSE(gpu::layernorm_vectorized(C)) << "C=" << C;
+  uint64_t seed = 800;
+  for (const LayerNormCase& c : kLayerNormCases) check_layernorm<__nv_bfloat16>(c, seed);
 }
 
 TYPED_TEST(CudaOps, Attention) {
@@ -445,10 +454,12 @@ TYPED_TEST(CudaOps, BiasGradPacksAreDeterministicColumnSums) {
   }
 }
 
-// LayerNorm's forward keeps rows of up to 1024 channels in registers; it must give the loop
-// kernel's bits (output, mean and rstd) at every register width, hostile rows included.
+// LayerNorm's row-in-registers forward keeps rows of up to 1024 channels in registers; it must
+// give the loop kernel's bits (output, mean and rstd) at every register width, hostile rows
+// included. (The 16-byte kernels, bf16's default, sum in another order: CudaLayerNormVec.)
 TYPED_TEST(CudaOps, LayerNormRowsInRegistersMatchTheLoop) {
   using T = TypeParam;
+  const ScopedEnv rows("VIT_LAYERNORM_VEC", "0");
   uint64_t seed = 510;
   for (Index C : {Index(1), Index(40), Index(100), Index(192), Index(384), Index(500), Index(768),
                   Index(1000), Index(1024)}) {
@@ -970,8 +981,6 @@ TEST_F(CudaOpsFp32Residual, LayerNormMatchesTheEmulation) {
         d_lrstd(c.R, "rstd (loop)");
     gpu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
                            c.R, c.C, 1e-6f);
-    gpu::layernorm_forward_loop(d_lout.get(), d_lmean.get(), d_lrstd.get(), d_x.get(), d_w.get(),
-                                d_b.get(), c.R, c.C, 1e-6f);
     gpu::layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
                             d_mean.get(), d_rstd.get(), c.R, c.C);
     gpu::synchronize();
@@ -982,8 +991,15 @@ TEST_F(CudaOpsFp32Residual, LayerNormMatchesTheEmulation) {
     expect_close("dinp (accumulated, fp32)", d_dx.download(), dx, {2e-4, 2e-5});
     expect_close("dweight", d_dw.download(), dw, {1e-4, 1e-5});
     expect_close("dbias", d_db.download(), db, {1e-4, 1e-5});
-    // The row-in-registers kernel and the loop kernel (rows over 1024 channels) agree bitwise.
-    expect_same_bits("out (loop)", d_lout.download(), out);
+    // The row-in-registers kernel and the loop kernel (rows over 1024 channels) agree bitwise
+    // (the 16-byte kernels, the default where they apply, sum in another order).
+    const ScopedEnv rows("VIT_LAYERNORM_VEC", "0");
+    gpu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                           c.R, c.C, 1e-6f);
+    gpu::layernorm_forward_loop(d_lout.get(), d_lmean.get(), d_lrstd.get(), d_x.get(), d_w.get(),
+                                d_b.get(), c.R, c.C, 1e-6f);
+    gpu::synchronize();
+    expect_same_bits("out (loop)", d_lout.download(), d_out.download());
     expect_same_bits("mean (loop)", d_lmean.download(), d_mean.download());
     expect_same_bits("rstd (loop)", d_lrstd.download(), d_rstd.download());
   }

@@ -2,8 +2,9 @@
 // value before the two-pass mean/variance, so rows with a large mean and a tiny spread
 // (mean 1e3, std 1e-2) keep fp32 accuracy without the CPU's fp64 sums. The input and its
 // accumulated gradient are the residual stream's X (ops.h): with X = float (T = bf16) neither is
-// rounded, and out is rounded once to T. VIT_LAYERNORM_VEC=1 takes the 16-byte kernels of
-// layernorm_vec_kernels.cuh where C and the pointers allow (the same formulas, other sum orders).
+// rounded, and out is rounded once to T. bf16 rows take the 16-byte kernels of
+// layernorm_vec_kernels.cuh where C and the pointers allow (the same formulas, other sum orders;
+// VIT_LAYERNORM_VEC=0: these row-in-registers kernels everywhere).
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -378,11 +379,12 @@ Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X*
   return blocks;
 }
 
-// VIT_LAYERNORM_VEC=1 (opt-in until a device times it): the 16-byte kernels
-// (layernorm_vec_kernels.cuh), where C deals into whole chunks and every pointer given is 16-byte
-// aligned (null ones are); else group 0 and the default kernels.
+// The 16-byte kernels (layernorm_vec_kernels.cuh; the default since their first device run,
+// 2026-11-28: 2.7-4.0% a training step on the H200, docs/benchmarks.md; VIT_LAYERNORM_VEC=0 keeps
+// the row-in-registers kernels), where C deals into whole chunks and every pointer given is
+// 16-byte aligned (null ones are); else group 0 and the row-in-registers kernels.
 layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> pointers) {
-  if (!env_opt_in("VIT_LAYERNORM_VEC")) return {};
+  if (!env_switch_on("VIT_LAYERNORM_VEC")) return {};
   for (const void* p : pointers)
     if (!aligned16(p)) return {};
   return layernorm_vec::layout_for(C);

@@ -1,7 +1,10 @@
-// LayerNorm over 16-byte loads (VIT_LAYERNORM_VEC=1; layernorm.cu launches them): the forward,
-// with the residual add it may take first, and the backward's row pass. The default kernels
-// (layernorm.cu) move one bf16 a lane a load, and the fifth runs' profile had them at 3.3 ms of
-// a ViT-S/16 b256 step at 40-54% of the H200's bandwidth, latency-bound at 25-33% occupancy.
+// LayerNorm over 16-byte loads (the default for bf16 rows whose width they take; layernorm.cu
+// launches them, VIT_LAYERNORM_VEC=0 turns them off): the forward, with the residual add it may
+// take first, and the backward's row pass. The row-in-registers kernels (layernorm.cu) move one
+// bf16 a lane a load, and the fifth runs' profile had them at 3.3 ms of a ViT-S/16 b256 step at
+// 40-54% of the H200's bandwidth, latency-bound at 25-33% occupancy. On their first device run
+// (2026-11-28, ncu, H200, ViT-S/16 b256) these took the backward from 77 to 52 us and the forward
+// from 55 to 40 us.
 // Here a lane owns whole chunks of 8 columns (one 16-byte word of bf16, two of fp32), `group`
 // lanes share a row (8, 16 or 32, so that C = 8 x group x kChunks exactly: ViT-Ti's 192 is 8
 // lanes x 3 chunks, ViT-S's 384 16 x 3, ViT-B's 768 32 x 3) and a warp holds 32 / group rows, so

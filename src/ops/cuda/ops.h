@@ -181,10 +181,10 @@ void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, con
 template <typename T, typename X = T>
 void layernorm_backward(X* dinp, float* dweight, float* dbias, const T* dout, const X* inp,
                         const T* weight, const float* mean, const float* rstd, Index R, Index C);
-// Whether the LayerNorm ops above take the 16-byte kernels for bf16 rows of C channels
-// (VIT_LAYERNORM_VEC=1, opt-in, and C = 8 x {8, 16, 32} x {1, 2, 3, 4}; each call also needs its
-// pointers 16-byte aligned, as the arena's are). Other rows, and fp32 activations, take the
-// default kernels.
+// Whether the LayerNorm ops above take the 16-byte kernels for bf16 rows of C channels (the
+// default unless VIT_LAYERNORM_VEC=0, where C = 8 x {8, 16, 32} x {1, 2, 3, 4}; each call also
+// needs its pointers 16-byte aligned, as the arena's are). Other rows, and fp32 activations, take
+// the row-in-registers kernels.
 bool layernorm_vectorized(Index C);
 
 // qkv (B, N, 3*H*D) -> att (B, H, N, N) softmax probabilities, out (B, N, H*D). Scale D^-0.5.
