@@ -33,6 +33,7 @@
 #include "cuda_test_util.h"
 #include "gpu_test_util.h"
 #include "ops/cpu/ops.h"
+#include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/ops.h"
 #include "ops/emu/ops.h"
 
@@ -323,11 +324,30 @@ TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
 }
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel where a block holds all of a head's keys
-// (N <= 208, D <= 64; the D = 96 shapes fall back to the two kernels). dK and dV come from the
+// (N <= 208 where the device holds such a block, D <= 64; other shapes fall back to the two
+// kernels). dK and dV come from the
 // dK/dV kernel's own code and dQ sums the same bf16 dS^T in the same order as the stored-dS
 // kernel, so every output must have the stored-dS backward's bits (on the CPU simulation,
 // FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits).
+// Which shapes take it is the device's to say (a block of ceil(N / 16) warps must be resident
+// with the kernel's registers: on the H200, N = 197's 13 warps are not), but the small ones
+// must, or the comparison would compare the two-kernel backward with itself.
 TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
+  const ScopedEnv mma("VIT_FLASH_MMA", "1");  // as compare_switch runs (b_flash_wmma sets it to 0)
+  {
+    const ScopedEnv on("VIT_FLASH_FUSED_BWD", "1");
+    EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(50, 32));
+    EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(17, 48));
+    EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(65, 64));  // ViT-Ti/4's heads
+    EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(65, 96));
+    EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(209, 64));
+    std::printf("fused backward at N = 197, D = 64: %s\n",
+                vit::cuda::flash_mma_fused_backward_takes(197, 64) ? "taken" : "not taken");
+  }
+  {
+    const ScopedEnv off("VIT_FLASH_FUSED_BWD", "0");
+    EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(50, 32));
+  }
   ScopedEnv stored_ds("VIT_FLASH_STORED_DS", "1");
   compare_switch("VIT_FLASH_FUSED_BWD", "0", "1", 6000, expect_same_outputs);
 }

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 
@@ -90,7 +93,10 @@ int row_tiles(Index B, Index N, Index H, int warps, int rows_per_warp = 16) {
 }
 
 // VIT_FLASH_FWD_ROWS: the forward's rows a warp, 16 (the default) or 32 (two row tiles: each key
-// and value fragment feeds twice the products; the same bits). Opt-in until a device times it.
+// and value fragment feeds twice the products; the same bits, ForwardRowTilesGiveTheSameBits
+// passed on the device). Opt-in: its first device run (H200, 2026-11-28, ViT-S/16 b256) had the
+// kernel at 204 us against 171 (227 registers, 12% occupancy against 128 and 24%) and the step
+// at 0.99x in both rounds.
 int flash_forward_row_tiles() {
   const char* env = std::getenv("VIT_FLASH_FWD_ROWS");
   if (!env || !*env) return 1;
@@ -174,7 +180,8 @@ void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, 
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel (flash_mma_fused_kernels.cuh: 5 products
 // instead of the two kernels' 7, no recomputation, no scratch) where a block can own all of a
-// head's keys: N <= 16 kFusedWarps (208) and its shared memory within the device's limit.
+// head's keys: N <= 16 kFusedWarps (208), its shared memory within the device's limit and its
+// registers too (block_fits; by its rule 12 warps, N <= 192, at 152 registers).
 // Opt-in until a device times it (one block an SM of ceil(N / 16) warps, against the two
 // kernels' 2-4 blocks of up to 4).
 bool flash_mma_fused_backward() {
@@ -193,6 +200,49 @@ size_t max_block_smem() {
   return limit;
 }
 
+// Whether a block of `warps` warps with `bytes` of dynamic shared memory can run kKernel on this
+// device at all. The registers decide it: an SM's four sub-partitions hold 16,384 each, and a
+// block's warps are dealt to them in turn, so 13 warps put 4 on one and may have 128 registers a
+// thread, not 65,536 / 416 = 157. The fused backward's 152 launched at 13 warps (N = 197) failed
+// with "too many resources requested for launch" on its first device run (H200, 2026-11-28); up
+// to 12 warps (N <= 192) may have 168. Asked of the runtime once a (device, warps, bytes).
+template <auto kKernel>
+bool block_fits(int warps, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, size_t>, bool> known;
+  int dev = 0;
+  VIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(dev, warps, bytes);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    allow_smem<kKernel>(bytes);
+    int blocks = 0;
+    VIT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, 32 * warps, bytes));
+    it = known.emplace(key, blocks > 0).first;
+  }
+  return it->second;
+}
+
+// Whether the fused backward takes this N and head dim on this device (VIT_FLASH_FUSED_BWD
+// aside): at most kFusedWarps warps of 16 keys, its shared memory within the device's limit, and
+// a block of that many warps resident with the kernel's registers.
+template <int kD>
+bool fused_backward_fits(Index N) {
+  if constexpr (kD > 64) {
+    // at 96 the dK and dV sums and the keys' and values' fragments alone would be 144 of the
+    // kernel's 152 registers a thread
+    return false;
+  } else {
+    const int warps = int((N + 15) / 16);
+    if (warps > kFusedWarps) return false;
+    const size_t bytes = fused_backward_smem_bytes<kD>(warps);
+    return bytes <= max_block_smem() &&
+           block_fits<flash_mma_fused_backward_kernel<kD, kFusedGroups>>(warps, bytes);
+  }
+}
+
 // The fused backward (one block of ceil(N / 16) warps a head) if it fits this N, head dim and
 // device; false if not, and nothing is launched.
 template <int kD>
@@ -200,15 +250,12 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
                            const float* drow, Index B, Index N, Index H, float scale, bool vec,
                            bool async) {
   if constexpr (kD > 64) {
-    // at 96 the dK and dV sums and the keys' and values' fragments alone would be 144 of the
-    // kernel's 152 registers a thread
     return false;
   } else {
+    if (!fused_backward_fits<kD>(N)) return false;
     constexpr auto kKernel = flash_mma_fused_backward_kernel<kD, kFusedGroups>;
     const int warps = int((N + 15) / 16);
-    if (warps > kFusedWarps) return false;
     const size_t bytes = fused_backward_smem_bytes<kD>(warps);
-    if (bytes > max_block_smem()) return false;
     row_tiles(B, N, H, warps);  // checks the grid's B * H blocks
     launch_flash_warps<kKernel>(unsigned(B * H), warps, bytes, dqkv, dout, qkv, lse, drow, int(N),
                                 int(H), scale, vec, async);
@@ -217,6 +264,14 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
 }
 
 }  // namespace
+
+bool flash_mma_fused_backward_takes(Index N, Index D) {
+  if (!flash_mma_enabled() || !flash_mma_fused_backward() || (D != 32 && D != 48 && D != 64))
+    return false;
+  bool fits = false;
+  with_head_dim(D, [&](auto d) { fits = fused_backward_fits<decltype(d)::value>(N); });
+  return fits;
+}
 
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, bool vec) {

@@ -17,11 +17,16 @@
 
 namespace vit::cuda::flash_mma_kernels {
 
-// The most warps (16 keys each) a fused block has: N <= 208 (ViTs' 197 tokens at 224 px), so
-// that each thread may have kFusedRegisters (13 warps x 32 x 152 <= 65,536). A launch bound
-// would count the 13 warps as 16 and allow 128, where holding the warp's keys and values as A
-// fragments spilled 268 bytes (ptxas, sm_90, D = 64) and reloading them for each query group
-// cost 32 ldmatrix a tile a warp, a quarter more than its products' own.
+// The most warps (16 keys each) a fused block has: N <= 208 (ViTs' 197 tokens at 224 px). Each
+// thread has kFusedRegisters. 13 warps x 32 x 152 <= 65,536 was taken to mean that such a block
+// runs; it does not (first device run, H200, 2026-11-28: "too many resources requested for
+// launch"): an SM's four sub-partitions hold 16,384 registers each and a block's warps are dealt
+// to them in turn, so 13 warps allow 128 a thread, as a launch bound would have said. There,
+// holding the warp's keys and values as A fragments spilled 268 bytes (ptxas, sm_90, D = 64) and
+// reloading them for each query group cost 32 ldmatrix a tile a warp, a quarter more than its
+// products' own. So the launch asks the runtime (flash_attention_mma.cu, block_fits): up to 12
+// warps (N <= 192: ViT-Ti/4's 65, a size curriculum's smaller images) run here, N = 193-208
+// falls back to the two kernels.
 constexpr int kFusedWarps = 13;
 constexpr int kFusedRegisters = 152;
 // The streamed query tile taken kCols / kFusedGroups queries at a time (kGroups of the dK/dV
