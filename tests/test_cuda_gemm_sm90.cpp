@@ -1,7 +1,8 @@
 // The sm_90a wgmma GEMM (ops/cuda/gemm_sm90.h) on the device: every output against the fp64
-// sum of the same bf16 operands (within one bf16 step, and at most 2% not the nearest bf16:
-// fp32 accumulation in another order), the GELU epilogue's activation against the exact GELU of
-// its own stored pre-activation, row padding and guard bytes untouched, and the Linear ops
+// sum of the same bf16 operands (within one bf16 step plus 2^-18 of sum |a b|, and at most 2%
+// not the nearest bf16: fp32 accumulation in another order), the GELU epilogue's activation
+// against the exact GELU of its own stored pre-activation (plus the fp32 formula's absolute
+// error, phi_slack), row padding and guard bytes untouched, and the Linear ops
 // taking it under VIT_SM90_GEMM=1 with cuBLASLt's results. Skips on a GPU that is not a Hopper
 // (compute capability 9.0); the operand checks run without a device. Its CPU twin,
 // test_gemm_sm90_on_host.cpp, runs the same kernel source in CI.
@@ -31,6 +32,13 @@ namespace cu = vit::cuda;
 
 double gelu_exact(double x) {
   return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
+// The epilogue's GELU and its gradient are the separate GELU kernels' fp32 formulas, whose
+// Phi(x) = (1 + erff(x / sqrt 2)) / 2 keeps only an absolute accuracy (erff's 2 ulps of ~1,
+// 2^-24 of Phi) where erff is near -1: at x = -4.9 (Phi 5e-7) that is 10% of the GELU, 2 bf16
+// steps (the first device run, 2026-11-28). Twice that, times what multiplies Phi.
+double phi_slack(double factor) {
+  return std::ldexp(std::fabs(factor), -23);
 }
 
 enum class Epi { kBias, kGelu, kGeluGrad };
@@ -140,24 +148,38 @@ TEST_P(CudaSm90Gemm, MatchesTheExactSum) {
         ASSERT_EQ(result[at], untouched[0]) << "row padding (" << i << ", " << j << ") written";
         continue;
       }
-      double sum = s.bias ? double(bias[j]) : 0.0;
-      for (Index k = 0; k < s.K; ++k)
-        sum += double(a[i * lda + k]) * double(s.trans_b ? b[k * ldb + j] : b[j * ldb + k]);
+      double sum = s.bias ? double(bias[j]) : 0.0, magnitude = 0.0;
+      for (Index k = 0; k < s.K; ++k) {
+        const double t =
+            double(a[i * lda + k]) * double(s.trans_b ? b[k * ldb + j] : b[j * ldb + k]);
+        sum += t;
+        magnitude += std::fabs(t);
+      }
+      // fp32 sums in the tensor cores' order lose up to a few 2^-24 of sum |a b| (the first
+      // device run's worst: 2^-23.8), many bf16 steps of a result that cancels to near zero;
+      // 2^-18 of it is allowed on top of the steps (a missing product is ~2^-8 of it).
+      const double slack = std::ldexp(magnitude, -18);
       if (grad) {  // d(pre) = gelu'(x) * d(act), within 2 steps of the exact product's
         const double x = gelu_in[at], cdf = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
-        const double want = sum * (cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI));
+        const double dgelu = cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+        const double want = sum * dgelu;
         const double st = bf16_steps(result[at], want);
-        ASSERT_LE(st, 2.0) << "d(pre) (" << i << ", " << j << "): " << result[at] << " vs " << want;
+        ASSERT_LE(st, 2.0 + (std::fabs(dgelu) * slack + phi_slack(sum)) / vit::test::bf16_ulp(want))
+            << "d(pre) (" << i << ", " << j << "): " << result[at] << " vs " << want;
         second_off += st > 0.5;
         continue;
       }
       const double steps = bf16_steps(y[at], sum);
       worst = std::max(worst, steps);
       far += steps > 0.5;
-      ASSERT_LE(steps, 1.0) << "(" << i << ", " << j << "): " << y[at] << " vs " << sum;
+      ASSERT_LE(steps, 1.0 + slack / vit::test::bf16_ulp(sum))
+          << "(" << i << ", " << j << "): " << y[at] << " vs " << sum << " (sum |a b| " << magnitude
+          << ")";
       if (gelu) {
-        const double st = bf16_steps(result[at], gelu_exact(y[at]));
-        ASSERT_LE(st, 1.0) << "act (" << i << ", " << j << "): " << result[at];
+        const double want = gelu_exact(y[at]);
+        const double st = bf16_steps(result[at], want);
+        ASSERT_LE(st, 1.0 + phi_slack(y[at]) / vit::test::bf16_ulp(want))
+            << "act (" << i << ", " << j << "): " << result[at] << " vs " << want;
         second_off += st > 0.5;
       }
     }
