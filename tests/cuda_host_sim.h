@@ -40,6 +40,9 @@ struct uint4 {
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
   return {x, y, z, w};
 }
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
 
 struct SimDim3 {
   unsigned x = 1, y = 1, z = 1;

@@ -812,6 +812,44 @@ TYPED_TEST(CudaOps, EmbedTokens) {
   }
 }
 
+// The wide-word patch and token kernels (embed_kernels.cuh, the default where shapes and
+// pointers allow) against the one-thread-an-element ones (VIT_EMBED_WIDE=0) on the same inputs,
+// at ViT-S/16's shapes and ViT-Ti/4's: the copies and the token sums bit for bit, dpos (batch
+// sums in slices instead of in order) within fp32 rounding and the same bits on a rerun.
+TYPED_TEST(CudaOps, EmbedWideKernelsGiveTheElementwiseBits) {
+  using T = TypeParam;
+  struct Case {
+    Index B, H, P, C;
+  };
+  uint64_t seed = 760;
+  for (const Case& c : {Case{6, 224, 16, 384}, Case{40, 32, 4, 192}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) +
+                 " P=" + std::to_string(c.P) + " C=" + std::to_string(c.C));
+    const Index G = (c.H / c.P) * (c.H / c.P), N = G + 1, F = 3 * c.P * c.P;
+    DevBuf<T> img(rnd<T>(c.B * 3 * c.H * c.H, ++seed), "img");
+    DevBuf<T> patch(rnd<T>(c.B * G * c.C, ++seed), "patch_out"), cls(rnd<T>(c.C, ++seed), "cls");
+    DevBuf<T> pos(rnd<T>(N * c.C, ++seed), "pos"), dx(rnd<T>(c.B * N * c.C, ++seed), "dx");
+    const Vec dpos0 = rnd<float>(N * c.C, ++seed);
+    auto run = [&](const char* wide) {
+      const ScopedEnv env("VIT_EMBED_WIDE", wide);
+      DevBuf<T> patches(c.B * G * F, "patches"), x(c.B * N * c.C, "x"), dpatch(c.B * G * c.C, "dp");
+      DevBuf<float> dpos(dpos0, "dpos");
+      gpu::im2patches(patches.get(), img.get(), c.B, Index(3), c.H, c.H, c.P);
+      gpu::embed_tokens_forward(x.get(), patch.get(), cls.get(), pos.get(), c.B, N, Index(1), c.C);
+      gpu::embed_tokens_backward(dpatch.get(), static_cast<float*>(nullptr), dpos.get(), dx.get(),
+                                 c.B, N, Index(1), c.C);
+      gpu::synchronize();
+      return std::vector<Vec>{patches.download(), x.download(), dpatch.download(), dpos.download()};
+    };
+    const std::vector<Vec> wide = run("1"), again = run("1"), each = run("0");
+    expect_same_bits("patches", wide[0], each[0]);
+    expect_same_bits("x", wide[1], each[1]);
+    expect_same_bits("dpatch_out", wide[2], each[2]);
+    expect_close("dpos", wide[3], each[3], {1e-5, 1e-6});
+    expect_same_bits("dpos (rerun)", again[3], wide[3]);
+  }
+}
+
 TYPED_TEST(CudaOps, Residual) {
   using T = TypeParam;
   const Tol t_out = pick<T>({1e-6, 1e-7}, {8e-3, 2e-3});

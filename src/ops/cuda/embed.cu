@@ -1,12 +1,39 @@
 // Patch extraction (the im2col of the stride-P patch convolution) and token assembly (class
-// token, position embedding). All elementwise, one thread per output element. The tokens x and
-// their gradient dx are the residual stream's X (ops.h): with X = float (T = bf16), x is the
-// fp32 sum unrounded and dpatch_out is dx rounded once to T (a copy when X = T).
+// token, position embedding). The tokens x and their gradient dx are the residual stream's X
+// (ops.h): with X = float (T = bf16), x is the fp32 sum unrounded and dpatch_out is dx rounded
+// once to T (a copy when X = T). Where shapes and pointers allow (and VIT_EMBED_WIDE is not 0),
+// the kernels of embed_kernels.cuh move runs of values over wide words; else the ones below, one
+// thread an element.
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/embed_kernels.cuh"
 
 namespace vit::cuda {
 
 namespace {
+
+constexpr Index kInt32Max = 2147483647;
+
+// The wide-word kernels unless VIT_EMBED_WIDE=0 (written 2026-11-28 without a GPU; the default
+// since they give the same results, checked on the CPU by tests/test_embed_on_host.cpp).
+bool embed_wide() {
+  return env_switch_on("VIT_EMBED_WIDE");
+}
+
+bool aligned_to(const void* p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % unsigned(bytes) == 0;
+}
+
+// Whether rows of C values at these pointers (null ones aside) deal into 16-byte chunks.
+bool chunked(Index C, std::initializer_list<const void*> pointers) {
+  if (C % kChunk != 0) return false;
+  for (const void* p : pointers)
+    if (!aligned16(p)) return false;
+  return true;
+}
 
 template <typename T>
 __global__ void im2patches_kernel(T* patches, const T* img, Index B, Index Cin, Index Himg,
@@ -68,10 +95,33 @@ __global__ void embed_dcls_kernel(float* dcls, const X* dx, Index B, Index N, In
 
 }  // namespace
 
+// The patches as runs of P values (embed_kernels.cuh) copied in the widest words (16, 8 or 4
+// bytes) that a run, an image row and both pointers align to; false, launching nothing, where
+// none does or the runs do not fit 32-bit indices.
+template <typename T>
+bool launch_im2patches_runs(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg,
+                            Index P) {
+  const Index runs = B * (Himg / P) * (Wimg / P) * Cin * P;
+  if (!embed_wide() || runs > kInt32Max || Himg > kInt32Max || Wimg > kInt32Max) return false;
+  auto run = [&](auto word) {
+    constexpr int kWord = decltype(word)::value;
+    const Index bytes = P * Index(sizeof(T)), row = Wimg * Index(sizeof(T));
+    if (bytes % kWord || row % kWord || !aligned_to(patches, kWord) || !aligned_to(img, kWord))
+      return false;
+    embed_kernels::im2patches_runs_kernel<T, kWord>
+        <<<grid_stride_blocks(runs), kBlock, 0, stream()>>>(patches, img, int(runs), int(Cin),
+                                                            int(Himg), int(Wimg), int(P));
+    VIT_CUDA_LAUNCHED();
+    return true;
+  };
+  return run(std::integral_constant<int, 16>()) || run(std::integral_constant<int, 8>()) ||
+         run(std::integral_constant<int, 4>());
+}
+
 template <typename T>
 void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg, Index P) {
   const Index n = B * (Himg / P) * (Wimg / P) * Cin * P * P;
-  if (n <= 0) return;
+  if (n <= 0 || launch_im2patches_runs(patches, img, B, Cin, Himg, Wimg, P)) return;
   im2patches_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(patches, img, B, Cin, Himg,
                                                                     Wimg, P);
   VIT_CUDA_LAUNCHED();
@@ -81,8 +131,15 @@ template <typename T, typename X>
 void embed_tokens_forward(X* x, const T* patch_out, const T* cls, const T* pos, Index B, Index N,
                           Index prefix, Index C) {
   if (B * N * C <= 0) return;
-  embed_tokens_forward_kernel<<<grid_stride_blocks(B * N * C), kBlock, 0, stream()>>>(
-      x, patch_out, cls, pos, B, N, prefix, C);
+  const Index chunks = B * N * C / kChunk;
+  if (embed_wide() && chunks <= kInt32Max && chunked(C, {x, patch_out, cls, pos})) {
+    embed_kernels::
+        embed_tokens_forward_chunks_kernel<<<grid_stride_blocks(chunks), kBlock, 0, stream()>>>(
+            x, patch_out, cls, pos, int(chunks), int(N), int(prefix), int(C));
+  } else {
+    embed_tokens_forward_kernel<<<grid_stride_blocks(B * N * C), kBlock, 0, stream()>>>(
+        x, patch_out, cls, pos, B, N, prefix, C);
+  }
   VIT_CUDA_LAUNCHED();
 }
 
@@ -90,13 +147,27 @@ template <typename T, typename X>
 void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const X* dx, Index B, Index N,
                            Index prefix, Index C) {
   if (B * N * C <= 0) return;
+  const bool wide = embed_wide() && B * N * C / kChunk <= kInt32Max && chunked(C, {dx});
   if (dpatch_out && N > prefix) {
-    embed_dpatch_kernel<<<grid_stride_blocks(B * (N - prefix) * C), kBlock, 0, stream()>>>(
-        dpatch_out, dx, B, N, prefix, C);
+    const Index chunks = B * (N - prefix) * C / kChunk;
+    if (wide && aligned16(dpatch_out)) {
+      embed_kernels::
+          embed_dpatch_chunks_kernel<<<grid_stride_blocks(chunks), kBlock, 0, stream()>>>(
+              dpatch_out, dx, int(chunks), int(N), int(prefix), int(C));
+    } else {
+      embed_dpatch_kernel<<<grid_stride_blocks(B * (N - prefix) * C), kBlock, 0, stream()>>>(
+          dpatch_out, dx, B, N, prefix, C);
+    }
     VIT_CUDA_LAUNCHED();
   }
   if (dpos) {
-    embed_dpos_kernel<<<grid_stride_blocks(N * C), kBlock, 0, stream()>>>(dpos, dx, B, N, C);
+    if (wide && aligned16(dpos)) {
+      const unsigned blocks = unsigned((N * C / kChunk + 31) / 32);
+      embed_kernels::embed_dpos_chunks_kernel<<<blocks, embed_kernels::kDposThreads, 0, stream()>>>(
+          dpos, dx, int(B), int(N), int(C));
+    } else {
+      embed_dpos_kernel<<<grid_stride_blocks(N * C), kBlock, 0, stream()>>>(dpos, dx, B, N, C);
+    }
     VIT_CUDA_LAUNCHED();
   }
   if (dcls && prefix > 0) {

@@ -25,11 +25,12 @@
 #ifndef VIT_CUDA_HOST_SIM
 #include "ops/cuda/common.cuh"
 #endif
+#include "ops/cuda/chunk.cuh"
 #include "ops/cuda/residual_sum.cuh"
 
 namespace vit::cuda::layernorm_vec {
 
-constexpr int kVec = 8;        // columns a chunk
+constexpr int kVec = kChunk;   // columns a chunk (chunk.cuh)
 constexpr int kThreads = 256;  // threads a block, both kernels
 constexpr int kMaxChunks = 4;  // chunks a lane: up to 1024 columns a row
 
@@ -62,42 +63,6 @@ bool with_layout(Layout l, F&& f) {
   return call_with<8, 1>(l, f) || call_with<16, 1>(l, f) || call_with<32, 1>(l, f) ||
          call_with<32, 2>(l, f) || call_with<8, 3>(l, f) || call_with<16, 3>(l, f) ||
          call_with<32, 3>(l, f) || call_with<32, 4>(l, f);
-}
-
-// Eight consecutive values of a row, moved as one or two 16-byte words.
-template <typename V>
-struct alignas(16) Chunk {
-  V v[kVec];
-};
-
-template <typename V>
-__device__ __forceinline__ Chunk<V> load_chunk(const V* p) {
-#ifdef VIT_CUDA_HOST_SIM
-  if (!aligned16(p)) std::abort();  // the device would fault
-#endif
-  Chunk<V> c;
-  const uint4* src = reinterpret_cast<const uint4*>(p);
-  uint4* dst = reinterpret_cast<uint4*>(&c);
-#pragma unroll
-  for (int i = 0; i < int(sizeof(Chunk<V>) / 16); ++i) dst[i] = src[i];
-  return c;
-}
-template <typename V>
-__device__ __forceinline__ void store_chunk(V* p, const Chunk<V>& c) {
-#ifdef VIT_CUDA_HOST_SIM
-  if (!aligned16(p)) std::abort();
-#endif
-  const uint4* src = reinterpret_cast<const uint4*>(&c);
-  uint4* dst = reinterpret_cast<uint4*>(p);
-#pragma unroll
-  for (int i = 0; i < int(sizeof(Chunk<V>) / 16); ++i) dst[i] = src[i];
-}
-template <typename V>
-__device__ __forceinline__ Chunk<V> zero_chunk() {
-  Chunk<V> c;
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) c.v[e] = from_f32<V>(0.0f);
-  return c;
 }
 
 // Sum over the lanes of an aligned group of kGroup lanes; each of them gets it.
