@@ -325,13 +325,13 @@ TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel where a block holds all of a head's keys
 // (N <= 208 where the device holds such a block, D <= 64; other shapes fall back to the two
-// kernels). dK and dV come from the
-// dK/dV kernel's own code and dQ sums the same bf16 dS^T in the same order as the stored-dS
-// kernel, so every output must have the stored-dS backward's bits (on the CPU simulation,
-// FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits).
-// Which shapes take it is the device's to say (a block of ceil(N / 16) warps must be resident
-// with the kernel's registers: on the H200, N = 197's 13 warps are not), but the small ones
-// must, or the comparison would compare the two-kernel backward with itself.
+// kernels). dK and dV come from the dK/dV kernel's own code and dQ sums the same bf16 dS^T in the
+// same order as the stored-dS kernel, so every output must have the stored-dS backward's bits (on
+// the CPU simulation, FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits). Which shapes take it
+// is the device's to say (a block of ceil(N / 16) warps must be resident with the kernel's
+// registers: N = 197's 13 warps at 152 registers were not on the H200, so they have a 128-register
+// build of the kernel), but the small ones must, or the comparison would compare the two-kernel
+// backward with itself; N = 197 (the first shape) says which it took.
 TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
   const ScopedEnv mma("VIT_FLASH_MMA", "1");  // as compare_switch runs (b_flash_wmma sets it to 0)
   {

@@ -181,7 +181,8 @@ void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel (flash_mma_fused_kernels.cuh: 5 products
 // instead of the two kernels' 7, no recomputation, no scratch) where a block can own all of a
 // head's keys: N <= 16 kFusedWarps (208), its shared memory within the device's limit and its
-// registers too (block_fits; by its rule 12 warps, N <= 192, at 152 registers).
+// registers too (block_fits; by its rule 12 warps, N <= 192, at 152 registers, and 13 at 128,
+// where D = 64 spills 540 bytes a thread: ptxas, sm_90).
 // Opt-in until a device times it (one block an SM of ceil(N / 16) warps, against the two
 // kernels' 2-4 blocks of up to 4).
 bool flash_mma_fused_backward() {
@@ -225,6 +226,20 @@ bool block_fits(int warps, size_t bytes) {
   return it->second;
 }
 
+// f(the fused backward kernel for blocks of `warps` warps, as a std::integral_constant of its
+// pointer): kFusedRegisters a thread up to kFusedWideWarps warps, kFusedNarrowRegisters beyond.
+template <int kD, typename F>
+void with_fused_kernel(int warps, F&& f) {
+  if (warps <= kFusedWideWarps) {
+    f(std::integral_constant<decltype(&flash_mma_fused_backward_kernel<kD, kFusedGroups>),
+                             &flash_mma_fused_backward_kernel<kD, kFusedGroups>>());
+  } else {
+    f(std::integral_constant<
+        decltype(&flash_mma_fused_backward_kernel<kD, kFusedGroups, kFusedNarrowRegisters>),
+        &flash_mma_fused_backward_kernel<kD, kFusedGroups, kFusedNarrowRegisters>>());
+  }
+}
+
 // Whether the fused backward takes this N and head dim on this device (VIT_FLASH_FUSED_BWD
 // aside): at most kFusedWarps warps of 16 keys, its shared memory within the device's limit, and
 // a block of that many warps resident with the kernel's registers.
@@ -238,8 +253,11 @@ bool fused_backward_fits(Index N) {
     const int warps = int((N + 15) / 16);
     if (warps > kFusedWarps) return false;
     const size_t bytes = fused_backward_smem_bytes<kD>(warps);
-    return bytes <= max_block_smem() &&
-           block_fits<flash_mma_fused_backward_kernel<kD, kFusedGroups>>(warps, bytes);
+    bool fits = bytes <= max_block_smem();
+    if (fits)
+      with_fused_kernel<kD>(
+          warps, [&](auto kernel) { fits = block_fits<decltype(kernel)::value>(warps, bytes); });
+    return fits;
   }
 }
 
@@ -253,12 +271,13 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     return false;
   } else {
     if (!fused_backward_fits<kD>(N)) return false;
-    constexpr auto kKernel = flash_mma_fused_backward_kernel<kD, kFusedGroups>;
     const int warps = int((N + 15) / 16);
     const size_t bytes = fused_backward_smem_bytes<kD>(warps);
     row_tiles(B, N, H, warps);  // checks the grid's B * H blocks
-    launch_flash_warps<kKernel>(unsigned(B * H), warps, bytes, dqkv, dout, qkv, lse, drow, int(N),
-                                int(H), scale, vec, async);
+    with_fused_kernel<kD>(warps, [&](auto kernel) {
+      launch_flash_warps<decltype(kernel)::value>(unsigned(B * H), warps, bytes, dqkv, dout, qkv,
+                                                  lse, drow, int(N), int(H), scale, vec, async);
+    });
     return true;
   }
 }

@@ -24,11 +24,16 @@ namespace vit::cuda::flash_mma_kernels {
 // to them in turn, so 13 warps allow 128 a thread, as a launch bound would have said. There,
 // holding the warp's keys and values as A fragments spilled 268 bytes (ptxas, sm_90, D = 64) and
 // reloading them for each query group cost 32 ldmatrix a tile a warp, a quarter more than its
-// products' own. So the launch asks the runtime (flash_attention_mma.cu, block_fits): up to 12
-// warps (N <= 192: ViT-Ti/4's 65, a size curriculum's smaller images) run here, N = 193-208
-// falls back to the two kernels.
+// products' own. So up to kFusedWideWarps warps (N <= 192: ViT-Ti/4's 65, a size curriculum's
+// smaller images) take kFusedRegisters, and 13 (N = 193-208: ViT-S/16 and ViT-B/16 at 224 px)
+// kFusedNarrowRegisters with the spills, until a device times them; the launch asks the runtime
+// whether the block is resident (flash_attention_mma.cu, block_fits) and falls back to the two
+// kernels if not.
 constexpr int kFusedWarps = 13;
+constexpr int kFusedWideWarps = 12;
 constexpr int kFusedRegisters = 152;
+constexpr int kFusedNarrowRegisters = 128;  // D = 64: 540 bytes spilled (ptxas, sm_90; 516
+                                            // with the tile's queries in 4 groups, not 2)
 // The streamed query tile taken kCols / kFusedGroups queries at a time (kGroups of the dK/dV
 // kernel: the same bits whatever the grouping): at D = 64, 152 registers and 4 bytes spilled.
 constexpr int kFusedGroups = 2;
@@ -96,8 +101,8 @@ constexpr size_t fused_backward_smem_bytes(int warps) {
   return dkv_smem_bytes<D>(warps) + size_t(16 * warps) * kTileLd<bf16, kCols> * sizeof(bf16);
 }
 
-template <int D, int kGroups>
-__global__ void __maxnreg__(kFusedRegisters)
+template <int D, int kGroups, int kRegisters = kFusedRegisters>
+__global__ void __maxnreg__(kRegisters)
     flash_mma_fused_backward_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                                     const float* drow, int N, int H, float scale, bool vec,
                                     bool async) {
