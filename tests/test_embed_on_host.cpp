@@ -95,12 +95,15 @@ TEST(EmbedKernelsOnHost, PatchRunsAreTheIm2col) {
 struct TokenCase {
   Index B, N, prefix, C;
 };
+std::string str(const TokenCase& c) {
+  return "B=" + std::to_string(c.B) + " N=" + std::to_string(c.N) +
+         " prefix=" + std::to_string(c.prefix) + " C=" + std::to_string(c.C);
+}
 
 // x (B, N, C) = [cls | patch_out] + pos, rounded once to X; the wide kernel against the loop.
 template <typename T, typename X>
 void check_tokens_forward(const TokenCase& c, uint64_t seed) {
-  SCOPED_TRACE("B=" + std::to_string(c.B) + " N=" + std::to_string(c.N) +
-               " prefix=" + std::to_string(c.prefix) + " C=" + std::to_string(c.C));
+  SCOPED_TRACE(str(c));
   Gen gen(seed);
   const Index Np = c.N - c.prefix;
   const std::vector<T> patch = values<T>(gen, c.B * Np * c.C), cls = values<T>(gen, c.C),
@@ -133,8 +136,7 @@ TEST(EmbedKernelsOnHost, TokenChunksAreTheElementwiseSum) {
 // The backward: the patch rows of dx rounded to T, and dpos (N, C) += the batch sum of dx.
 template <typename T, typename X>
 void check_tokens_backward(const TokenCase& c, uint64_t seed) {
-  SCOPED_TRACE("B=" + std::to_string(c.B) + " N=" + std::to_string(c.N) +
-               " prefix=" + std::to_string(c.prefix) + " C=" + std::to_string(c.C));
+  SCOPED_TRACE(str(c));
   Gen gen(seed);
   const Index Np = c.N - c.prefix;
   const std::vector<X> dx = values<X>(gen, c.B * c.N * c.C);
