@@ -9,6 +9,7 @@
 // (tests/test_embed_on_host.cpp).
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 
 #ifndef VIT_CUDA_HOST_SIM
 #include "ops/cuda/common.cuh"
@@ -46,8 +47,13 @@ __global__ void im2patches_runs_kernel(T* patches, const T* img, int runs, int C
     const int s = int(i), ph = s % P, t = s / P, c = t % Cin, q = t / Cin;
     const int p = q % grid, b = q / grid, py = p / gw, px = p % gw;
     const T* src = img + ((int64_t(b) * Cin + c) * Himg + py * P + ph) * Wimg + px * P;
+    T* dst = patches + int64_t(s) * P;
+#ifdef VIT_CUDA_HOST_SIM
+    if (reinterpret_cast<uintptr_t>(src) % kWord || reinterpret_cast<uintptr_t>(dst) % kWord)
+      std::abort();  // the device would fault
+#endif
     const Word* from = reinterpret_cast<const Word*>(src);
-    Word* to = reinterpret_cast<Word*>(patches + int64_t(s) * P);
+    Word* to = reinterpret_cast<Word*>(dst);
     for (int w = 0; w < words; ++w) to[w] = from[w];
   }
 }
