@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -43,6 +44,12 @@ inline bool env_opt_in(const char* name) {
 // the same for kernels it runs on the CPU.
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+// Whether every one of these pointers is (null ones are).
+inline bool all_aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (!aligned16(p)) return false;
+  return true;
 }
 
 // A kernel's dynamic shared memory (the launch's third argument), 128-byte aligned

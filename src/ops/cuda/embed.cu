@@ -29,10 +29,7 @@ bool aligned_to(const void* p, int bytes) {
 
 // Whether rows of C values at these pointers (null ones aside) deal into 16-byte chunks.
 bool chunked(Index C, std::initializer_list<const void*> pointers) {
-  if (C % kChunk != 0) return false;
-  for (const void* p : pointers)
-    if (!aligned16(p)) return false;
-  return true;
+  return C % kChunk == 0 && all_aligned16(pointers);
 }
 
 template <typename T>

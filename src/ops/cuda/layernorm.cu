@@ -384,9 +384,7 @@ Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X*
 // the row-in-registers kernels), where C deals into whole chunks and every pointer given is
 // 16-byte aligned (null ones are); else group 0 and the row-in-registers kernels.
 layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> pointers) {
-  if (!env_switch_on("VIT_LAYERNORM_VEC")) return {};
-  for (const void* p : pointers)
-    if (!aligned16(p)) return {};
+  if (!env_switch_on("VIT_LAYERNORM_VEC") || !all_aligned16(pointers)) return {};
   return layernorm_vec::layout_for(C);
 }
 // They are compiled for bf16 activations only (the fp32 mode is the device's check against the

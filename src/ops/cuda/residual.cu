@@ -75,10 +75,7 @@ __global__ void residual_packed_kernel(std::conditional_t<kAddX, X, T>* out, con
 
 template <typename T>
 bool packable(Index n, Index C, const T* gamma, std::initializer_list<const void*> ptrs) {
-  if (n >= kPackedMaxN || C % kPack<T> != 0 || (gamma && !aligned16(gamma))) return false;
-  for (const void* p : ptrs)
-    if (!aligned16(p)) return false;
-  return true;
+  return n < kPackedMaxN && C % kPack<T> == 0 && aligned16(gamma) && all_aligned16(ptrs);
 }
 
 template <typename T, typename X>
