@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -33,14 +32,12 @@ std::vector<V> values(Gen& gen, Index n, double spread = 2.0) {
   return v;
 }
 
-// How many of got differ in their bits from want (sizes must match).
-template <typename V>
-size_t bits_differ(const std::vector<V>& got, const std::vector<V>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  size_t n = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
-    n += std::memcmp(&got[i], &want[i], sizeof(V)) != 0;
-  return n;
+// The values as fp32, bf16 widened exactly, for emu_test::expect_same_bits.
+vit::emu_test::Floats floats(const vit::emu_test::Floats& v) {
+  return v;
+}
+vit::emu_test::Floats floats(const vit::emu_test::Bf16s& v) {
+  return vit::emu_test::widen(v);
 }
 
 struct ImageCase {
@@ -80,7 +77,7 @@ void check_im2patches(const ImageCase& c, uint64_t seed) {
     ek::im2patches_runs_kernel<T, kWord>(got.data(), img.data(), runs, int(c.Cin), int(c.H),
                                          int(c.W), int(c.P));
   });
-  EXPECT_EQ(bits_differ(got, want), 0u);
+  vit::emu_test::expect_same_bits(floats(got), floats(want));
 }
 
 TEST(EmbedKernelsOnHost, PatchRunsAreTheIm2col) {
@@ -124,7 +121,7 @@ void check_tokens_forward(const TokenCase& c, uint64_t seed) {
     ek::embed_tokens_forward_chunks_kernel<T, X>(got.data(), patch.data(), cls.data(), pos.data(),
                                                  chunks, int(c.N), int(c.prefix), int(c.C));
   });
-  EXPECT_EQ(bits_differ(got, want), 0u);
+  vit::emu_test::expect_same_bits(floats(got), floats(want));
 }
 
 TEST(EmbedKernelsOnHost, TokenChunksAreTheElementwiseSum) {
@@ -153,7 +150,7 @@ void check_tokens_backward(const TokenCase& c, uint64_t seed) {
     ek::embed_dpatch_chunks_kernel<T, X>(got.data(), dx.data(), chunks, int(c.N), int(c.prefix),
                                          int(c.C));
   });
-  EXPECT_EQ(bits_differ(got, want), 0u);
+  vit::emu_test::expect_same_bits(floats(got), floats(want));
 
   const std::vector<float> dpos0 = values<float>(gen, c.N * c.C);  // a gradient accumulates
   std::vector<float> dpos = dpos0, again = dpos0;
@@ -176,7 +173,8 @@ void check_tokens_backward(const TokenCase& c, uint64_t seed) {
   }
   EXPECT_EQ(off, 0u) << "of " << c.N * c.C << " dpos sums beyond fp32 rounding";
   // the second run added the same sums to the same start: the same bits
-  EXPECT_EQ(bits_differ(again, dpos), 0u) << "dpos is not deterministic";
+  SCOPED_TRACE("dpos rerun: deterministic");
+  vit::emu_test::expect_same_bits(again, dpos);
 }
 
 TEST(EmbedKernelsOnHost, TokenGradientsAreThePatchRowsAndTheBatchSums) {
