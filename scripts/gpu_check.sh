@@ -1176,7 +1176,8 @@ fi
 # backward, not yet timed; stored was timed in the fourth and fifth runs); fwdrows (the forward
 # over two row tiles a warp) came with it. The sixth runs (2026-11-28) timed fwdrows at 0.99x
 # the default (both rounds) and found that fusedbwd could not launch ViT-S/16's 13-warp blocks
-# at 152 registers; they now run a 128-register build (spilling), which fusedbwd times here, and
+# at 152 registers; they now run a 128-register build (reloading the key and value fragments per
+# query group: 24 bytes spilled, not 540), which fusedbwd times here, and
 # BENCH_SMALL times the 152-register one at ViT-Ti/4.
 read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd local dwone}"
 # The switches a bench round times on the last (small-image) model only

@@ -57,11 +57,12 @@ const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50
 struct Launch {
   Shape s;
   bool vec = true, async = true;
-  bool stored_ds = false;   // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
-  int warps = k::kWarps;    // VIT_FLASH_WARPS
-  bool half_tiles = false;  // VIT_FLASH_HALF_TILES=1: the backward kernels' kGroups = 2
-  bool fused = false;       // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
-  int fwd_row_tiles = 1;    // VIT_FLASH_FWD_ROWS=32: 2 (the forward's rows a warp, 16 each)
+  bool stored_ds = false;     // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
+  int warps = k::kWarps;      // VIT_FLASH_WARPS
+  bool half_tiles = false;    // VIT_FLASH_HALF_TILES=1: the backward kernels' kGroups = 2
+  bool fused = false;         // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
+  bool fused_reload = false;  // its 13-warp build: key and value fragments reloaded per group
+  int fwd_row_tiles = 1;      // VIT_FLASH_FWD_ROWS=32: 2 (the forward's rows a warp, 16 each)
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
@@ -90,9 +91,14 @@ struct Launch {
         ASSERT_LE(fused_warps, k::kFusedWarps);
         cu::launch({unsigned(s.B * s.H)}, {unsigned(32 * fused_warps)},
                    k::fused_backward_smem_bytes<D>(fused_warps), [&] {
-                     k::flash_mma_fused_backward_kernel<D, k::kFusedGroups>(
-                         dqkv, dout, qkv, lse, drow, s.N, s.H, 1.0f / std::sqrt(float(D)), vec,
-                         async);
+                     const float scale = 1.0f / std::sqrt(float(D));
+                     if (fused_reload)
+                       k::flash_mma_fused_backward_kernel<D, k::kFusedGroups,
+                                                          k::kFusedNarrowRegisters, true>(
+                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec, async);
+                     else
+                       k::flash_mma_fused_backward_kernel<D, k::kFusedGroups>(
+                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec, async);
                    });
         return;
       }
@@ -251,7 +257,8 @@ TEST(FlashKernelsOnHost, StoredDsGivesTheRecomputedBits) {
 // sums the same dS^T values in the same order as the stored-dS kernel, so all of dqkv must have
 // the stored-dS backward's bits: N = 197 (13 warps, the last with 5 keys), 17 (2 samples, 2
 // heads), 65 (a last query tile of one row), 208 (13 full warps, the most); D = 32, 48
-// (16-column dQ units) and 64; the scalar and synchronous tile loads too.
+// (16-column dQ units) and 64; the scalar and synchronous tile loads too; both builds (the key
+// and value fragments held, and reloaded per query group as the 13-warp blocks run it).
 TEST(FlashKernelsOnHost, FusedBackwardGivesTheStoredDsBits) {
   const struct {
     Shape s;
@@ -269,8 +276,12 @@ TEST(FlashKernelsOnHost, FusedBackwardGivesTheStoredDsBits) {
     stored.stored_ds = true;
     fused.fused = true;
     const Result want = run_kernels(stored, in.qkv, in.dout, in.e_out, in.e_lse);
-    const Result got = run_kernels(fused, in.qkv, in.dout, in.e_out, in.e_lse);
-    vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
+    for (const bool reload : {false, true}) {
+      SCOPED_TRACE(reload ? "fragments reloaded per group" : "fragments held");
+      fused.fused_reload = reload;
+      const Result got = run_kernels(fused, in.qkv, in.dout, in.e_out, in.e_lse);
+      vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
+    }
   }
 }
 

@@ -182,7 +182,8 @@ void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, 
 // instead of the two kernels' 7, no recomputation, no scratch) where a block can own all of a
 // head's keys: N <= 16 kFusedWarps (208), its shared memory within the device's limit and its
 // registers too (block_fits; by its rule 12 warps, N <= 192, at 152 registers, and 13 at 128,
-// where D = 64 spills 540 bytes a thread: ptxas, sm_90).
+// which reload the key and value fragments per query group: D = 64 spills 24 bytes a thread,
+// ptxas, sm_90, against 540 holding them).
 // Opt-in until a device times it (one block an SM of ceil(N / 16) warps, against the two
 // kernels' 2-4 blocks of up to 4).
 bool flash_mma_fused_backward() {
@@ -227,7 +228,8 @@ bool block_fits(int warps, size_t bytes) {
 }
 
 // f(the fused backward kernel for blocks of `warps` warps, as a std::integral_constant of its
-// pointer): kFusedRegisters a thread up to kFusedWideWarps warps, kFusedNarrowRegisters beyond.
+// pointer): kFusedRegisters a thread up to kFusedWideWarps warps, kFusedNarrowRegisters (and the
+// fragments reloaded per query group) beyond.
 template <int kD, typename F>
 void with_fused_kernel(int warps, F&& f) {
   if (warps <= kFusedWideWarps) {
@@ -235,8 +237,8 @@ void with_fused_kernel(int warps, F&& f) {
                              &flash_mma_fused_backward_kernel<kD, kFusedGroups>>());
   } else {
     f(std::integral_constant<
-        decltype(&flash_mma_fused_backward_kernel<kD, kFusedGroups, kFusedNarrowRegisters>),
-        &flash_mma_fused_backward_kernel<kD, kFusedGroups, kFusedNarrowRegisters>>());
+        decltype(&flash_mma_fused_backward_kernel<kD, kFusedGroups, kFusedNarrowRegisters, true>),
+        &flash_mma_fused_backward_kernel<kD, kFusedGroups, kFusedNarrowRegisters, true>>());
   }
 }
 
