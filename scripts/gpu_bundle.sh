@@ -171,7 +171,7 @@ vit_find_lib() {
 }
 vit_bundle_env() {
   VIT_BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" nccl="" b missing
+  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" nccl="" cudnn="" b missing
   if ! { rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$VIT_BUNDLE/libs.tar.xz"; }; then
     echo "env.sh: cannot unpack $VIT_BUNDLE/libs.tar.xz" >&2
     return 2
@@ -190,9 +190,13 @@ vit_bundle_env() {
   fi
   lt=$(vit_find_lib libcublasLt.so.13)
   nccl=$(vit_find_lib libnccl.so.2)
+  # cuDNN: only VIT_CUDNN_ATTENTION loads it (dlopen, with its sub-libraries beside it); the
+  # binaries start without it.
+  cudnn=$(vit_find_lib libcudnn.so.9)
   VIT_CUBLASLT_DIR="$lt"
   VIT_LD_LIBRARY_PATH="$libs/lib${lt:+:$lt}"
   [ -n "$nccl" ] && [ "$nccl" != "$lt" ] && VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH:$nccl"
+  [ -n "$cudnn" ] && [ "$cudnn" != "$lt" ] && VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH:$cudnn"
   VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   missing=""
   for b in "$VIT_BUNDLE"/bin/*; do
@@ -204,7 +208,7 @@ vit_bundle_env() {
     echo "env.sh: using the bundled C++ runtime"
   fi
   export VIT_BUNDLE VIT_LD_LIBRARY_PATH VIT_CUBLASLT_DIR
-  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}; libnccl: ${nccl:-NOT FOUND}"
+  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}; libnccl: ${nccl:-NOT FOUND}; libcudnn: ${cudnn:-NOT FOUND}"
   for b in "$VIT_BUNDLE"/bin/*; do
     if LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1 | grep 'not found'; then
       echo "env.sh: $(basename "$b") misses the shared libraries above" >&2

@@ -16,7 +16,9 @@
 // 17 (one partial tile), N = 65 (a single-row last tile), odd B; one case with buffers offset by
 // one element (no 16-byte accesses); D = 32, 48, 64 over several tiles, N a multiple of the
 // tile. A second backward must give the same bits. The bf16 kernels (both sets) also against
-// the CPU emulation's rounding points (MatchesTheEmulationOnBothKernelSets).
+// the CPU emulation's rounding points (MatchesTheEmulationOnBothKernelSets). cuDNN's fused
+// attention (VIT_CUDNN_ATTENTION) against the same reference
+// (CudnnAttentionMatchesTheCpuReference).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -399,3 +401,73 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
 }
 
 }  // namespace
+
+// VIT_CUDNN_ATTENTION (ops/cuda/cudnn_attention.cu): cuDNN's fused attention in place of the
+// flash kernels, the forward alone (our backward then reads cuDNN's statistics), the backward
+// alone (reading ours) and both, against the fp64 reference with the bf16 tolerances of
+// MatchesCpuReference, on the aligned shapes (misaligned buffers go to the flash kernels). It
+// must run at ViT-S/16's shape; elsewhere it may decline a shape (the op then runs the flash
+// kernels, which the same check holds to). Skips, saying why, where the machine's cuDNN is
+// missing or predates the operation: that is the library's absence, not the GPU's.
+TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
+  using T = bf16;
+  const std::string lib = gpu::cudnn_attention_library();
+  std::printf("[ info     ] %s\n", lib.c_str());
+  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
+  const long version = std::atol(lib.c_str() + 6);
+  if (version < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation (9.13.1)";
+  const Tol t_out{2e-2, 8e-3}, t_lse{1e-4, 1e-5}, t_dqkv{3e-2, 1.5e-2};
+  for (const char* mode : {"fwd", "bwd", "1"}) {
+    const bool fwd = mode[0] != 'b', bwd = mode[0] != 'f';
+    if (bwd && version < 91700) {
+      std::printf("[ info     ] %s: no SDPA backward operation (9.17); mode %s not run\n",
+                  lib.c_str(), mode);
+      continue;
+    }
+    const ScopedEnv env("VIT_CUDNN_ATTENTION", mode);
+    uint64_t seed = 1300;
+    for (const Shape& s : kShapes) {
+      if (s.offset) continue;
+      SCOPED_TRACE(str(s) + " VIT_CUDNN_ATTENTION=" + mode);
+      const Index C = s.H * s.D;
+      const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
+      const Reference ref = reference(qkv, dout, s);
+      DevBuf<T> d_qkv(qkv, "qkv"), d_dout(dout, "dout");
+      const gpu::CudnnAttentionCounts before = gpu::cudnn_attention_counts();
+      const DeviceResult got = run_bf16(s, d_qkv, d_dout);
+      const gpu::CudnnAttentionCounts after = gpu::cudnn_attention_counts();
+      const bool ran_fwd = after.forward > before.forward,
+                 ran_bwd = after.backward > before.backward;
+      std::printf("[ info     ] %s mode %s: cuDNN forward %s, backward %s\n", str(s).c_str(), mode,
+                  ran_fwd ? "ran" : "declined", ran_bwd ? "ran" : "declined");
+      if (s.N == 197 && s.D == 64) {
+        EXPECT_EQ(ran_fwd, fwd) << "cuDNN's forward did not run at ViT-S/16's shape (stderr: why)";
+        EXPECT_EQ(ran_bwd, bwd) << "cuDNN's backward did not run at ViT-S/16's shape (stderr: why)";
+      }
+      EXPECT_FALSE(ran_fwd && !fwd);
+      EXPECT_FALSE(ran_bwd && !bwd);
+      expect_close("out", got.out, ref.out, t_out);
+      expect_close("lse", got.lse, ref.lse, t_lse);
+      expect_close("dqkv", got.dqkv, ref.dqkv, t_dqkv);
+    }
+  }
+}
+
+// The SDPA operations' descriptors as cudnn_attention.cu builds them (tensors, strides, the
+// by-value scale, the operation), finalized by the library itself: no device needed, so this
+// runs wherever the toolkit's cuDNN is (CI included) and catches a descriptor cuDNN rejects
+// before a GPU session would. Skips where libcudnn.so.9 is not there or predates the operation.
+TEST(CudnnAttentionOperation, TheLibraryAcceptsTheDescriptors) {
+  const std::string lib = gpu::cudnn_attention_library();
+  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
+  const long version = std::atol(lib.c_str() + 6);
+  if (version < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation (9.13.1)";
+  const Shape shapes[] = {{256, 197, 6, 64}, {1024, 65, 3, 64}, {3, 50, 3, 32}, {2, 65, 4, 96}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(str(s));
+    EXPECT_EQ(gpu::cudnn_attention_check_operation(true, s.B, s.N, s.H, s.D), "");
+    if (version >= 91700) {
+      EXPECT_EQ(gpu::cudnn_attention_check_operation(false, s.B, s.N, s.H, s.D), "");
+    }
+  }
+}

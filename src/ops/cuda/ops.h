@@ -62,7 +62,8 @@ enum ScratchSlot : int {
   kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
   kScratchFlashDs = 11,       // the flash backward's dS^T of every head (B * H, N, 64 tiles) bf16
   kScratchGemmSplit = 12,     // the sm_90a weight gradient's per-split partial sums fp32
-  kScratchSlots = 13,
+  kScratchCudnn = 13,         // cuDNN's attention workspace (VIT_CUDNN_ATTENTION)
+  kScratchSlots = 14,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -211,6 +212,26 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N,
 template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                               Index B, Index N, Index H, Index D);
+
+// cuDNN's fused attention in place of those kernels for bf16, opt-in (cudnn_attention.cu):
+// VIT_CUDNN_ATTENTION=1 both directions, fwd or bwd one. The same arguments and results as the
+// flash ops (lse: the same natural-log statistics); true if cuDNN ran it, false (nothing done,
+// one line on stderr the first time) where it is not asked for, not loadable, too old, or
+// declines the shape or the buffers' alignment. Not bitwise reproducible by contract.
+bool cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H,
+                             Index D);
+bool cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                              const float* lse, Index B, Index N, Index H, Index D);
+// How many times cuDNN ran each direction in this process (tests and the bench's check).
+struct CudnnAttentionCounts {
+  long forward = 0, backward = 0;
+};
+CudnnAttentionCounts cudnn_attention_counts();
+// "cuDNN <version>" as loaded, or why it was not.
+std::string cudnn_attention_library();
+// Builds and finalizes the SDPA operation of a direction and shape with its tensors, which
+// needs the library but no device: "" if cuDNN accepts it, else its message (tests).
+std::string cudnn_attention_check_operation(bool forward, Index B, Index N, Index H, Index D);
 
 // Exact (erf) GELU, tanh-approximation GELU (PyTorch's gelu(approximate='tanh')) and
 // h-swish, elementwise over n values.
