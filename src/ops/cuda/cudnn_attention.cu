@@ -142,6 +142,14 @@ class Desc {
   Desc(const Desc&) = delete;
   Desc& operator=(const Desc&) = delete;
   Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  Desc& operator=(Desc&& o) noexcept {
+    if (this != &o) {
+      if (d_) api().destroy_desc(d_);
+      d_ = o.d_;
+      o.d_ = nullptr;
+    }
+    return *this;
+  }
   ~Desc() {
     if (d_) api().destroy_desc(d_);
   }
@@ -220,58 +228,70 @@ struct Plan {
   int64_t workspace = 0;
 };
 
-// The operation graph of `op`, and the first engine configuration of heuristics mode A that
-// finalizes as an execution plan.
-void build_plan(Plan& p, cudnnHandle_t handle, Desc op) {
-  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
-  const cudnnBackendDescriptor_t ops[1] = {op.get()};
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops, "graph ops");
-  graph.finalize("operation graph");
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+// The engine configurations heuristics `mode` ranks for `graph` (none if it ranks none), and the
+// heuristics descriptor they came from.
+std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode, Desc& heur) {
   heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph");
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
   heur.finalize("heuristics");
   int64_t count = 0;
   check(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
                        &count, nullptr),
         "heuristics count");
-  if (count < 1) throw CudnnFailure("no engine configuration for the graph");
   std::vector<Desc> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
+  for (int64_t i = 0; i < count; ++i) configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  for (const Desc& c : configs) raw.push_back(c.get());
   int64_t got = 0;
-  check(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                       count, &got, raw.data()),
-        "heuristics results");
-  std::string last;
-  for (int64_t i = 0; i < got; ++i) {
+  if (count > 0)
+    check(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                         count, &got, raw.data()),
+          "heuristics results");
+  configs.erase(configs.begin() + got, configs.end());  // the ranked ones
+  return configs;
+}
+
+// The operation graph of `op`, and the first engine configuration (of heuristics mode A's, else
+// the fallback list's) that finalizes as an execution plan.
+void build_plan(Plan& p, cudnnHandle_t handle, Desc op) {
+  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
+  const cudnnBackendDescriptor_t ops[1] = {op.get()};
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops, "graph ops");
+  graph.finalize("operation graph");
+  std::string last = "no engine configuration for the graph";
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    std::vector<Desc> configs;
     try {
-      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
-      plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[size_t(i)], "plan config");
-      plan.finalize("execution plan");
-      int64_t n = 0;
-      check(api().get_attr(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-                           1, &n, &p.workspace),
-            "plan workspace");
-      p.plan = plan.get();
-      p.keep.push_back(std::move(plan));
-      p.keep.push_back(std::move(configs[size_t(i)]));
-      p.keep.push_back(std::move(heur));
-      p.keep.push_back(std::move(graph));
-      p.keep.push_back(std::move(op));
-      return;
+      configs = engine_configs(graph, mode, heur);
     } catch (const CudnnFailure& e) {
       last = e.what();
+      continue;
+    }
+    for (Desc& config : configs) {
+      try {
+        Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
+        plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config, "plan config");
+        plan.finalize("execution plan");
+        int64_t n = 0;
+        check(api().get_attr(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                             1, &n, &p.workspace),
+              "plan workspace");
+        p.plan = plan.get();
+        p.keep.push_back(std::move(plan));
+        p.keep.push_back(std::move(config));
+        p.keep.push_back(std::move(heur));
+        p.keep.push_back(std::move(graph));
+        p.keep.push_back(std::move(op));
+        return;
+      } catch (const CudnnFailure& e) {
+        last = e.what();
+      }
     }
   }
-  throw CudnnFailure("none of " + std::to_string(got) +
-                     " engine configurations finalized: " + last);
+  throw CudnnFailure("no engine configuration finalized: " + last);
 }
 
 // The operation of a direction and shape with the tensors it references (finalized; no handle,
