@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/common.cuh"
@@ -173,9 +174,14 @@ class Desc {
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kdO, kdQ, kdK, kdV };
 
 // A (B, H, N, D) view: dims and element strides, row stride `ld` (3C for q, k, v and their
-// gradients, C for out and dO).
-Desc view_tensor(Uid uid, int64_t B, int64_t H, int64_t N, int64_t D, int64_t ld) {
-  const int64_t dims[4] = {B, H, N, D}, strides[4] = {N * ld, D, ld, 1};
+// gradients, C for out and dO); `transposed`: the same memory as (B, H, D, N).
+Desc view_tensor(Uid uid, int64_t B, int64_t H, int64_t N, int64_t D, int64_t ld,
+                 bool transposed = false) {
+  int64_t dims[4] = {B, H, N, D}, strides[4] = {N * ld, D, ld, 1};
+  if (transposed) {
+    std::swap(dims[2], dims[3]);
+    std::swap(strides[2], strides[3]);
+  }
   Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const cudnnDataType_t type = CUDNN_DATA_BFLOAT16;
   const int64_t id = uid, align = 16;
@@ -319,10 +325,16 @@ Operation forward_operation(int64_t B, int64_t N, int64_t H, int64_t D) {
   return r;
 }
 
-Operation backward_operation(int64_t B, int64_t N, int64_t H, int64_t D) {
+// kv_transposed: K and V described as K^T and V^T (B, H, D, N), the form the backend's
+// composite attention backward takes (cudnn-frontend transposes them for it); whether the SDPA
+// backward operation wants that or K and V as they are (as its forward does) is the device's to
+// say, so plan_for tries both.
+Operation backward_operation(int64_t B, int64_t N, int64_t H, int64_t D,
+                             bool kv_transposed = false) {
   const int64_t C = H * D;
-  Desc q = view_tensor(kQ, B, H, N, D, 3 * C), k = view_tensor(kK, B, H, N, D, 3 * C),
-       v = view_tensor(kV, B, H, N, D, 3 * C), o = view_tensor(kO, B, H, N, D, C),
+  Desc q = view_tensor(kQ, B, H, N, D, 3 * C),
+       k = view_tensor(kK, B, H, N, D, 3 * C, kv_transposed),
+       v = view_tensor(kV, B, H, N, D, 3 * C, kv_transposed), o = view_tensor(kO, B, H, N, D, C),
        d_o = view_tensor(kdO, B, H, N, D, C), dq = view_tensor(kdQ, B, H, N, D, 3 * C),
        dk = view_tensor(kdK, B, H, N, D, 3 * C), dv = view_tensor(kdV, B, H, N, D, 3 * C),
        stats = stats_tensor(B, H, N), scale = scale_tensor();
@@ -344,8 +356,10 @@ Operation backward_operation(int64_t B, int64_t N, int64_t H, int64_t D) {
   return r;
 }
 
-Plan make_plan(cudnnHandle_t handle, bool forward, int64_t B, int64_t N, int64_t H, int64_t D) {
-  Operation o = forward ? forward_operation(B, N, H, D) : backward_operation(B, N, H, D);
+Plan make_plan(cudnnHandle_t handle, bool forward, int64_t B, int64_t N, int64_t H, int64_t D,
+               bool kv_transposed = false) {
+  Operation o =
+      forward ? forward_operation(B, N, H, D) : backward_operation(B, N, H, D, kv_transposed);
   Plan p;
   build_plan(p, handle, std::move(o.op));
   for (Desc& t : o.tensors) p.keep.push_back(std::move(t));
@@ -365,10 +379,30 @@ State& state() {
   return *s;
 }
 
-void say_once(State& s, const std::string& line) {
+// One line on stderr the first time: a decline (`fallback`: the flash kernels run instead) or a
+// note.
+void say_once(State& s, const std::string& line, bool fallback = true) {
   if (s.said.insert(line).second)
-    std::fprintf(stderr, "vitrain: VIT_CUDNN_ATTENTION: %s; using the flash kernels\n",
-                 line.c_str());
+    std::fprintf(stderr, "vitrain: VIT_CUDNN_ATTENTION: %s%s\n", line.c_str(),
+                 fallback ? "; using the flash kernels" : "");
+}
+
+// The plan of a direction and shape; the backward's with K and V as they are, else as K^T and
+// V^T (backward_operation), saying so.
+Plan plan_either_way(State& s, cudnnHandle_t handle, bool forward, Index B, Index N, Index H,
+                     Index D) {
+  if (forward) return make_plan(handle, true, B, N, H, D);
+  try {
+    return make_plan(handle, false, B, N, H, D);
+  } catch (const CudnnFailure& first) {
+    try {
+      Plan p = make_plan(handle, false, B, N, H, D, true);
+      say_once(s, std::string("backward planned with K^T and V^T after: ") + first.what(), false);
+      return p;
+    } catch (const CudnnFailure& second) {
+      throw CudnnFailure(std::string(first.what()) + "; with K^T and V^T: " + second.what());
+    }
+  }
 }
 
 // The plan for this direction and shape on the current device, built on first use; nullptr
@@ -403,7 +437,7 @@ const Plan* plan_for(bool forward, Index B, Index N, Index H, Index D, cudnnHand
     if (it == s.plans.end()) {
       Plan p;
       try {
-        p = make_plan(*handle, forward, B, N, H, D);
+        p = plan_either_way(s, *handle, forward, B, N, H, D);
       } catch (const CudnnFailure& e) {
         say_once(s, std::string(forward ? "forward" : "backward") + " B=" + std::to_string(B) +
                         " N=" + std::to_string(N) + " H=" + std::to_string(H) +
