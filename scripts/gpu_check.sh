@@ -595,6 +595,11 @@ s_vbench_sm90dgrad() {
 s_vprofile_sm90() {
   VIT_SM90_GEMM=1 s_vprofile "$@"
 }
+# Args: model, batch. The op profile with cuDNN's fused attention (VIT_CUDNN_ATTENTION=1): its
+# attention_forward / attention_backward rows against the flash kernels' in h_profile_*.
+s_vprofile_cudnn() {
+  VIT_CUDNN_ATTENTION=1 s_vprofile "$@"
+}
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
 s_vbench_gelufast() {
@@ -700,7 +705,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1302,6 +1307,8 @@ steps_profile() {
     "vitrain bench --profile, VIT_SM90_GEMM=1 $m b$b" s_vprofile_sm90 "$m" "$b"
   step "h_profile_local_$(short "$m")" bench 120 "vitrain bench --profile --ffn local $m b$b" \
     s_vprofile_local "$m" "$b"
+  step "h_profile_cudnn_$(short "$m")" bench 120 \
+    "vitrain bench --profile, VIT_CUDNN_ATTENTION=1 $m b$b" s_vprofile_cudnn "$m" "$b"
   # The small-image model too (issue 13 asks 2x torch.compile there; 1.04x on the H200): where
   # its launch-bound step goes.
   local n=${#BENCH_MODELS[@]}
