@@ -215,7 +215,7 @@ Desc scale_tensor() {
   const int64_t dims[4] = {1, 1, 1, 1}, strides[4] = {1, 1, 1, 1};
   Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  const int64_t id = kScale, align = 4;
+  const int64_t id = kScale, align = 16;  // cudnn-frontend gives every tensor 16
   const bool by_value = true;
   t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "scale type");
   t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "scale dims");
