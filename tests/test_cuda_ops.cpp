@@ -913,6 +913,30 @@ TYPED_TEST(CudaOps, Pool) {
   }
 }
 
+// The pooling backward's chunk kernel (pool_kernels.cuh, the default where C and the pointers
+// allow) against the one-thread-an-element one (VIT_POOL_WIDE=0) on the same inputs: the same
+// formula a value, so the same bits, at ViT-Ti/4's pooled shape and with a class token.
+TYPED_TEST(CudaOps, PoolWideKernelGivesTheElementwiseBits) {
+  using T = TypeParam;
+  uint64_t seed = 950;
+  for (const TokShape& s : {TokShape{64, 64, 192, 3, 0, 8}, TokShape{6, 197, 384, 6, 1, 14}}) {
+    for (bool avg : {false, true}) {
+      if (!avg && s.prefix == 0) continue;
+      SCOPED_TRACE(str(s) + (avg ? " avg" : " token"));
+      DevBuf<T> d_dout(rnd<T>(s.B * s.C, ++seed), "dout");
+      const Vec dx0 = rnd<T>(s.B * s.N * s.C, ++seed);
+      auto run = [&](const char* wide) {
+        const ScopedEnv env("VIT_POOL_WIDE", wide);
+        DevBuf<T> d_dx(dx0, "dx");
+        gpu::pool_backward(d_dx.get(), d_dout.get(), s.B, s.N, s.prefix, s.C, avg);
+        gpu::synchronize();
+        return d_dx.download();
+      };
+      expect_same_bits("dx", run("1"), run("0"));
+    }
+  }
+}
+
 TYPED_TEST(CudaOps, CrossEntropy) {
   using T = TypeParam;
   const Tol t_loss = pick<T>({1e-5, 1e-6}, {1e-5, 1e-6});  // fp32 math on the same logits

@@ -1,9 +1,18 @@
 // Classifier pooling: the class token, or the mean of the patch tokens.
+#include <climits>
+
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pool_kernels.cuh"
 
 namespace vit::cuda {
 
 namespace {
+
+// The backward over 8-column chunks (pool_kernels.cuh) unless VIT_POOL_WIDE=0 (written
+// 2026-11-28 without a GPU; the same bits as the one-thread-an-element kernel).
+bool pool_wide() {
+  return env_switch_on("VIT_POOL_WIDE");
+}
 
 template <typename T>
 __global__ void pool_forward_kernel(T* out, const T* x, Index B, Index N, Index prefix, Index C,
@@ -46,8 +55,17 @@ void pool_forward(T* out, const T* x, Index B, Index N, Index prefix, Index C, b
 
 template <typename T>
 void pool_backward(T* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg) {
-  const Index n = B * (avg ? N - prefix : 1) * C;
+  const Index rows = avg ? N - prefix : 1, n = B * rows * C;
   if (n <= 0) return;
+  if (pool_wide() && C % kChunk == 0 && n / kChunk <= INT_MAX / 2 && N <= INT_MAX &&
+      all_aligned16({dx, dout})) {
+    const Index chunks = n / kChunk;
+    pool_kernels::pool_backward_chunks_kernel<<<grid_stride_blocks(chunks), kBlock, 0, stream()>>>(
+        dx, dout, int(N), int(C), avg ? int(prefix) : 0, int(rows), int(chunks),
+        avg ? 1.0f / float(rows) : 1.0f);
+    VIT_CUDA_LAUNCHED();
+    return;
+  }
   pool_backward_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(dx, dout, B, N, prefix, C,
                                                                        avg);
   VIT_CUDA_LAUNCHED();
