@@ -565,6 +565,12 @@ s_vbench_cudnn() {
 s_vbench_cudnnfwd() {
   VIT_CUDNN_ATTENTION=fwd s_vbench "$@"
 }
+# Args: model, batch. The bf16 Linears' bias gradients in the weight gradient's GEMM epilogue
+# (VIT_BIAS_GRAD_EPILOGUE=1, cuBLASLt's BGRADB; matmul.cu; written without a GPU on 2026-11-28)
+# instead of a column-sum pass over each dout.
+s_vbench_bgradepi() {
+  VIT_BIAS_GRAD_EPILOGUE=1 s_vbench "$@"
+}
 # Args: model, batch. The flash forward over two 16-row tiles a warp (VIT_FLASH_FWD_ROWS=32;
 # written without a GPU on 2026-11-27): half the shared-memory reads a product.
 s_vbench_fwdrows() {
@@ -705,7 +711,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1199,13 +1205,15 @@ fi
 # query group: 24 bytes spilled, not 540), which fusedbwd times here, and
 # BENCH_SMALL times the 152-register one at ViT-Ti/4. cudnnfwd (cuDNN's attention forward with
 # our backward) took dwone's place (the locality FFN's one-column depthwise kernels, timed in
-# the sixth runs).
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd cudnnfwd local}"
+# the sixth runs), and bgradepi (the bias gradients in the weight gradients' GEMM epilogue) took
+# local's (the locality FFN, timed in every run since the third, unchanged since the sixth).
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd cudnnfwd bgradepi}"
 # The switches a bench round times on the last (small-image) model only
 # (GPU_CHECK_BENCH_SMALL): the one-kernel flash backward, which takes N <= 192 (ViT-Ti/4's 65),
-# and the one-exponential GELU (unresolved at ViT-S/16 in the fifth runs; its GELU maps are a
-# larger share of ViT-Ti/4's step).
-read -ra BENCH_SMALL <<<"${GPU_CHECK_BENCH_SMALL:-fusedbwd gelufast}"
+# the one-exponential GELU (unresolved at ViT-S/16 in the fifth runs; its GELU maps are a
+# larger share of ViT-Ti/4's step), and the bias gradients' epilogue (their column-sum passes
+# are a larger share there too).
+read -ra BENCH_SMALL <<<"${GPU_CHECK_BENCH_SMALL:-fusedbwd gelufast bgradepi}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197). The row-in-registers LayerNorm (lnrows, VIT_LAYERNORM_VEC=0) when asked: the
@@ -1238,6 +1246,7 @@ variant_label() {
     stored) echo "VIT_FLASH_STORED_DS=1" ;;
     fusedbwd) echo "VIT_FLASH_FUSED_BWD=1" ;;
     cudnn) echo "VIT_CUDNN_ATTENTION=1" ;;
+    bgradepi) echo "VIT_BIAS_GRAD_EPILOGUE=1" ;;
     cudnnfwd) echo "VIT_CUDNN_ATTENTION=fwd" ;;
     fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
     lnrows) echo "VIT_LAYERNORM_VEC=0" ;;

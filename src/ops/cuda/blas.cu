@@ -210,6 +210,12 @@ PrefPtr make_pref(const GemmKey& k) {
   return p;
 }
 
+// An epilogue the caller can do without (the GELU ones, the weight gradient's bias sums): where
+// cuBLASLt refuses it, the call returns false and the caller runs separate ops.
+bool optional_epilogue(const GemmKey& k) {
+  return k.al_aux || k.epilogue == CUBLASLT_EPILOGUE_BGRADB;
+}
+
 void report_no_algo(const GemmKey& k, cublasStatus_t st) {
   std::fprintf(stderr,
                "vitrain: cuBLASLt has no algorithm (%s) for GEMM M=%lld N=%lld K=%lld "
@@ -218,7 +224,8 @@ void report_no_algo(const GemmKey& k, cublasStatus_t st) {
                cublasLtGetStatusString(st), (long long)k.M, (long long)k.N, (long long)k.K,
                (long long)k.lda, (long long)k.ldb, (long long)k.ldc, (long long)k.batch, k.al_a,
                k.al_b, k.al_c, k.al_bias, k.epilogue,
-               k.al_aux ? "the GEMM and the activation as separate ops" : "the fallback kernel");
+               optional_epilogue(k) ? "the GEMM and the epilogue's work as separate ops"
+                                    : "the fallback kernel");
 }
 
 // Descriptors, layouts and the heuristic's first choice for `k`. "Not supported" (or nothing
@@ -240,7 +247,7 @@ GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
       ctx.handle, plan.desc.get(), plan.la.get(), plan.lb.get(), plan.lc.get(), plan.lc.get(),
       pref.get(), int(results.size()), results.data(), &found);
   // An epilogue the library refuses in any way (the GELU ones) runs as separate ops instead.
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !k.al_aux)
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !optional_epilogue(k))
     VIT_CUBLAS_CHECK(st);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) plan.heur = results[0];
   plan.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 &&
@@ -472,10 +479,10 @@ bool gemm_lt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha,
   const cublasStatus_t st = cublasLtMatmul(
       ctx.handle, plan.desc.get(), &alpha, B, plan.la.get(), A, plan.lb.get(), &beta, C,
       plan.lc.get(), C, plan.lc.get(), &plan.heur.algo, ctx.workspace, kWorkspaceBytes, stream());
-  if (st != CUBLAS_STATUS_SUCCESS && key.al_aux &&
+  if (st != CUBLAS_STATUS_SUCCESS && optional_epilogue(key) &&
       (st == CUBLAS_STATUS_INVALID_VALUE || st == CUBLAS_STATUS_NOT_SUPPORTED)) {
-    // A GELU epilogue refused at launch (nothing enqueued): this shape runs as separate ops
-    // from now on.
+    // An optional epilogue refused at launch (nothing enqueued): this shape runs as separate
+    // ops from now on.
     report_no_algo(key, st);
     plan.has_algo = false;
     return false;
@@ -560,6 +567,28 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
                             alignment(dbias, 0, 1) >= kBiasAlign);
 }
 
+template <typename T>
+bool gemm_weight_grad_bgrad(Index Nout, Index K, Index M, const T* dout, const T* inp,
+                            float* dweight, float* dbias) {
+  // dweight (Nout, K) += dout (M, Nout)^T @ inp (M, K): row-major C = A^T B with the M tokens
+  // as the GEMM's k, so cuBLASLt's B (our A, dout) has the bias's sums: BGRADB, written in D's
+  // type (fp32) to dbias (Nout).
+  if (Nout <= 0 || K <= 0) return true;
+  VIT_CHECK(M > 0 && dbias, "cuda::gemm_weight_grad_bgrad: M > 0 and a bias gradient");
+  check_lds(true, false, Nout, K, M, Nout, K, K);
+  if (force_fallback() || alignment(dbias, 0, 1) < kBiasAlign) {
+    ++g_epilogue_misses;
+    return false;
+  }
+  GemmExtras ex;
+  ex.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+  ex.bias = dbias;  // an output
+  const bool ran = gemm_lt<T, float>(true, false, Nout, K, M, 1.0f, dout, Nout, 0, inp, K, 0, 1.0f,
+                                     dweight, K, 0, 1, ex);
+  if (!ran) ++g_epilogue_misses;
+  return ran;
+}
+
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,
                                  const float*, Index, Index, float, float*, Index, Index, Index,
                                  const float*);
@@ -571,6 +600,8 @@ template void gemm<bf16, float>(bool, bool, Index, Index, Index, float, const bf
                                 const float*);
 template bool gemm_gelu_tanh_aux<bf16>(bool, Index, Index, Index, const bf16*, Index, const bf16*,
                                        Index, bf16*, Index, const bf16*, bf16*, Index);
+template bool gemm_weight_grad_bgrad<bf16>(Index, Index, Index, const bf16*, const bf16*, float*,
+                                           float*);
 template bool gemm_dgelu_tanh_bgrad<bf16>(bool, Index, Index, Index, const bf16*, Index,
                                           const bf16*, Index, bf16*, Index, const bf16*, Index,
                                           bf16*);

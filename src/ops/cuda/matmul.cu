@@ -5,6 +5,7 @@
 // Linears run on our own GEMM (gemm_sm90.h) instead, the exact GELU's forward and backward (and
 // fc1's bias gradient) in its epilogues.
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -88,6 +89,37 @@ bool sm90_linear_dweight(float* dweight, const T* dout, const T* inp, Index M, I
   return false;
 }
 
+// VIT_BIAS_GRAD_EPILOGUE=1: the bf16 Linears' bias gradients in the weight gradient's GEMM
+// (cuBLASLt's BGRADB epilogue, blas.cuh) instead of a column-sum pass over dout (38.7 MB a
+// Linear at ViT-S/16 b256; the passes of qkv, proj and fc2 ~0.4-0.8 ms a step). Opt-in (written
+// 2026-11-28 without a GPU) until a device says whether the epilogue slows the GEMM more.
+bool bias_grad_epilogue() {
+  return env_opt_in("VIT_BIAS_GRAD_EPILOGUE");
+}
+
+__global__ void add_into_kernel(float* dst, const float* src, int n) {
+  // dst (n) += src (n)
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) dst[i] += src[i];
+}
+
+// dweight (Nout, K) += dout^T @ inp and dbias (Nout) += the column sums of dout through the
+// GEMM's epilogue (the sums into a scratch vector, then added); false, nothing enqueued, where
+// it does not run.
+template <typename T>
+bool weight_and_bias_grad(float* dweight, float* dbias, const T* dout, const T* inp, Index M,
+                          Index K, Index Nout) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (!bias_grad_epilogue() || Nout > Index(INT_MAX)) return false;
+    auto* sums = static_cast<float*>(scratch(size_t(Nout) * sizeof(float), kScratchBiasGrad));
+    if (!gemm_weight_grad_bgrad<T>(Nout, K, M, dout, inp, dweight, sums)) return false;
+    add_into_kernel<<<blocks_for(Nout), kBlock, 0, stream()>>>(dbias, sums, int(Nout));
+    VIT_CUDA_LAUNCHED();
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Index sm90_gemm_count() {
@@ -117,7 +149,11 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   // dinp (M, K) = dout (M, Nout) @ weight (Nout, K)
   if (dinp && !sm90_linear_dinp<T>(dinp, nullptr, nullptr, dout, weight, M, K, Nout))
     gemm<T, T>(false, false, M, K, Nout, 1.0f, dout, Nout, 0, weight, K, 0, 0.0f, dinp, K, 0);
-  // dweight (Nout, K) += dout^T @ inp, straight into the fp32 gradient (beta = 1)
+  // dweight (Nout, K) += dout^T @ inp, straight into the fp32 gradient (beta = 1), with dbias's
+  // sums in its epilogue where VIT_BIAS_GRAD_EPILOGUE asks
+  if (dweight && dbias && !sm90_on("wgrad") &&
+      weight_and_bias_grad<T>(dweight, dbias, dout, inp, M, K, Nout))
+    return;
   if (dweight && !sm90_linear_dweight<T>(dweight, dout, inp, M, K, Nout))
     gemm<T, float>(true, false, Nout, K, M, 1.0f, dout, Nout, 0, inp, K, 0, 1.0f, dweight, K, 0);
   // dbias (Nout) += column sums of dout

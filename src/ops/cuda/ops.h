@@ -63,7 +63,8 @@ enum ScratchSlot : int {
   kScratchFlashDs = 11,       // the flash backward's dS^T of every head (B * H, N, 64 tiles) bf16
   kScratchGemmSplit = 12,     // the sm_90a weight gradient's per-split partial sums fp32
   kScratchCudnn = 13,         // cuDNN's attention workspace (VIT_CUDNN_ATTENTION)
-  kScratchSlots = 14,
+  kScratchBiasGrad = 14,      // a Linear's bias gradient from the GEMM epilogue (Nout) fp32
+  kScratchSlots = 15,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -82,8 +83,9 @@ uint64_t scratch_epoch();
 // their shape and alignment (blas.cu; process-wide, counted per call; runs forced with
 // VIT_GEMM_FALLBACK=1 are not counted). A model shape should never need it.
 Index gemm_fallback_count();
-// Calls of the GELU epilogues (matmul_gelu_tanh_*) that ran as separate ops because cuBLASLt had
-// no algorithm or the operands did not fit (VIT_GELU_EPILOGUE=0 is not counted).
+// Calls of the GELU epilogues (matmul_gelu_tanh_*) and of the weight gradient's bias epilogue
+// (VIT_BIAS_GRAD_EPILOGUE=1) that ran as separate ops because cuBLASLt had no algorithm or the
+// operands did not fit (a switched-off epilogue is not counted).
 Index gelu_epilogue_miss_count();
 void reset_gemm_fallback_count();  // both counts
 // GEMM autotuning (VIT_GEMM_AUTOTUNE=1, or set_gemm_autotune): each GEMM shape planned while
