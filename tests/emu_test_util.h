@@ -50,6 +50,23 @@ inline Floats widen(const Bf16s& v) {
   return f;
 }
 
+// n values in [-spread, spread) stored as V (bf16, rounded, or float): inputs of the kernels
+// the host-simulation tests run.
+template <typename V>
+std::vector<V> values_of(Gen& gen, Index n, double spread = 2.0) {
+  const Floats f = gen.floats(n, -spread, spread);
+  std::vector<V> v(f.size());
+  for (size_t i = 0; i < f.size(); ++i) v[i] = V(f[i]);
+  return v;
+}
+// The values as fp32 (bf16 widened exactly), for expect_same_bits.
+inline const Floats& as_floats(const Floats& v) {
+  return v;
+}
+inline Floats as_floats(const Bf16s& v) {
+  return widen(v);
+}
+
 inline Bf16s nans(Index n) {
   return Bf16s(len(n), bf16(std::numeric_limits<float>::quiet_NaN()));
 }

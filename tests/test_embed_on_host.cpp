@@ -22,23 +22,9 @@ using vit::bf16;
 using vit::Index;
 namespace cu = vit::cuda;
 namespace ek = vit::cuda::embed_kernels;
+using vit::emu_test::as_floats;
 using vit::emu_test::Gen;
-
-template <typename V>
-std::vector<V> values(Gen& gen, Index n, double spread = 2.0) {
-  const vit::emu_test::Floats f = gen.floats(n, -spread, spread);
-  std::vector<V> v(f.size());
-  for (size_t i = 0; i < f.size(); ++i) v[i] = V(f[i]);
-  return v;
-}
-
-// The values as fp32, bf16 widened exactly, for emu_test::expect_same_bits.
-vit::emu_test::Floats floats(const vit::emu_test::Floats& v) {
-  return v;
-}
-vit::emu_test::Floats floats(const vit::emu_test::Bf16s& v) {
-  return vit::emu_test::widen(v);
-}
+using vit::emu_test::values_of;
 
 struct ImageCase {
   Index B, Cin, H, W, P;
@@ -69,7 +55,7 @@ void check_im2patches(const ImageCase& c, uint64_t seed) {
   ASSERT_EQ(c.P * Index(sizeof(T)) % kWord, 0) << "a run is not whole words";
   ASSERT_EQ(c.W * Index(sizeof(T)) % kWord, 0) << "an image row is not whole words";
   Gen gen(seed);
-  const std::vector<T> img = values<T>(gen, c.B * c.Cin * c.H * c.W);
+  const std::vector<T> img = values_of<T>(gen, c.B * c.Cin * c.H * c.W);
   const std::vector<T> want = im2patches_ref(img, c);
   std::vector<T> got(want.size(), T(-7.0f));  // a value no run writes
   const int runs = int(c.B * (c.H / c.P) * (c.W / c.P) * c.Cin * c.P);
@@ -77,7 +63,7 @@ void check_im2patches(const ImageCase& c, uint64_t seed) {
     ek::im2patches_runs_kernel<T, kWord>(got.data(), img.data(), runs, int(c.Cin), int(c.H),
                                          int(c.W), int(c.P));
   });
-  vit::emu_test::expect_same_bits(floats(got), floats(want));
+  vit::emu_test::expect_same_bits(as_floats(got), as_floats(want));
 }
 
 TEST(EmbedKernelsOnHost, PatchRunsAreTheIm2col) {
@@ -106,8 +92,8 @@ void check_tokens_forward(const TokenCase& c, uint64_t seed) {
   SCOPED_TRACE(str(c));
   Gen gen(seed);
   const Index Np = c.N - c.prefix;
-  const std::vector<T> patch = values<T>(gen, c.B * Np * c.C), cls = values<T>(gen, c.C),
-                       pos = values<T>(gen, c.N * c.C, 0.5);
+  const std::vector<T> patch = values_of<T>(gen, c.B * Np * c.C), cls = values_of<T>(gen, c.C),
+                       pos = values_of<T>(gen, c.N * c.C, 0.5);
   std::vector<X> want(c.B * c.N * c.C), got(want.size(), X(-7.0f));
   for (Index b = 0; b < c.B; ++b)
     for (Index n = 0; n < c.N; ++n)
@@ -121,7 +107,7 @@ void check_tokens_forward(const TokenCase& c, uint64_t seed) {
     ek::embed_tokens_forward_chunks_kernel<T, X>(got.data(), patch.data(), cls.data(), pos.data(),
                                                  chunks, int(c.N), int(c.prefix), int(c.C));
   });
-  vit::emu_test::expect_same_bits(floats(got), floats(want));
+  vit::emu_test::expect_same_bits(as_floats(got), as_floats(want));
 }
 
 TEST(EmbedKernelsOnHost, TokenChunksAreTheElementwiseSum) {
@@ -139,7 +125,7 @@ void check_tokens_backward(const TokenCase& c, uint64_t seed) {
   SCOPED_TRACE(str(c));
   Gen gen(seed);
   const Index Np = c.N - c.prefix;
-  const std::vector<X> dx = values<X>(gen, c.B * c.N * c.C);
+  const std::vector<X> dx = values_of<X>(gen, c.B * c.N * c.C);
   std::vector<T> want(c.B * Np * c.C), got(want.size(), T(-7.0f));
   for (Index b = 0; b < c.B; ++b)
     for (Index p = 0; p < Np; ++p)
@@ -150,9 +136,9 @@ void check_tokens_backward(const TokenCase& c, uint64_t seed) {
     ek::embed_dpatch_chunks_kernel<T, X>(got.data(), dx.data(), chunks, int(c.N), int(c.prefix),
                                          int(c.C));
   });
-  vit::emu_test::expect_same_bits(floats(got), floats(want));
+  vit::emu_test::expect_same_bits(as_floats(got), as_floats(want));
 
-  const std::vector<float> dpos0 = values<float>(gen, c.N * c.C);  // a gradient accumulates
+  const std::vector<float> dpos0 = values_of<float>(gen, c.N * c.C);  // a gradient accumulates
   std::vector<float> dpos = dpos0, again = dpos0;
   const unsigned blocks = unsigned((c.N * c.C / cu::kChunk + 31) / 32);
   auto run = [&](std::vector<float>& out) {

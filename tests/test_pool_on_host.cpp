@@ -19,27 +19,14 @@ using vit::bf16;
 using vit::Index;
 namespace cu = vit::cuda;
 namespace pk = vit::cuda::pool_kernels;
+using vit::emu_test::as_floats;
 using vit::emu_test::Gen;
+using vit::emu_test::values_of;
 
 struct PoolCase {
   Index B, N, prefix, C;
   bool avg;
 };
-
-template <typename V>
-std::vector<V> values(Gen& gen, Index n) {
-  const vit::emu_test::Floats f = gen.floats(n, -2.0, 2.0);
-  std::vector<V> v(f.size());
-  for (size_t i = 0; i < f.size(); ++i) v[i] = V(f[i]);
-  return v;
-}
-
-vit::emu_test::Floats floats(const vit::emu_test::Floats& v) {
-  return v;
-}
-vit::emu_test::Floats floats(const vit::emu_test::Bf16s& v) {
-  return vit::emu_test::widen(v);
-}
 
 template <typename T>
 void check_pool_backward(const PoolCase& c, uint64_t seed) {
@@ -48,7 +35,8 @@ void check_pool_backward(const PoolCase& c, uint64_t seed) {
                (c.avg ? " avg" : " token"));
   ASSERT_EQ(c.C % cu::kChunk, 0) << "pool.cu takes the chunk kernel for whole chunks only";
   Gen gen(seed);
-  const std::vector<T> dout = values<T>(gen, c.B * c.C), dx0 = values<T>(gen, c.B * c.N * c.C);
+  const std::vector<T> dout = values_of<T>(gen, c.B * c.C),
+                       dx0 = values_of<T>(gen, c.B * c.N * c.C);
   const Index first = c.avg ? c.prefix : 0, rows = c.avg ? c.N - c.prefix : 1;
   const float inv = c.avg ? 1.0f / float(rows) : 1.0f;
   std::vector<T> want = dx0, got = dx0;
@@ -63,7 +51,7 @@ void check_pool_backward(const PoolCase& c, uint64_t seed) {
     pk::pool_backward_chunks_kernel<T>(got.data(), dout.data(), int(c.N), int(c.C), int(first),
                                        int(rows), chunks, inv);
   });
-  vit::emu_test::expect_same_bits(floats(got), floats(want));
+  vit::emu_test::expect_same_bits(as_floats(got), as_floats(want));
 }
 
 TEST(PoolKernelsOnHost, ChunkBackwardIsTheElementwiseFormula) {

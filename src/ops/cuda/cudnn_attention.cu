@@ -173,7 +173,23 @@ class Desc {
 // The tensors' unique ids in the graphs and variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kdO, kdQ, kdK, kdV };
 
-// A (B, H, N, D) view: dims and element strides, row stride `ld` (3C for q, k, v and their
+// A finalized tensor descriptor: 4 dims and element strides, 16-byte aligned (as cudnn-frontend
+// gives every tensor); `by_value`: a scalar the variant pack points at in host memory.
+Desc tensor(Uid uid, cudnnDataType_t type, const int64_t (&dims)[4], const int64_t (&strides)[4],
+            bool by_value = false) {
+  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t id = uid, align = 16;
+  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor type");
+  t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
+  t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "tensor strides");
+  t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id, "tensor id");
+  t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
+  if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "by value");
+  t.finalize("tensor");
+  return t;
+}
+
+// A (B, H, N, D) bf16 view: element strides with row stride `ld` (3C for q, k, v and their
 // gradients, C for out and dO); `transposed`: the same memory as (B, H, D, N).
 Desc view_tensor(Uid uid, int64_t B, int64_t H, int64_t N, int64_t D, int64_t ld,
                  bool transposed = false) {
@@ -182,49 +198,17 @@ Desc view_tensor(Uid uid, int64_t B, int64_t H, int64_t N, int64_t D, int64_t ld
     std::swap(dims[2], dims[3]);
     std::swap(strides[2], strides[3]);
   }
-  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const cudnnDataType_t type = CUDNN_DATA_BFLOAT16;
-  const int64_t id = uid, align = 16;
-  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor type");
-  t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
-  t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "tensor strides");
-  t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id, "tensor id");
-  t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
-  t.finalize("tensor");
-  return t;
+  return tensor(uid, CUDNN_DATA_BFLOAT16, dims, strides);
 }
 
 // The softmax statistics (B, H, N, 1) fp32: our lse.
 Desc stats_tensor(int64_t B, int64_t H, int64_t N) {
-  const int64_t dims[4] = {B, H, N, 1}, strides[4] = {H * N, N, 1, 1};
-  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  const int64_t id = kStats, align = 16;
-  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "stats type");
-  t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "stats dims");
-  t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "stats strides");
-  t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id, "stats id");
-  t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "stats alignment");
-  t.finalize("stats tensor");
-  return t;
+  return tensor(kStats, CUDNN_DATA_FLOAT, {B, H, N, 1}, {H * N, N, 1, 1});
 }
 
-// The score scale 1 / sqrt(D): an fp32 scalar passed by value (the variant pack points at host
-// memory for it).
+// The score scale 1 / sqrt(D): an fp32 scalar passed by value.
 Desc scale_tensor() {
-  const int64_t dims[4] = {1, 1, 1, 1}, strides[4] = {1, 1, 1, 1};
-  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  const int64_t id = kScale, align = 16;  // cudnn-frontend gives every tensor 16
-  const bool by_value = true;
-  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "scale type");
-  t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "scale dims");
-  t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "scale strides");
-  t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id, "scale id");
-  t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "scale alignment");
-  t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "scale by value");
-  t.finalize("scale tensor");
-  return t;
+  return tensor(kScale, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, true);
 }
 
 // A built plan: its descriptors (kept alive with it) and workspace bytes.
