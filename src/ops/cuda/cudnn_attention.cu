@@ -453,9 +453,14 @@ void execute(cudnnHandle_t handle, const Plan& p, std::vector<int64_t> ids,
   check(api().execute(handle, p.plan, pack.get()), "execute");
 }
 
-// Whether the tensors may be described with 16-byte alignment (every view's base pointer).
+// Whether the tensors may be described with 16-byte alignment (every view's base pointer); if
+// not, says so once.
 bool views_aligned(std::initializer_list<const void*> bases) {
-  return all_aligned16(bases);
+  if (all_aligned16(bases)) return true;
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  say_once(s, "a buffer is not 16-byte aligned");
+  return false;
 }
 
 }  // namespace
