@@ -5,7 +5,6 @@
 // Linears run on our own GEMM (gemm_sm90.h) instead, the exact GELU's forward and backward (and
 // fc1's bias gradient) in its epilogues.
 #include <atomic>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -97,23 +96,17 @@ bool bias_grad_epilogue() {
   return env_opt_in("VIT_BIAS_GRAD_EPILOGUE");
 }
 
-__global__ void add_into_kernel(float* dst, const float* src, int n) {
-  // dst (n) += src (n)
-  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) dst[i] += src[i];
-}
-
 // dweight (Nout, K) += dout^T @ inp and dbias (Nout) += the column sums of dout through the
-// GEMM's epilogue (the sums into a scratch vector, then added); false, nothing enqueued, where
-// it does not run.
+// GEMM's epilogue (the sums into a scratch vector, then added by the column sums' finishing
+// kernel over one chunk); false, nothing enqueued, where it does not run.
 template <typename T>
 bool weight_and_bias_grad(float* dweight, float* dbias, const T* dout, const T* inp, Index M,
                           Index K, Index Nout) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (!bias_grad_epilogue() || Nout > Index(INT_MAX)) return false;
+    if (!bias_grad_epilogue()) return false;
     auto* sums = static_cast<float*>(scratch(size_t(Nout) * sizeof(float), kScratchBiasGrad));
     if (!gemm_weight_grad_bgrad<T>(Nout, K, M, dout, inp, dweight, sums)) return false;
-    add_into_kernel<<<blocks_for(Nout), kBlock, 0, stream()>>>(dbias, sums, int(Nout));
+    colsum_finish_kernel<float><<<blocks_for(Nout), kBlock, 0, stream()>>>(dbias, sums, 1, Nout);
     VIT_CUDA_LAUNCHED();
     return true;
   }
