@@ -523,16 +523,17 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
 
 namespace {
 
-// One GELU-epilogue GEMM (C = A @ op(B), alpha 1, beta 0, not batched) with the epilogue operands
-// of `ex`; counted as a miss where it does not run (the caller runs separate ops).
-template <typename T>
-bool gemm_gelu_epilogue(bool trans_b, Index M, Index N, Index K, const T* A, Index lda, const T* B,
-                        Index ldb, T* C, Index ldc, const GemmExtras& ex, bool operands_fit) {
-  check_lds(false, trans_b, M, N, K, lda, ldb, ldc);
+// One GEMM with an optional epilogue (C = op(A) @ op(B) + beta C, alpha 1, not batched; the
+// epilogue operands of `ex`): false where it does not run, counted as a miss unless
+// VIT_GEMM_FALLBACK=1 turned it off (the caller then runs separate ops).
+template <typename TAB, typename TC>
+bool gemm_optional_epilogue(bool trans_a, bool trans_b, Index M, Index N, Index K, const TAB* A,
+                            Index lda, const TAB* B, Index ldb, float beta, TC* C, Index ldc,
+                            const GemmExtras& ex, bool operands_fit) {
+  check_lds(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (force_fallback()) return false;
-  const bool ran =
-      operands_fit && gelu_epilogue_fits(ex.ld_aux, N) &&
-      gemm_lt(false, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, ex);
+  const bool ran = operands_fit && gemm_lt(trans_a, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0,
+                                           beta, C, ldc, 0, 1, ex);
   if (!ran) ++g_epilogue_misses;
   return ran;
 }
@@ -549,7 +550,8 @@ bool gemm_gelu_tanh_aux(bool trans_b, Index M, Index N, Index K, const T* A, Ind
   ex.bias = force_fallback() ? nullptr : epilogue_bias(bias, N);
   ex.aux = aux;
   ex.ld_aux = ld_aux;
-  return gemm_gelu_epilogue(trans_b, M, N, K, A, lda, B, ldb, C, ldc, ex, true);
+  return gemm_optional_epilogue(false, trans_b, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, ex,
+                                gelu_epilogue_fits(ld_aux, N));
 }
 
 template <typename T>
@@ -563,8 +565,9 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
   ex.bias = dbias;  // an output here: written by the epilogue, so it cannot be a copy
   ex.aux = aux;
   ex.ld_aux = ld_aux;
-  return gemm_gelu_epilogue(trans_b, M, N, K, A, lda, B, ldb, C, ldc, ex,
-                            alignment(dbias, 0, 1) >= kBiasAlign);
+  return gemm_optional_epilogue(
+      false, trans_b, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, ex,
+      alignment(dbias, 0, 1) >= kBiasAlign && gelu_epilogue_fits(ld_aux, N));
 }
 
 template <typename T>
@@ -575,18 +578,11 @@ bool gemm_weight_grad_bgrad(Index Nout, Index K, Index M, const T* dout, const T
   // type (fp32) to dbias (Nout).
   if (Nout <= 0 || K <= 0) return true;
   VIT_CHECK(M > 0 && dbias, "cuda::gemm_weight_grad_bgrad: M > 0 and a bias gradient");
-  check_lds(true, false, Nout, K, M, Nout, K, K);
-  if (force_fallback() || alignment(dbias, 0, 1) < kBiasAlign) {
-    ++g_epilogue_misses;
-    return false;
-  }
   GemmExtras ex;
   ex.epilogue = CUBLASLT_EPILOGUE_BGRADB;
   ex.bias = dbias;  // an output
-  const bool ran = gemm_lt<T, float>(true, false, Nout, K, M, 1.0f, dout, Nout, 0, inp, K, 0, 1.0f,
-                                     dweight, K, 0, 1, ex);
-  if (!ran) ++g_epilogue_misses;
-  return ran;
+  return gemm_optional_epilogue(true, false, Nout, K, M, dout, Nout, inp, K, 1.0f, dweight, K, ex,
+                                alignment(dbias, 0, 1) >= kBiasAlign);
 }
 
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,
