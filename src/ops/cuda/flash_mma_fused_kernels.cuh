@@ -102,29 +102,8 @@ constexpr size_t fused_backward_smem_bytes(int warps) {
   return dkv_smem_bytes<D>(warps) + size_t(16 * warps) * kTileLd<bf16, kCols> * sizeof(bf16);
 }
 
-// The dK/dV kernels' work on the streamed query tile from row i0 (as keys_times_query_tile),
-// with the warp's key and value fragments read from the block's shared keys and values for each
-// query group instead of held across the tile: 16 ldmatrix.x4 more a tile a warp at D = 64
-// (against the group products' 64), 32 registers fewer, so the 13-warp build (128 registers)
-// needs no spills. The same fragments, so the same bits.
-template <int D, int kGroups, typename WithDs>
-__device__ __forceinline__ void keys_times_query_tile_reloading(
-    float (&dk)[D / 8][4], float (&dv)[D / 8][4], const KeyBlockTiles<D>& sh, int warp, int i0,
-    int nv, float scale_log2, float scale, WithDs&& with_ds) {
-  constexpr int kGroupCols = kCols / kGroups;
-#pragma unroll
-  for (int group = 0; group < kGroups; ++group) {
-    const int c0 = group * kGroupCols;
-    uint32_t ka[D / 16][4], va[D / 16][4], dsa[kGroupCols / 16][4];
-    sh.load_key_rows(ka, va, warp);
-    keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
-                                          sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
-    with_ds(c0, dsa);
-  }
-}
-
-// kReloadKeys: keys_times_query_tile_reloading (the 13-warp build) rather than the warp's key
-// and value fragments held in registers for the whole kernel.
+// kReloadKeys: the warp's key and value fragments read from shared memory for each query group
+// (keys_times_query_tile's kReload; the 13-warp build) rather than held for the whole kernel.
 template <int D, int kGroups, int kRegisters = kFusedRegisters, bool kReloadKeys = false>
 __global__ void __maxnreg__(kRegisters)
     flash_mma_fused_backward_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
@@ -154,19 +133,13 @@ __global__ void __maxnreg__(kRegisters)
   const int first = warp * 16;                                // the warp's first key
   bf16* dq_head = dqkv + Index(pos.b) * N * ld3 + pos.h * D;  // (N, D), row stride 3C
 
-  uint32_t ka[kReloadKeys ? 1 : D / 16][4], va[kReloadKeys ? 1 : D / 16][4];
-  auto to_shared = [&](int c0, const auto& dsa) {
-    store_ds_t_shared(sds, ldt, warp, first, N, c0, dsa);
-  };
+  uint32_t ka[D / 16][4], va[D / 16][4];
   stream_tiles(N, load_queries, [&](int i0) {
+    if (!kReloadKeys && i0 == 0) sh.load_key_rows(ka, va, warp);
     const int nv = min(kCols, N - i0);  // valid queries in the tile
-    if constexpr (kReloadKeys) {
-      keys_times_query_tile_reloading<D, kGroups>(dk, dv, sh, warp, i0, nv, scale_log2, scale,
-                                                  to_shared);
-    } else {
-      if (i0 == 0) sh.load_key_rows(ka, va, warp);
-      keys_times_query_tile<D, kGroups>(dk, dv, ka, va, sh, i0, nv, scale_log2, scale, to_shared);
-    }
+    keys_times_query_tile<D, kGroups, kReloadKeys>(
+        dk, dv, ka, va, sh, warp, i0, nv, scale_log2, scale,
+        [&](int c0, const auto& dsa) { store_ds_t_shared(sds, ldt, warp, first, N, c0, dsa); });
     __syncthreads();  // the tile's whole dS^T is in sds
     dq_of_query_tile<D>(dq_head + Index(i0) * ld3, ld3, sds, sh.sk, N, nv, vec);
   });  // stream_tiles syncs before the next tile's dS^T overwrites sds

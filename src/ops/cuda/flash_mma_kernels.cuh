@@ -655,19 +655,23 @@ struct KeyBlockTiles {
 };
 
 // The dK/dV kernels' work on the streamed query tile from row i0 (nv valid queries) in sh,
-// kCols / kGroups queries at a time (keys_times_query_group); with_ds(c0, dsa) then takes each
-// group's dS^T (the group's first column, its A fragments).
-template <int D, int kGroups, typename WithDs>
+// kCols / kGroups queries at a time (keys_times_query_group) for the warp's keys and values as
+// A fragments ka, va; with_ds(c0, dsa) then takes each group's dS^T (the group's first column,
+// its A fragments). kReload: ka and va are read from sh for each group here rather than held by
+// the caller across the kernel (16 ldmatrix.x4 more a tile a warp at D = 64, 32 registers fewer:
+// the fused backward's 13-warp build); the same fragments, so the same bits.
+template <int D, int kGroups, bool kReload = false, typename WithDs>
 __device__ __forceinline__ void keys_times_query_tile(float (&dk)[D / 8][4], float (&dv)[D / 8][4],
-                                                      const uint32_t (&ka)[D / 16][4],
-                                                      const uint32_t (&va)[D / 16][4],
-                                                      const KeyBlockTiles<D>& sh, int i0, int nv,
-                                                      float scale_log2, float scale,
+                                                      uint32_t (&ka)[D / 16][4],
+                                                      uint32_t (&va)[D / 16][4],
+                                                      const KeyBlockTiles<D>& sh, int warp, int i0,
+                                                      int nv, float scale_log2, float scale,
                                                       WithDs&& with_ds) {
   constexpr int kGroupCols = kCols / kGroups;
 #pragma unroll
   for (int group = 0; group < kGroups; ++group) {  // the tile's queries a group at a time
     const int c0 = group * kGroupCols;
+    if constexpr (kReload) sh.load_key_rows(ka, va, warp);
     uint32_t dsa[kGroupCols / 16][4];
     keys_times_query_group<D, kGroupCols>(dk, dv, dsa, ka, va, sh.queries(i0), sh.dO(i0),
                                           sh.lse(i0), sh.drow(i0), c0, nv, scale_log2, scale);
@@ -721,8 +725,8 @@ __global__ void __launch_bounds__(kThreads)
   stream_tiles(N, load_queries, [&](int i0) {
     if (i0 == 0) sh.load_key_rows(ka, va, warp);
     if (idle) return;
-    keys_times_query_tile<D, kGroups>(dk, dv, ka, va, sh, i0, min(kCols, N - i0), scale_log2, scale,
-                                      [&](int c0, const auto& dsa) {
+    keys_times_query_tile<D, kGroups>(dk, dv, ka, va, sh, warp, i0, min(kCols, N - i0), scale_log2,
+                                      scale, [&](int c0, const auto& dsa) {
                                         if constexpr (kStoreDs)
                                           store_ds_t(ds_out, pos.bh, N, first, i0 + c0, dsa);
                                       });
