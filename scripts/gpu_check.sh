@@ -597,6 +597,12 @@ s_vbench_sm90fwd() {
 s_vbench_sm90dgrad() {
   VIT_SM90_GEMM=fwd,dgrad s_vbench "$@"
 }
+# Args: model, batch. The sm_90a GEMM with a block per tile, as before its grid became
+# persistent (VIT_SM90_PERSISTENT=0; 2026-11-28): what persistence pays, when asked
+# (GPU_CHECK_BENCH_VARIANTS=sm90tiles ...).
+s_vbench_sm90tiles() {
+  VIT_SM90_GEMM=1 VIT_SM90_PERSISTENT=0 s_vbench "$@"
+}
 # Args: model, batch. The per-op table with it (matmul_forward, matmul_gelu_forward).
 s_vprofile_sm90() {
   VIT_SM90_GEMM=1 s_vprofile "$@"
@@ -711,7 +717,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1242,6 +1248,7 @@ variant_label() {
     sm90) echo "VIT_SM90_GEMM=1" ;;
     sm90fwd) echo "VIT_SM90_GEMM=fwd" ;;
     sm90dgrad) echo "VIT_SM90_GEMM=fwd,dgrad" ;;
+    sm90tiles) echo "VIT_SM90_GEMM=1, VIT_SM90_PERSISTENT=0" ;;
     flashold) echo "VIT_FLASH_STORED_DS=0, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     storedwhole) echo "VIT_FLASH_STORED_DS=1, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     stored) echo "VIT_FLASH_STORED_DS=1" ;;

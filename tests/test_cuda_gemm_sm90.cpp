@@ -209,7 +209,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{128, 128, 64, 128, false, Epi::kBias, true},     // B (K, N), one tile
                       Shape{394, 384, 1152, 384, false, Epi::kBias, true},   // ViT-S qkv's d(ln1)
                       Shape{394, 1536, 384, 1536, false, Epi::kGeluGrad, true},  // fc2's d(fc1)
-                      Shape{150, 180, 328, 186, false, Epi::kGeluGrad, true}),
+                      Shape{150, 180, 328, 186, false, Epi::kGeluGrad, true},
+                      // 24 x 12 = 288 tiles, more than an H100's or H200's resident blocks (two
+                      // an SM): blocks of the persistent grid take a second tile, through the
+                      // stage ring and the column sums' buffer their first left
+                      Shape{3000, 1536, 384, 1536, false, Epi::kGeluGrad, true}),
     [](const ::testing::TestParamInfo<Shape>& info) {
       return shape_name(info.param);
     });  // at the edges
@@ -302,7 +306,10 @@ TEST(CudaSm90Wgrad, MatchesTheExactSum) {
   struct Case {
     Index R, Nout, K;
   };
-  for (const Case c : {Case{4096, 384, 384}, Case{300, 136, 200}, Case{394, 1152, 384}}) {
+  // 4100 x 768 x 768: 36 tiles x 8 splits = 288 units, more than an H100's or H200's resident
+  // blocks, so the persistent grid's blocks take units of two splits
+  for (const Case c :
+       {Case{4096, 384, 384}, Case{300, 136, 200}, Case{394, 1152, 384}, Case{4100, 768, 768}}) {
     const Index ld_dout = c.Nout + 8, ld_inp = c.K + 8, ldw = c.K + 4;
     const Vec dout = rnd<bf>(c.R * ld_dout, 41), inp = rnd<bf>(c.R * ld_inp, 42);
     const Vec start = rnd<float>(c.Nout * ldw, 43);
@@ -354,7 +361,9 @@ TEST(CudaSm90GemmOperands, DeclinesWhatTheTensorMapsCannotDescribe) {
   EXPECT_FALSE(with([](auto& g) { g.out = storage + 1; }));               // odd output
   EXPECT_FALSE(with([](auto& g) { g.ldc = 65; }));                        // odd ldc
   EXPECT_FALSE(with([](auto& g) { g.K = 0; }));
-  EXPECT_FALSE(with([](auto& g) { g.M = Index(65535) * 128 + 1; }));        // the grid's y limit
+  EXPECT_TRUE(with([](auto& g) { g.M = Index(65535) * 128 + 1; }));  // 1-D grid: no y limit
+  // 2^23 x 2^9 tiles: the work units' count past an int
+  EXPECT_FALSE(with([](auto& g) { g.M = Index(1) << 30, g.N = g.ldc = Index(1) << 16; }));
   EXPECT_FALSE(with([](auto& g) { g.trans_b = true, g.N = 72; }));          // ldb < N for B (K, N)
   EXPECT_FALSE(with([](auto& g) { g.pre = storage, g.aux = storage; }));    // one epilogue
   EXPECT_TRUE(with([](auto& g) { g.K = 8, g.M = 1, g.N = 1; }));            // tiny, still fine

@@ -7,6 +7,7 @@
 // test_cuda_ops.cpp), whose first run is the arbiter of what this simulation assumes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -43,31 +44,34 @@ float widen(bf16 x) {
   return float(x);
 }
 
-template <k::Epilogue kEpi, bool kTransB>
-void launch_kernel(const Case& c, const cu::sm90::TensorMap& map_a,
-                   const cu::sm90::TensorMap& map_b, const k::Params& p) {
-  const SimDim3 grid{unsigned((c.N + k::kBN - 1) / k::kBN), unsigned((c.M + k::kBM - 1) / k::kBM),
-                     1};
+// The persistent kernel over `blocks` blocks (0: one per work unit).
+template <k::Epilogue kEpi, bool kTransA, bool kTransB>
+void launch_kernel(const cu::sm90::TensorMap& map_a, const cu::sm90::TensorMap& map_b,
+                   const k::Params& p, int blocks) {
+  const int units = k::unit_count(p);
+  const SimDim3 grid{unsigned(blocks > 0 ? std::min(blocks, units) : units), 1, 1};
   cu::launch(grid, {unsigned(k::kThreads), 1, 1}, size_t(k::kSharedBytes),
-             [&] { k::gemm_kernel<kEpi, false, kTransB>(map_a, map_b, p); });
+             [&] { k::gemm_kernel<kEpi, kTransA, kTransB>(map_a, map_b, p); });
 }
 
 template <bool kTransB>
 void launch_any(const Case& c, const cu::sm90::TensorMap& map_a, const cu::sm90::TensorMap& map_b,
-                const k::Params& p) {
+                const k::Params& p, int blocks) {
   switch (c.epi) {
     case k::Epilogue::kBias:
-      return launch_kernel<k::Epilogue::kBias, kTransB>(c, map_a, map_b, p);
+      return launch_kernel<k::Epilogue::kBias, false, kTransB>(map_a, map_b, p, blocks);
     case k::Epilogue::kBiasGelu:
-      return launch_kernel<k::Epilogue::kBiasGelu, kTransB>(c, map_a, map_b, p);
+      return launch_kernel<k::Epilogue::kBiasGelu, false, kTransB>(map_a, map_b, p, blocks);
     case k::Epilogue::kGeluGrad:
-      return launch_kernel<k::Epilogue::kGeluGrad, kTransB>(c, map_a, map_b, p);
+      return launch_kernel<k::Epilogue::kGeluGrad, false, kTransB>(map_a, map_b, p, blocks);
     case k::Epilogue::kPartial:
       FAIL() << "run_wgrad_case runs the partial sums";
   }
 }
 
-void run_case(const Case& c, uint32_t seed) {
+// blocks: the persistent grid's size (0: a block per tile), so that fewer blocks than tiles
+// carry the stage ring and the column sums' shared buffer from one tile to the next.
+void run_case(const Case& c, uint32_t seed, int blocks = 0) {
   std::mt19937 rng(seed);
   const bool gelu = c.epi == k::Epilogue::kBiasGelu, grad = c.epi == k::Epilogue::kGeluGrad;
   // A padded row stride on A, and on B when it is (K, N)
@@ -104,9 +108,9 @@ void run_case(const Case& c, uint32_t seed) {
                     c.K,
                     c.ldc};
   if (c.trans_b)
-    launch_any<true>(c, map_a, map_b, p);
+    launch_any<true>(c, map_a, map_b, p, blocks);
   else
-    launch_any<false>(c, map_a, map_b, p);
+    launch_any<false>(c, map_a, map_b, p, blocks);
 
   int far = 0, formula_off = 0;
   double worst = 0.0;
@@ -190,8 +194,8 @@ TEST(Sm90GemmOnHost, TransposedBAtTheEdgesWithTheGeluGradient) {
 }
 
 // The weight gradient's form: C (Nout, K) = dout (R, Nout)^T @ inp (R, K), both operands read
-// MN-major, fp32 partial sums per split of the R tokens (blockIdx.z).
-void run_wgrad_case(int R, int Nout, int K, int per, uint32_t seed) {
+// MN-major, fp32 partial sums per split of the R tokens (the work unit's z).
+void run_wgrad_case(int R, int Nout, int K, int per, uint32_t seed, int blocks = 0) {
   std::mt19937 rng(seed);
   const int ld_dout = Nout + 8, ld_inp = K + 8;
   const std::vector<bf16> dout = random_bf16(size_t(R) * ld_dout, rng, 1.0f);
@@ -204,10 +208,9 @@ void run_wgrad_case(int R, int Nout, int K, int per, uint32_t seed) {
   const cu::sm90::TensorMap map_b{inp.data(),           uint64_t(K), uint64_t(R),
                                   uint64_t(ld_inp) * 2, 64,          uint32_t(k::kBK)};
   const k::Params p{nullptr, nullptr, nullptr, nullptr, nullptr, part.data(), per, Nout, K, R, K};
-  const SimDim3 grid{unsigned((K + k::kBN - 1) / k::kBN), unsigned((Nout + k::kBM - 1) / k::kBM),
-                     unsigned(splits)};
-  cu::launch(grid, {unsigned(k::kThreads), 1, 1}, size_t(k::kSharedBytes),
-             [&] { k::gemm_kernel<k::Epilogue::kPartial, true, true>(map_a, map_b, p); });
+  ASSERT_EQ(k::unit_count(p),
+            splits * ((Nout + k::kBM - 1) / k::kBM) * ((K + k::kBN - 1) / k::kBN));
+  launch_kernel<k::Epilogue::kPartial, true, true>(map_a, map_b, p, blocks);
   for (int z = 0; z < splits; ++z)
     for (int n = 0; n < Nout; ++n)
       for (int c = 0; c < K; ++c) {
@@ -224,6 +227,18 @@ void run_wgrad_case(int R, int Nout, int K, int per, uint32_t seed) {
       }
 }
 
+TEST(Sm90GemmOnHost, OneBlockCarriesTheRingThroughEveryTile) {
+  // 2 x 3 tiles of 5 slices each through one block: the ring's phases run on across tiles
+  // (30 slices, 3 stages), and every tile's column sums reuse one shared buffer
+  run_case({200, 300, 300, 302, true, E::kGeluGrad, false}, 8, 1);
+}
+
+TEST(Sm90GemmOnHost, BlocksTakeUnevenSharesOfTheTiles) {
+  // 3 x 2 tiles over 4 blocks: blocks 0 and 1 take two tiles each (units 4 and 5 too), 2 and 3
+  // one
+  run_case({300, 250, 136, 250, true, E::kBiasGelu, true}, 9, 4);
+}
+
 TEST(Sm90GemmOnHost, WeightGradientOneSplit) {
   run_wgrad_case(128, 128, 128, 0, 6);
 }
@@ -231,6 +246,11 @@ TEST(Sm90GemmOnHost, WeightGradientOneSplit) {
 TEST(Sm90GemmOnHost, WeightGradientSplitsAtTheEdges) {
   // 300 tokens: 5 slices, 2 a split (the last one alone, 44 rows), Nout and K past 128
   run_wgrad_case(300, 136, 200, 2, 7);
+}
+
+TEST(Sm90GemmOnHost, WeightGradientSplitsAndTilesThroughThreeBlocks) {
+  // 3 splits x 2 x 2 tiles = 12 units over 3 blocks, each taking tiles of every split
+  run_wgrad_case(300, 136, 200, 2, 10, 3);
 }
 
 }  // namespace

@@ -46,8 +46,7 @@ bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-constexpr Index kIntMax = 0x7fffffff;  // the kernel's sizes are ints
-constexpr Index kGridYMax = 65535;     // row blocks are the grid's y
+constexpr Index kIntMax = 0x7fffffff;  // the kernel's sizes and work units are ints
 
 // Tiles of `tile` over n: the grid's extent, the K slices, the column sums' row blocks.
 Index tiles(Index n, Index tile) {
@@ -84,16 +83,36 @@ __global__ void add_column_sums_kernel(float* dbias, const float* part, int tile
   dbias[c] += total;
 }
 
-// The kernel with its shared-memory limit raised (once per instantiation): false if that fails.
+// The kernel's blocks resident on the device at once (its shared-memory limit raised first),
+// read once per instantiation: 0 if either fails.
+template <Epilogue kEpi, bool kTransA, bool kTransB>
+int resident_blocks() {
+  static const int blocks = [] {
+    const auto kernel = gemm_sm90::gemm_kernel<kEpi, kTransA, kTransB>;
+    int per_sm = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             gemm_sm90::kSharedBytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, gemm_sm90::kThreads,
+                                                      gemm_sm90::kSharedBytes) != cudaSuccess)
+      return 0;
+    return per_sm * device_facts().multiprocessors;
+  }();
+  return blocks;
+}
+
+// The persistent grid: one block per resident slot, fewer when the units are fewer
+// (VIT_SM90_PERSISTENT=0: a block per unit, as before 2026-11-28, for the bench to compare).
+// False (nothing enqueued) when no block fits.
 template <Epilogue kEpi, bool kTransA, bool kTransB>
 bool launch_kernel(const TensorMap& map_a, const TensorMap& map_b, const gemm_sm90::Params& p,
-                   dim3 grid, cudaStream_t stream) {
-  static const bool shared_ok = cudaFuncSetAttribute(gemm_sm90::gemm_kernel<kEpi, kTransA, kTransB>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     gemm_sm90::kSharedBytes) == cudaSuccess;
-  if (!shared_ok) return false;
+                   cudaStream_t stream) {
+  const int slots = resident_blocks<kEpi, kTransA, kTransB>();
+  if (slots <= 0) return false;
+  const int units = gemm_sm90::unit_count(p);
+  const unsigned blocks =
+      unsigned(env_switch_on("VIT_SM90_PERSISTENT") ? std::min(slots, units) : units);
   gemm_sm90::gemm_kernel<kEpi, kTransA, kTransB>
-      <<<grid, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
+      <<<blocks, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
   return true;
 }
 
@@ -107,12 +126,11 @@ bool launch(const GemmOperands& g, cudaStream_t stream) {
   float* colsum = g.dbias ? g.workspace : nullptr;
   const gemm_sm90::Params p{g.out, g.pre,    g.aux,    g.bias,   colsum,    nullptr,
                             0,     int(g.M), int(g.N), int(g.K), int(g.ldc)};
-  const dim3 grid(unsigned(tiles(g.N, gemm_sm90::kBN)), unsigned(tiles(g.M, gemm_sm90::kBM)));
-  if (!launch_kernel<kEpi, false, kTransB>(map_a, map_b, p, grid, stream)) return false;
+  if (!launch_kernel<kEpi, false, kTransB>(map_a, map_b, p, stream)) return false;
   if (colsum) {
     constexpr int kThreads = 256;
     add_column_sums_kernel<<<unsigned(tiles(g.N, kThreads)), kThreads, 0, stream>>>(
-        g.dbias, colsum, int(grid.y), int(g.N));
+        g.dbias, colsum, gemm_sm90::row_blocks(p), int(g.N));
   }
   return true;
 }
@@ -188,7 +206,8 @@ Index gemm_workspace_floats(const GemmOperands& g) {
 
 bool gemm_fits(const GemmOperands& g) {
   const bool sizes = g.M > 0 && g.N > 0 && g.K > 0 && g.M <= kIntMax && g.N <= kIntMax &&
-                     g.K <= kIntMax && tiles(g.M, gemm_sm90::kBM) <= kGridYMax && g.ldc <= kIntMax;
+                     g.K <= kIntMax && g.ldc <= kIntMax &&
+                     tiles(g.M, gemm_sm90::kBM) * tiles(g.N, gemm_sm90::kBN) <= kIntMax;
   const bool strides = g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.K &&
                        g.ldb >= (g.trans_b ? g.N : g.K) && g.ldc % 2 == 0 && g.ldc >= g.N;
   const bool pointers = aligned(g.a, 16) && aligned(g.b, 16) && g.out && aligned(g.out, 4) &&
@@ -206,8 +225,11 @@ Index wgrad_workspace_floats(const WgradOperands& w) {
 }
 
 bool wgrad_fits(const WgradOperands& w) {
-  const bool sizes = w.R > 0 && w.Nout > 0 && w.K > 0 && w.R <= kIntMax && w.Nout <= kIntMax &&
-                     w.K <= kIntMax && w.K % 2 == 0 && tiles(w.Nout, gemm_sm90::kBM) <= kGridYMax;
+  const bool sizes =
+      w.R > 0 && w.Nout > 0 && w.K > 0 && w.R <= kIntMax && w.Nout <= kIntMax && w.K <= kIntMax &&
+      w.K % 2 == 0 &&
+      tiles(w.Nout, gemm_sm90::kBM) * tiles(w.K, gemm_sm90::kBN) * tiles(w.R, gemm_sm90::kBK) <=
+          kIntMax;
   const bool strides = w.ld_dout % 8 == 0 && w.ld_dout >= w.Nout && w.ld_inp % 8 == 0 &&
                        w.ld_inp >= w.K && w.ldw >= w.K;
   return sizes && strides && aligned(w.dout, 16) && aligned(w.inp, 16) && w.dweight && w.workspace;
@@ -223,9 +245,7 @@ bool wgrad(const WgradOperands& w, cudaStream_t stream) {
   const int per = wgrad_slices_per_split(w), splits = int(wgrad_splits(w));
   const gemm_sm90::Params p{nullptr, nullptr,     nullptr,  nullptr,  nullptr, w.workspace,
                             per,     int(w.Nout), int(w.K), int(w.R), int(w.K)};
-  const dim3 grid(unsigned(tiles(w.K, gemm_sm90::kBN)), unsigned(tiles(w.Nout, gemm_sm90::kBM)),
-                  unsigned(splits));
-  if (!launch_kernel<Epilogue::kPartial, true, true>(map_a, map_b, p, grid, stream)) return false;
+  if (!launch_kernel<Epilogue::kPartial, true, true>(map_a, map_b, p, stream)) return false;
   const Index n = w.Nout * w.K;
   const unsigned blocks = unsigned(std::min<Index>(tiles(n, 256), 4096));
   add_partials_kernel<<<blocks, 256, 0, stream>>>(w.dweight, w.ldw, w.workspace, splits, w.Nout,

@@ -41,8 +41,8 @@ Index gemm_workspace_floats(const GemmOperands& g);
 bool gemm_available();
 // Whether the operands fit the kernel: a and b 16-byte aligned with lda, ldb multiples of 8
 // (the tensor map's 16-byte strides), out, pre and aux 4-byte aligned with ldc even, not both
-// pre and aux, dbias only with aux and a workspace, M, N, K > 0 and under the grid's and the
-// map's limits.
+// pre and aux, dbias only with aux and a workspace, M, N, K > 0, the tiles within an int and
+// sizes within the map's limits.
 bool gemm_fits(const GemmOperands& g);
 // Enqueues the GEMM on `stream` when available and the operands fit; false (nothing enqueued)
 // otherwise. The caller checks the launch (cudaGetLastError).

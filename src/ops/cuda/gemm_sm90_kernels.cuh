@@ -18,6 +18,12 @@
 // stage. 288 threads and 96 KiB of stages let two blocks share an SM, so one's epilogue
 // overlaps the other's main loop (short K: ViT-S's Linears have K = 384 or 1536).
 //
+// The grid is persistent: as many blocks as fit on the device at once, each taking the work
+// units (C tiles, times the weight gradient's K splits) blockIdx.x, + gridDim.x, ... The stage
+// ring runs on across a block's units, so the producer loads the next tile's first slices while
+// the consumers run this one's epilogue, and a block's set-up (barriers, the first loads'
+// latency) is paid once, not per tile: at ViT-Ti's K = 192 a tile is only three slices.
+//
 // The primitives (ops/cuda/sm90_ptx.cuh) are the only inline assembly: tests/cuda_host_sim.h
 // with tests/cuda_host_sim_sm90.h runs this kernel on the CPU (tests/test_gemm_sm90_on_host.cpp).
 #pragma once
@@ -66,12 +72,42 @@ struct Params {
   // (ceil(M / kBM), N) or null (kGeluGrad only): each block's column sums of its rows of out,
   // as stored (bf16), for the bias gradient of the Linear before the GELU
   float* colsum;
-  // (splits, M, N) fp32 (kPartial only): split z = blockIdx.z sums slices_per_split K slices
+  // (splits, M, N) fp32 (kPartial only): split z (Unit::z) sums slices_per_split K slices
   float* part;
   int slices_per_split;  // 0: one split, all of K
   int M, N, K;
   int ldc;  // even (the epilogue stores column pairs as one 32-bit word)
 };
+
+// Where a work unit lies: C tile (row block m, column block n) of K split z.
+struct Unit {
+  int m, n, z;
+};
+
+// The K slices in all, and per split.
+__host__ __device__ inline int slice_count(const Params& p) {
+  return (p.K + kBK - 1) / kBK;
+}
+__host__ __device__ inline int slices_per_split(const Params& p) {
+  return p.slices_per_split > 0 ? p.slices_per_split : slice_count(p);
+}
+__host__ __device__ inline int row_blocks(const Params& p) {
+  return (p.M + kBM - 1) / kBM;
+}
+__host__ __device__ inline int column_blocks(const Params& p) {
+  return (p.N + kBN - 1) / kBN;
+}
+// The work units: every C tile of every split (the caller keeps the product within an int).
+__host__ __device__ inline int unit_count(const Params& p) {
+  const int per = slices_per_split(p);
+  return row_blocks(p) * column_blocks(p) * ((slice_count(p) + per - 1) / per);
+}
+// Unit u: the column block fastest, then the row block, then the split, so the blocks resident
+// together share A's row blocks (and B, all of it for a Linear's N <= 1536) in L2.
+__device__ __forceinline__ Unit unit_at(const Params& p, int u) {
+  const int nb = column_blocks(p), mb = row_blocks(p);
+  return {(u / nb) % mb, u % nb, u / (nb * mb)};
+}
 
 // The pair (row, col), (row, col + 1) of a bf16 matrix, col + 1 < N when `pair`.
 __device__ __forceinline__ void load_pair(const bf16* m, int64_t at, bool pair, float& x0,
@@ -99,12 +135,12 @@ struct Pair {
 // D(row, col) and D(row, col + 1), from two accumulators, through the epilogue into memory;
 // returns the two values out received as stored (zeros outside the matrix).
 template <Epilogue kEpi>
-__device__ __forceinline__ Pair epilogue_pair(const Params& p, int row, int col, float v0, float v1,
-                                              float b0, float b1) {
+__device__ __forceinline__ Pair epilogue_pair(const Params& p, int z, int row, int col, float v0,
+                                              float v1, float b0, float b1) {
   if (row >= p.M || col >= p.N) return {0.0f, 0.0f};
   const bool pair = col + 1 < p.N;
   if constexpr (kEpi == Epilogue::kPartial) {  // fp32, N even: the pair is 8-byte aligned
-    float* at = p.part + (int64_t(blockIdx.z) * p.M + row) * p.N + col;
+    float* at = p.part + (int64_t(z) * p.M + row) * p.N + col;
     if (pair) {
       *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
     } else {
@@ -129,32 +165,32 @@ __device__ __forceinline__ Pair epilogue_pair(const Params& p, int row, int col,
   return {to_f32(y0), pair ? to_f32(y1) : 0.0f};
 }
 
-// The block's column sums of out into p.colsum's row blockIdx.y, in a fixed order (a thread's
-// two rows, the 8 lanes of a column pair by shuffles, then the 8 consumer warps in turn), so
-// reruns give the same bits. sums: (kConsumerWarps, kBN) shared; col_pairs[j] the thread's
-// column-pair sums of 8-column group j.
-__device__ __forceinline__ void column_sums(const Params& p, float* sums,
-                                            Pair (&col_pairs)[kBN / 8], int warp, int lane,
-                                            int n0) {
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
-    float x = col_pairs[j].x, y = col_pairs[j].y;
-    for (int o = 4; o < 32; o <<= 1) {  // the lanes of one column pair: lane % 4 alike
-      x += __shfl_xor_sync(0xffffffffu, x, o);
-      y += __shfl_xor_sync(0xffffffffu, y, o);
-    }
-    if (lane < 4) {
-      sums[warp * kBN + 8 * j + 2 * lane] = x;
-      sums[warp * kBN + 8 * j + 2 * lane + 1] = y;
-    }
+// The tile's column sums of out, in a fixed order (a thread's two rows, the 8 lanes of a column
+// pair by shuffles, then the 8 consumer warps in turn), so reruns give the same bits. First each
+// warp's: v, the thread's two rows' sums of its column pair in 8-column group j, into sums'
+// row `warp` (sums: (kConsumerWarps, kBN) shared). Called per j as the epilogue goes, so no
+// thread holds the 16 pairs at once.
+__device__ __forceinline__ void warp_column_sums(float* sums, int j, Pair v, int warp, int lane) {
+  for (int o = 4; o < 32; o <<= 1) {  // the lanes of one column pair: lane % 4 alike
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
   }
+  if (lane < 4) {
+    sums[warp * kBN + 8 * j + 2 * lane] = v.x;
+    sums[warp * kBN + 8 * j + 2 * lane + 1] = v.y;
+  }
+}
+// Then the warps' sums, in warp order, into p.colsum's row `row_block`.
+__device__ __forceinline__ void column_sums(const Params& p, const float* sums, int row_block,
+                                            int n0) {
   sm90::sync_consumers(kConsumerWarps * 32);
   const int c = int(threadIdx.x);
   if (c < kBN && n0 + c < p.N) {
     float total = 0.0f;
     for (int w = 0; w < kConsumerWarps; ++w) total += sums[w * kBN + c];
-    p.colsum[int64_t(blockIdx.y) * p.N + n0 + c] = total;
+    p.colsum[int64_t(row_block) * p.N + n0 + c] = total;
   }
+  sm90::sync_consumers(kConsumerWarps * 32);  // read out before the block's next tile writes
 }
 
 // The producer thread: K slice k of A's row block m0 and B's column block n0 into stage s, once
@@ -198,9 +234,51 @@ __device__ __forceinline__ void multiply_slice(float (&acc)[64], const bf16* sta
   sm90::wgmma_commit();
 }
 
-// C (M, N) = op(A) @ op(B) through the epilogue: grid (ceil(N / kBN), ceil(M / kBM), splits),
-// kThreads threads, kSharedBytes of dynamic shared memory. Consecutive blocks share an A
-// row-block.
+// The consumers' share of one unit: its slices' wgmmas into acc, from ring position `it` on
+// (advanced past them), releasing each stage once its wgmmas have read it, the last one too.
+template <bool kTransA, bool kTransB>
+__device__ __forceinline__ void multiply_unit(float (&acc)[64], bf16* tiles, uint64_t* full,
+                                              uint64_t* empty, int slices, int group, int& it) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  const bool leader = threadIdx.x % 128 == 0;  // arrives for its warpgroup
+  for (int i = 0; i < slices; ++i, ++it) {
+    const int s = it % kStages;
+    sm90::mbar_wait(&full[s], (it / kStages) & 1);
+    multiply_slice<kTransA, kTransB>(acc, tiles + s * (kTileA + kTileB), group);
+    sm90::wgmma_wait<1>();  // the previous slice's group is done: its stage is free
+    if (i > 0 && leader) sm90::mbar_arrive(&empty[(it - 1) % kStages]);
+  }
+  sm90::wgmma_wait<0>();
+  // the last slice's stage, before the epilogue: the producer fills it with the next unit's
+  if (slices > 0 && leader) sm90::mbar_arrive(&empty[(it - 1) % kStages]);
+}
+
+// One unit's accumulators through the epilogue into memory (and the column sums' shared
+// partials when asked).
+template <Epilogue kEpi>
+__device__ __forceinline__ void store_unit(const Params& p, const float (&acc)[64], Unit u,
+                                           float* sums, int group, int warp, int lane) {
+  const int n0 = u.n * kBN;
+  const int row = u.m * kBM + group * 64 + (warp % 4) * 16 + lane / 4;
+  const bool sum_columns = kEpi == Epilogue::kGeluGrad && p.colsum;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    float b0 = 0.0f, b1 = 0.0f;
+    if (p.bias && col < p.N) b0 = to_f32(p.bias[col]);
+    if (p.bias && col + 1 < p.N) b1 = to_f32(p.bias[col + 1]);
+    const Pair top = epilogue_pair<kEpi>(p, u.z, row, col, acc[4 * j], acc[4 * j + 1], b0, b1);
+    const Pair low =
+        epilogue_pair<kEpi>(p, u.z, row + 8, col, acc[4 * j + 2], acc[4 * j + 3], b0, b1);
+    if (sum_columns) warp_column_sums(sums, j, {top.x + low.x, top.y + low.y}, warp, lane);
+  }
+  if (sum_columns) column_sums(p, sums, u.m, n0);
+}
+
+// C (M, N) = op(A) @ op(B) through the epilogue: a 1-D grid of at most unit_count(p) blocks
+// (persistent: the launch sizes it to the blocks resident at once), kThreads threads,
+// kSharedBytes of dynamic shared memory.
 template <Epilogue kEpi, bool kTransA, bool kTransB>
 __global__ void __launch_bounds__(kThreads, 2)
     gemm_kernel(VIT_GRID_CONSTANT TensorMap map_a, VIT_GRID_CONSTANT TensorMap map_b, Params p) {
@@ -224,50 +302,35 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();  // the last block-wide barrier: the producer's idle lanes leave below
 
-  const int n0 = int(blockIdx.x) * kBN, m0 = int(blockIdx.y) * kBM;
-  // this split's K slices: k0 .. k0 + slices - 1
-  const int all = (p.K + kBK - 1) / kBK, per = p.slices_per_split > 0 ? p.slices_per_split : all;
-  const int k0 = int(blockIdx.z) * per, slices = k0 < all ? (all - k0 < per ? all - k0 : per) : 0;
+  const int units = unit_count(p), all = slice_count(p), per = slices_per_split(p);
+  // unit u's K slices: k0 .. k0 + slices - 1
+  auto slices_of = [&](const Unit& u) {
+    const int k0 = u.z * per;
+    return k0 < all ? (all - k0 < per ? all - k0 : per) : 0;
+  };
+  int it = 0;  // the block's K slices so far, over its units: the stage ring's position
   if (warp == kConsumerWarps) {
     if (lane == 0)
-      for (int i = 0; i < slices; ++i) {
-        const int s = i % kStages;
-        sm90::mbar_wait(&empty[s], ((i / kStages) & 1) ^ 1);  // the first round passes at once
-        load_slice<kTransA, kTransB>(tiles + s * (kTileA + kTileB), &full[s], map_a, map_b, k0 + i,
-                                     m0, n0);
+      for (int w = int(blockIdx.x); w < units; w += int(gridDim.x)) {
+        const Unit u = unit_at(p, w);
+        for (int i = 0, slices = slices_of(u); i < slices; ++i, ++it) {
+          const int s = it % kStages;
+          sm90::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // the first round passes at once
+          load_slice<kTransA, kTransB>(tiles + s * (kTileA + kTileB), &full[s], map_a, map_b,
+                                       u.z * per + i, u.m * kBM, u.n * kBN);
+        }
       }
     return;
   }
 
   const int group = warp / 4;  // consumer warpgroup: rows 64 group .. of the tile
+  float* sums = reinterpret_cast<float*>(base + kStages * kStageBytes + kBarrierBytes);
   float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  for (int i = 0; i < slices; ++i) {
-    const int s = i % kStages;
-    sm90::mbar_wait(&full[s], (i / kStages) & 1);
-    multiply_slice<kTransA, kTransB>(acc, tiles + s * (kTileA + kTileB), group);
-    sm90::wgmma_wait<1>();  // the previous slice's group is done: its stage is free
-    if (i > 0 && threadIdx.x % 128 == 0) sm90::mbar_arrive(&empty[(i - 1) % kStages]);
+  for (int w = int(blockIdx.x); w < units; w += int(gridDim.x)) {
+    const Unit u = unit_at(p, w);
+    multiply_unit<kTransA, kTransB>(acc, tiles, full, empty, slices_of(u), group, it);
+    store_unit<kEpi>(p, acc, u, sums, group, warp, lane);
   }
-  sm90::wgmma_wait<0>();
-
-  const int row = m0 + group * 64 + (warp % 4) * 16 + lane / 4;
-  Pair col_pairs[kBN / 8];  // kGeluGrad with colsum: the thread's two rows' sums
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * (lane % 4);
-    float b0 = 0.0f, b1 = 0.0f;
-    if (p.bias && col < p.N) b0 = to_f32(p.bias[col]);
-    if (p.bias && col + 1 < p.N) b1 = to_f32(p.bias[col + 1]);
-    const Pair top = epilogue_pair<kEpi>(p, row, col, acc[4 * j], acc[4 * j + 1], b0, b1);
-    const Pair low = epilogue_pair<kEpi>(p, row + 8, col, acc[4 * j + 2], acc[4 * j + 3], b0, b1);
-    col_pairs[j] = {top.x + low.x, top.y + low.y};
-  }
-  if constexpr (kEpi == Epilogue::kGeluGrad)
-    if (p.colsum)
-      column_sums(p, reinterpret_cast<float*>(base + kStages * kStageBytes + kBarrierBytes),
-                  col_pairs, warp, lane, n0);
 }
 
 }  // namespace vit::cuda::gemm_sm90
