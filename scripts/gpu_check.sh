@@ -597,6 +597,18 @@ s_vbench_sm90fwd() {
 s_vbench_sm90dgrad() {
   VIT_SM90_GEMM=fwd,dgrad s_vbench "$@"
 }
+# Args: model, batch. Only the two GEMMs with a GELU epilogue on it (VIT_SM90_GEMM=gelu: fc1's
+# forward, fc2's data gradient), the other Linears on cuBLASLt: the fusion's saving without
+# the kernel's cost on the plain GEMMs.
+s_vbench_sm90gelu() {
+  VIT_SM90_GEMM=gelu s_vbench "$@"
+}
+# Args: model, batch. The opt-ins that each promise a few percent, together (cuDNN's attention,
+# the one-exponential GELU, the bias gradients' GEMM epilogue), so that their sum shows above
+# the runs' noise even where each alone does not.
+s_vbench_optins() {
+  VIT_CUDNN_ATTENTION=1 VIT_GELU_FAST=1 VIT_BIAS_GRAD_EPILOGUE=1 s_vbench "$@"
+}
 # Args: model, batch. The sm_90a GEMM with a block per tile, as before its grid became
 # persistent (VIT_SM90_PERSISTENT=0; 2026-11-28): what persistence pays, when asked
 # (GPU_CHECK_BENCH_VARIANTS=sm90tiles ...).
@@ -717,7 +729,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1214,7 +1226,10 @@ fi
 # our backward) took dwone's place (the locality FFN's one-column depthwise kernels, timed in
 # the sixth runs), and bgradepi (the bias gradients in the weight gradients' GEMM epilogue) took
 # local's (the locality FFN, timed in every run since the third, unchanged since the sixth).
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90fwd sm90dgrad fusedbwd cudnnfwd bgradepi}"
+# sm90gelu (only the GELU GEMMs on the sm_90a kernel) and optins (the few-percent opt-ins
+# together) took sm90fwd's and sm90dgrad's places (2026-11-28, twenty-fourth session): the
+# sm_90a profile (h_profile_sm90_*) has each kind's ops apart.
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90gelu fusedbwd cudnnfwd bgradepi optins}"
 # The switches a bench round times on the last (small-image) model only
 # (GPU_CHECK_BENCH_SMALL): the one-kernel flash backward, which takes N <= 192 (ViT-Ti/4's 65),
 # the one-exponential GELU (unresolved at ViT-S/16 in the fifth runs; its GELU maps are a
@@ -1249,6 +1264,8 @@ variant_label() {
     sm90fwd) echo "VIT_SM90_GEMM=fwd" ;;
     sm90dgrad) echo "VIT_SM90_GEMM=fwd,dgrad" ;;
     sm90tiles) echo "VIT_SM90_GEMM=1, VIT_SM90_PERSISTENT=0" ;;
+    sm90gelu) echo "VIT_SM90_GEMM=gelu" ;;
+    optins) echo "VIT_CUDNN_ATTENTION=1, VIT_GELU_FAST=1, VIT_BIAS_GRAD_EPILOGUE=1" ;;
     flashold) echo "VIT_FLASH_STORED_DS=0, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     storedwhole) echo "VIT_FLASH_STORED_DS=1, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
     stored) echo "VIT_FLASH_STORED_DS=1" ;;

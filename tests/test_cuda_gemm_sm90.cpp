@@ -218,15 +218,15 @@ INSTANTIATE_TEST_SUITE_P(
       return shape_name(info.param);
     });  // at the edges
 
-// Runs `ops` with VIT_SM90_GEMM set to `on` and returns the buffers it names, downloaded; the
-// kernel must have run `calls` times when on, never when off.
+// Runs `ops` with VIT_SM90_GEMM set to `value` and returns the buffers it names, downloaded; the
+// kernel must have run `calls` times.
 template <typename Ops>
-std::vector<Vec> with_sm90(bool on, Index calls, std::vector<DevBuf<bf>*> outs, Ops ops) {
-  ScopedEnv env("VIT_SM90_GEMM", on ? "1" : "0");
+std::vector<Vec> with_sm90(const char* value, Index calls, std::vector<DevBuf<bf>*> outs, Ops ops) {
+  ScopedEnv env("VIT_SM90_GEMM", value);
   const Index before = cu::sm90_gemm_count();
   ops();
   vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
-  EXPECT_EQ(cu::sm90_gemm_count() - before, on ? calls : 0);
+  EXPECT_EQ(cu::sm90_gemm_count() - before, calls) << "VIT_SM90_GEMM=" << value;
   std::vector<Vec> got;
   for (DevBuf<bf>* o : outs) got.push_back(o->download());
   return got;
@@ -245,7 +245,8 @@ void expect_near_bits(const char* what, const Vec& got, const Vec& ref) {
 
 // The ops under VIT_SM90_GEMM=1 take the kernel (counted) and give the cuBLASLt path's results
 // within one bf16 step: matmul_forward, matmul_gelu_forward's pre and act, matmul_backward's
-// dinp, and matmul_gelu_backward's dpre with fc1's bias gradient from it.
+// dinp, and matmul_gelu_backward's dpre with fc1's bias gradient from it. Under
+// VIT_SM90_GEMM=gelu only the two GEMMs with a GELU epilogue take it, with the same results.
 TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
   VIT_GPU_TEST_PRECONDITION();
   if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
@@ -260,17 +261,20 @@ TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
     cu::matmul_forward<bf>(out.get(), dx.get(), dw.get(), db.get(), M, K, N);
     cu::matmul_gelu_forward<bf>(act.get(), pre.get(), dx.get(), dw.get(), db.get(), M, K, N);
   };
-  const auto f_ref = with_sm90(false, 2, {&out, &pre, &act}, forward);
-  const auto f_got = with_sm90(true, 2, {&out, &pre, &act}, forward);
+  const auto f_ref = with_sm90("0", 0, {&out, &pre, &act}, forward);
+  const auto f_got = with_sm90("1", 2, {&out, &pre, &act}, forward);
+  const auto f_gelu = with_sm90("gelu", 1, {&out, &pre, &act}, forward);
   const char* f_names[] = {"matmul_forward", "matmul_gelu_forward pre", "matmul_gelu_forward act"};
   for (int t = 0; t < 3; ++t) expect_near_bits(f_names[t], f_got[t], f_ref[t]);
+  EXPECT_EQ(f_gelu[0], f_ref[0]) << "VIT_SM90_GEMM=gelu: matmul_forward is cuBLASLt's";
+  for (int t = 1; t < 3; ++t) EXPECT_EQ(f_gelu[t], f_got[t]) << f_names[t];
 
   // fc2 (hidden N -> K) backward: d(hidden) (M, N) = dy (M, K) @ w^T viewed as fc2's (K, N)
   // weight, and its weight gradient (K, N) += dy^T act, then through the GELU of pre_in with
   // fc1's bias gradient.
   const Vec halves(K * N, 0.5f);
   DevBuf<float> dweight(K * N, "dweight");
-  std::vector<float> bias_sums[2], weight_grads[2];
+  std::vector<float> bias_sums[3], weight_grads[3];
   auto backward = [&](int side) {
     return [&, side] {
       vit::test::cuda_ok(cudaMemset(dpre_bias.get(), 0, N * sizeof(float)), "memset");
@@ -284,10 +288,15 @@ TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
       weight_grads[side] = dweight.download();
     };
   };
-  const auto b_ref = with_sm90(false, 3, {&dinp, &out}, backward(0));
-  const auto b_got = with_sm90(true, 3, {&dinp, &out}, backward(1));
+  const auto b_ref = with_sm90("0", 0, {&dinp, &out}, backward(0));
+  const auto b_got = with_sm90("1", 3, {&dinp, &out}, backward(1));
+  const auto b_gelu = with_sm90("gelu", 1, {&dinp, &out}, backward(2));
   expect_near_bits("matmul_backward dinp", b_got[0], b_ref[0]);
   expect_near_bits("matmul_gelu_backward dpre", b_got[1], b_ref[1]);
+  EXPECT_EQ(b_gelu[0], b_ref[0]) << "VIT_SM90_GEMM=gelu: matmul_backward's dinp is cuBLASLt's";
+  EXPECT_EQ(b_gelu[1], b_got[1]) << "VIT_SM90_GEMM=gelu: dpre";
+  EXPECT_EQ(bias_sums[2], bias_sums[1]) << "VIT_SM90_GEMM=gelu: fc1's bias gradient";
+  EXPECT_EQ(weight_grads[2], weight_grads[0]) << "VIT_SM90_GEMM=gelu: cuBLASLt's weight gradient";
   for (Index j = 0; j < N; ++j)
     ASSERT_NEAR(bias_sums[1][j], bias_sums[0][j], 1e-2 * (1.0 + std::fabs(bias_sums[0][j])))
         << "fc1's bias gradient [" << j << "]";

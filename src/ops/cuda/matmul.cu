@@ -21,14 +21,20 @@ namespace {
 std::atomic<Index> g_sm90_gemms{0};
 
 // Whether VIT_SM90_GEMM turns the sm_90a GEMM on for `kind` (fwd: the forward, dgrad: the data
-// gradient, wgrad: the weight gradient): "1" for all, or a comma-separated list of kinds (a
-// bench times each kind apart), off when unset, empty or "0...".
+// gradient, wgrad: the weight gradient; gelu: only the two GEMMs with a GELU epilogue, fc1's
+// forward and fc2's data gradient, where the fusion saves a pass even if the kernel is slower
+// than cuBLASLt): "1" for all, or a comma-separated list of kinds (a bench times each kind
+// apart), off when unset, empty or "0...".
 bool sm90_on(const char* kind) {
   const char* env = std::getenv("VIT_SM90_GEMM");
   if (!env || env[0] == '\0' || env[0] == '0') return false;
   if (std::strcmp(env, "1") == 0) return true;
   const std::string list = std::string(",") + env + ",";
   return list.find(std::string(",") + kind + ",") != std::string::npos;
+}
+// The same for a GEMM with a GELU epilogue: its kind, or `gelu`.
+bool sm90_gelu_on(const char* kind) {
+  return sm90_on(kind) || sm90_on("gelu");
 }
 
 // Whether the sm_90a kernel was enqueued; if it was, the launch is checked and counted.
@@ -43,7 +49,10 @@ bool sm90_ran(bool launched) {
 // VIT_SM90_GEMM turns `kind` on, the device is a Hopper and the operands fit.
 template <typename T>
 bool sm90_gemm(const char* kind, const sm90::GemmOperands& g) {
-  if constexpr (std::is_same_v<T, bf16>) return sm90_on(kind) && sm90_ran(sm90::gemm(g, stream()));
+  if constexpr (std::is_same_v<T, bf16>) {
+    const bool on = g.pre || g.aux ? sm90_gelu_on(kind) : sm90_on(kind);
+    return on && sm90_ran(sm90::gemm(g, stream()));
+  }
   return false;
 }
 
