@@ -565,6 +565,12 @@ s_vbench_cudnn() {
 s_vbench_cudnnfwd() {
   VIT_CUDNN_ATTENTION=fwd s_vbench "$@"
 }
+# Args: model, batch. cuDNN's attention on any engine, those it notes as nondeterministic
+# included (VIT_CUDNN_NONDETERMINISTIC=1; by default only the others are planned, 2026-11-28):
+# what determinism costs, or where the deterministic engines declined, what cuDNN offers.
+s_vbench_cudnnnd() {
+  VIT_CUDNN_ATTENTION=1 VIT_CUDNN_NONDETERMINISTIC=1 s_vbench "$@"
+}
 # Args: model, batch. The bf16 Linears' bias gradients in the weight gradient's GEMM epilogue
 # (VIT_BIAS_GRAD_EPILOGUE=1, cuBLASLt's BGRADB; matmul.cu; written without a GPU on 2026-11-28)
 # instead of a column-sum pass over each dout.
@@ -729,7 +735,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1229,7 +1235,9 @@ fi
 # sm90gelu (only the GELU GEMMs on the sm_90a kernel) and optins (the few-percent opt-ins
 # together) took sm90fwd's and sm90dgrad's places (2026-11-28, twenty-fourth session): the
 # sm_90a profile (h_profile_sm90_*) has each kind's ops apart.
-read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90gelu fusedbwd cudnnfwd bgradepi optins}"
+# cudnnnd: cuDNN's attention on any engine, nondeterministic ones included (the default plans
+# only the others since 2026-11-28).
+read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90gelu fusedbwd cudnnfwd cudnnnd bgradepi optins}"
 # The switches a bench round times on the last (small-image) model only
 # (GPU_CHECK_BENCH_SMALL): the one-kernel flash backward, which takes N <= 192 (ViT-Ti/4's 65),
 # the one-exponential GELU (unresolved at ViT-S/16 in the fifth runs; its GELU maps are a
@@ -1273,6 +1281,7 @@ variant_label() {
     cudnn) echo "VIT_CUDNN_ATTENTION=1" ;;
     bgradepi) echo "VIT_BIAS_GRAD_EPILOGUE=1" ;;
     cudnnfwd) echo "VIT_CUDNN_ATTENTION=fwd" ;;
+    cudnnnd) echo "VIT_CUDNN_ATTENTION=1, VIT_CUDNN_NONDETERMINISTIC=1" ;;
     fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
     lnrows) echo "VIT_LAYERNORM_VEC=0" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;

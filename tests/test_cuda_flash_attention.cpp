@@ -400,6 +400,15 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
   expect_close("dqkv (flash vs unfused)", f_dqkv.download(), u_dqkv.download(), t_dqkv);
 }
 
+// How many elements of a and b (the same size) differ in their bits.
+Index elements_differing(const Vec& a, const Vec& b) {
+  EXPECT_EQ(a.size(), b.size());
+  Index n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof a[i]) != 0;
+  return n;
+}
+
 }  // namespace
 
 // VIT_CUDNN_ATTENTION (ops/cuda/cudnn_attention.cu): cuDNN's fused attention in place of the
@@ -407,8 +416,10 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
 // alone (reading ours) and both, against the fp64 reference with the bf16 tolerances of
 // MatchesCpuReference, on the aligned shapes (misaligned buffers go to the flash kernels). It
 // must run at ViT-S/16's shape; elsewhere it may decline a shape (the op then runs the flash
-// kernels, which the same check holds to). Skips, saying why, where the machine's cuDNN is
-// missing or predates the operation: that is the library's absence, not the GPU's.
+// kernels, which the same check holds to). Where it ran on the engines cuDNN does not note as
+// nondeterministic (the default), a second pass must give the same bits. Skips, saying why,
+// where the machine's cuDNN is missing or predates the operation: that is the library's
+// absence, not the GPU's.
 TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
   using T = bf16;
   const std::string lib = gpu::cudnn_attention_library();
@@ -449,6 +460,13 @@ TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
       expect_close("out", got.out, ref.out, t_out);
       expect_close("lse", got.lse, ref.lse, t_lse);
       expect_close("dqkv", got.dqkv, ref.dqkv, t_dqkv);
+      // The engines planned by default are the deterministic ones: a second pass, the same bits.
+      if (after.nondeterministic == before.nondeterministic && (ran_fwd || ran_bwd)) {
+        const DeviceResult again = run_bf16(s, d_qkv, d_dout);
+        EXPECT_EQ(elements_differing(again.out, got.out), 0) << "cuDNN's forward, repeated";
+        EXPECT_EQ(elements_differing(again.lse, got.lse), 0) << "cuDNN's statistics, repeated";
+        EXPECT_EQ(elements_differing(again.dqkv, got.dqkv), 0) << "cuDNN's backward, repeated";
+      }
     }
   }
 }

@@ -12,8 +12,9 @@
 // are strided views of qkv (B, N, 3C) and out (B, N, C) as (B, H, N, D), no copies; the softmax
 // statistics are our lse (B, H, N): the natural-log log-sum-exp of the scaled scores in both,
 // so either direction may run with the other's kernels. Plans are built once a (device, shape)
-// and kept; the workspace is a scratch slot. Not deterministic-by-contract (cuDNN's backward
-// may sum dQ with atomics) and not bitwise the emulation's rounding: an opt-in to measure.
+// and kept; the workspace is a scratch slot. Only engines cuDNN does not note as
+// nondeterministic are planned (any_engine), and each plan's engine is said once on stderr. Not
+// bitwise the emulation's rounding: an opt-in to measure.
 #include <dlfcn.h>
 
 #include <cmath>
@@ -211,12 +212,48 @@ Desc scale_tensor() {
   return tensor(kScale, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, true);
 }
 
-// A built plan: its descriptors (kept alive with it) and workspace bytes.
+// A built plan: its descriptors (kept alive with it), workspace bytes, and its engine (the
+// global index, and whether cuDNN notes it as nondeterministic).
 struct Plan {
   std::vector<Desc> keep;
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
+  int64_t engine = -1;
+  bool nondeterministic = false;
 };
+
+// VIT_CUDNN_NONDETERMINISTIC=1: any engine. By default only engines cuDNN does not note as
+// nondeterministic (CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, e.g. a backward that adds dQ with
+// atomics) are planned, so a run and its resume, or an eager pass and its CUDA graph, keep the
+// same bits, as with our kernels; a shape with none left declines to them.
+bool any_engine() {
+  return env_opt_in("VIT_CUDNN_NONDETERMINISTIC");
+}
+
+// The engine of an engine configuration: its global index, and whether its numerical notes
+// include NONDETERMINISTIC.
+struct EngineFacts {
+  int64_t index = -1;
+  bool nondeterministic = false;
+};
+EngineFacts engine_facts(const Desc& config) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  int64_t n = 0;
+  check(api().get_attr(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                       &n, &raw),
+        "engine of a configuration");
+  EngineFacts f;
+  check(api().get_attr(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &f.index),
+        "engine index");
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  check(api().get_attr(raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
+        "engine numerical notes");
+  for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; ++i)
+    f.nondeterministic |= notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+  return f;
+}
 
 // The engine configurations heuristics `mode` ranks for `graph` (none if it ranks none), and the
 // heuristics descriptor they came from.
@@ -242,7 +279,8 @@ std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode,
 }
 
 // The operation graph of `op`, and the first engine configuration (of heuristics mode A's, else
-// the fallback list's) that finalizes as an execution plan.
+// the fallback list's) that finalizes as an execution plan, skipping nondeterministic engines
+// unless any_engine().
 void build_plan(Plan& p, cudnnHandle_t handle, Desc op) {
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
@@ -261,6 +299,14 @@ void build_plan(Plan& p, cudnnHandle_t handle, Desc op) {
     }
     for (Desc& config : configs) {
       try {
+        const EngineFacts engine = engine_facts(config);
+        if (engine.nondeterministic && !any_engine()) {
+          last = "engine " + std::to_string(engine.index) +
+                 " is nondeterministic (VIT_CUDNN_NONDETERMINISTIC=1 allows it)";
+          continue;
+        }
+        p.engine = engine.index;
+        p.nondeterministic = engine.nondeterministic;
         Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
         plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
         plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config, "plan config");
@@ -419,13 +465,19 @@ const Plan* plan_for(bool forward, Index B, Index N, Index H, Index D, cudnnHand
     const auto key = std::make_tuple(dev, forward, B, N, H, D);
     auto it = s.plans.find(key);
     if (it == s.plans.end()) {
+      const std::string shape = std::string(forward ? "forward" : "backward") +
+                                " B=" + std::to_string(B) + " N=" + std::to_string(N) +
+                                " H=" + std::to_string(H) + " D=" + std::to_string(D);
       Plan p;
       try {
         p = plan_either_way(s, *handle, forward, B, N, H, D);
+        say_once(s,
+                 shape + ": engine " + std::to_string(p.engine) + ", " +
+                     (p.nondeterministic ? "nondeterministic" : "deterministic") + ", " +
+                     std::to_string(p.workspace) + " bytes of workspace",
+                 false);
       } catch (const CudnnFailure& e) {
-        say_once(s, std::string(forward ? "forward" : "backward") + " B=" + std::to_string(B) +
-                        " N=" + std::to_string(N) + " H=" + std::to_string(H) +
-                        " D=" + std::to_string(D) + ": " + e.what());
+        say_once(s, shape + ": " + e.what());
       }
       it = s.plans.emplace(key, std::move(p)).first;
     }
@@ -482,6 +534,7 @@ bool cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, In
     throw Error(std::string("cuDNN attention forward: ") + e.what());
   }
   ++g_counts.forward;
+  g_counts.nondeterministic += p->nondeterministic;
   return true;
 }
 
@@ -504,6 +557,7 @@ bool cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
     throw Error(std::string("cuDNN attention backward: ") + e.what());
   }
   ++g_counts.backward;
+  g_counts.nondeterministic += p->nondeterministic;
   return true;
 }
 

@@ -224,9 +224,11 @@ bool cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, In
                              Index D);
 bool cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* lse, Index B, Index N, Index H, Index D);
-// How many times cuDNN ran each direction in this process (tests and the bench's check).
+// How many times cuDNN ran each direction in this process (tests and the bench's check), and
+// how many of those runs were on an engine cuDNN notes as nondeterministic (only with
+// VIT_CUDNN_NONDETERMINISTIC=1).
 struct CudnnAttentionCounts {
-  long forward = 0, backward = 0;
+  long forward = 0, backward = 0, nondeterministic = 0;
 };
 CudnnAttentionCounts cudnn_attention_counts();
 // "cuDNN <version>" as loaded, or why it was not.
