@@ -457,6 +457,53 @@ s_vbench() {
   return "$rc"
 }
 
+# The environment assignments of a bench variant that only sets kernel switches (what
+# `vitrain bench --variant` can time in one process); nothing for the others (a flag, another
+# model or build: their own processes).
+variant_env() {
+  case "$1" in
+    sm90) echo "VIT_SM90_GEMM=1" ;;
+    sm90fwd) echo "VIT_SM90_GEMM=fwd" ;;
+    sm90dgrad) echo "VIT_SM90_GEMM=fwd,dgrad" ;;
+    sm90gelu) echo "VIT_SM90_GEMM=gelu" ;;
+    sm90tiles) echo "VIT_SM90_GEMM=1 VIT_SM90_PERSISTENT=0" ;;
+    fusedbwd) echo "VIT_FLASH_FUSED_BWD=1" ;;
+    cudnn) echo "VIT_CUDNN_ATTENTION=1" ;;
+    cudnnfwd) echo "VIT_CUDNN_ATTENTION=fwd" ;;
+    cudnnnd) echo "VIT_CUDNN_ATTENTION=1 VIT_CUDNN_NONDETERMINISTIC=1" ;;
+    bgradepi) echo "VIT_BIAS_GRAD_EPILOGUE=1" ;;
+    optins) echo "VIT_CUDNN_ATTENTION=1 VIT_GELU_FAST=1 VIT_BIAS_GRAD_EPILOGUE=1" ;;
+    gelufast) echo "VIT_GELU_FAST=1" ;;
+    flashold) echo "VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" ;;
+    storedwhole) echo "VIT_FLASH_STORED_DS=1 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" ;;
+    stored) echo "VIT_FLASH_STORED_DS=1" ;;
+    fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
+    lnrows) echo "VIT_LAYERNORM_VEC=0" ;;
+    unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
+    sync) echo "VIT_FLASH_ASYNC=0" ;;
+  esac
+}
+# Args: model, batch, variant names. The default and these variants (their switches:
+# variant_env) timed against each other in one `vitrain bench --variant` process over
+# VARIANT_ROUNDS interleaved rounds of BENCH_STEPS steps (each after its own warm-up and graph
+# capture): one JSON line a variant, kept whole in metrics/<step>.variants for the summary.
+s_vvariants() {
+  need_bin vitrain
+  local model="$1" batch="$2" out="$WORK/$STEP_ID.out" rc name env args=()
+  shift 2
+  args=(--variant "default:")
+  for name in "$@"; do
+    env=$(variant_env "$name")
+    [ -n "$env" ] && args+=(--variant "$name:$env")
+  done
+  VIT_FLASH_WARPS="${VIT_FLASH_WARPS:-auto}" vt bench --device "$DEVICE" --model "$model" \
+    -b "$batch" --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" --json \
+    --rounds "${VARIANT_ROUNDS:-3}" "${args[@]}" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  grep -E '^\{.*"variant".*\}$' "$out" >"$MET/$STEP_ID.variants" || rm -f "$MET/$STEP_ID.variants"
+  return "$rc"
+}
+
 # Args: model, batch. vitrain bench with the unfused attention (what the fused one pays).
 s_vbench_unfused() {
   VIT_FLASH_ATTENTION=0 s_vbench "$@"
@@ -735,7 +782,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume s_vbench s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -803,6 +850,16 @@ def impl_of(s):
 
 bench = [dict(s["result"], step=s["id"], impl=impl_of(s)) for s in steps
          if s["group"] in ("bench", "compile") and "result" in s and "img_per_s" in s["result"]]
+# The interleaved variants (s_vvariants: one JSON line a variant, metrics/<step>.variants).
+variant_rows = []
+for s in steps:
+    vp = os.path.join(met, s["id"] + ".variants")
+    if os.path.exists(vp):
+        for vl in open(vp, errors="replace"):
+            try:
+                variant_rows.append(dict(json.loads(vl), step=s["id"]))
+            except ValueError:
+                pass
 counts = {k: sum(1 for s in steps if s["status"] == k) for k in ("PASS", "FAIL", "TIMEOUT", "SKIP")}
 # FAIL if anything failed; INCOMPLETE if all that ran passed but some never ran (budget).
 overall = ("FAIL" if counts["FAIL"] + counts["TIMEOUT"] or not steps else
@@ -810,7 +867,7 @@ overall = ("FAIL" if counts["FAIL"] + counts["TIMEOUT"] or not steps else
 res = {"phase": phases, "overall": overall, "counts": counts, "final": final,
        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
        "elapsed_s": round(time.time() - start, 1), "budget_s": budget, "system": info,
-       "steps": steps, "bench": bench}
+       "steps": steps, "bench": bench, "variants": variant_rows}
 tmp = os.path.join(work, "pack")
 os.makedirs(tmp, exist_ok=True)
 with open(os.path.join(tmp, "results.json"), "w") as f:
@@ -876,6 +933,18 @@ if bench:
         ratio = ", ".join(f"{mv[main] / v:.2f}x {i}" for i, v in mv.items()
                           if main and i != main and v > 0)
         L.append(f"| {m} | {bsz} | " + " | ".join(cells) + f" | {ratio} |")
+if variant_rows:
+    L += ["", "Kernel switches interleaved in one process (`bench --variant`; img/s a round, "
+          "their median, and that over the default's):", "",
+          "| model | batch | variant | switches | img/s by round | median | vs default | MFU | step |",
+          "|---|---:|---|---|---|---:|---:|---:|---|"]
+    for v in variant_rows:
+        env = " ".join(f"{k}={x}" for k, x in (v.get("env") or {}).items())
+        rounds = ", ".join(str(x) for x in v.get("img_per_s_rounds", []))
+        mfu = v.get("mfu")
+        L.append(f"| {v.get('model')} | {v.get('batch')} | {v.get('variant')} | {env} | {rounds} | "
+                 f"{v.get('median_img_per_s')} | {v.get('ratio_to_first', 0):.3f}x | "
+                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {v['step']} |")
 # The sweep's variants: test top-1 over seeds (step ids w_NAME_SEED).
 sweep = {}
 for s in steps:
@@ -1305,6 +1374,36 @@ variant_step() {
     "$4" "$5"
 }
 
+# A model's bench variants (one line of BENCH_MODELS): BENCH_VARIANTS at the first model (ViT-S),
+# BENCH_SMALL at the last (ViT-Ti/4), BENCH_EVERY at each.
+model_variants() {
+  local v=()
+  [ "$1" = "${BENCH_MODELS[0]}" ] && v=("${BENCH_VARIANTS[@]}")
+  [ "$1" = "${BENCH_MODELS[${#BENCH_MODELS[@]} - 1]}" ] && v+=("${BENCH_SMALL[@]}")
+  v+=("${BENCH_EVERY[@]}")
+  echo "${v[*]}"
+}
+# One interleaved `vitrain bench --variant` step a model (s_vvariants, since 2026-11-28): the
+# default against the model's variants that only set switches (variant_env), VARIANT_ROUNDS
+# rounds in one process, so their ratios share one warm GPU and the process starts once; the
+# sm_90a GEMM's only when sm90_ok. Round 2's separate variant processes gave way to it.
+steps_variants() {
+  local mb m b var names
+  for mb in "${BENCH_MODELS[@]}"; do
+    read -r m b <<<"$mb"
+    names=()
+    for var in $(model_variants "$mb"); do
+      [ -n "$(variant_env "$var")" ] || continue
+      [[ "$var" == sm90* ]] && ! sm90_ok && continue
+      names+=("$var")
+    done
+    [ "${#names[@]}" -gt 0 ] || continue
+    step "v_variants_$(short "$m")" bench 240 \
+      "vitrain bench --variant: default, ${names[*]}; $m b$b, ${VARIANT_ROUNDS:-3} rounds" \
+      s_vvariants "$m" "$b" "${names[@]}"
+  done
+}
+
 steps_bench_round() {
   local r="$1" mb m b s var variants
   # A round's first bench (the build's default at ViT-S/16) ran at 7,752 and 8,063 img/s in
@@ -1317,11 +1416,11 @@ steps_bench_round() {
   for mb in "${BENCH_MODELS[@]}"; do
     read -r m b <<<"$mb"
     s=$(short "$m")
-    variants=()
     # (The WMMA attention, f_wmma_*, measured on the H200 on 2026-11-26: s_vbench_wmma runs it.)
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && variants=("${BENCH_VARIANTS[@]}")
-    [ "$mb" = "${BENCH_MODELS[${#BENCH_MODELS[@]} - 1]}" ] && variants+=("${BENCH_SMALL[@]}")
-    variants+=("${BENCH_EVERY[@]}")
+    # Round 2 times the variants in one process instead (steps_variants): only the default,
+    # timm and the BEFORE build here.
+    variants=()
+    [ "$r" = 1 ] && read -ra variants <<<"$(model_variants "$mb")"
     if [ -x "$BUNDLE/bin/vitrain_before" ]; then  # env.sh unpacked bin/
       variants+=(before)
       [ "$mb" = "${BENCH_MODELS[0]}" ] && variants+=(localbefore)
@@ -1421,6 +1520,7 @@ if want session; then
   want sweep && steps_sweep
   steps_bench_round 1
   steps_profile
+  steps_variants
   steps_limits
   steps_ops_sanitizers flash kernels
   steps_train_checks
@@ -1443,7 +1543,7 @@ else
   # 2026-11-27, beside the defaults'), where a bench round's 19 default steps (11 on ViT-S, 4 on
   # each other model) take longer than a short second call may have.
   want limits && steps_limits
-  want bench && { steps_bench_round 1; steps_bench_round 2; steps_profile; }
+  want bench && { steps_bench_round 1; steps_variants; steps_bench_round 2; steps_profile; }
   if want data; then
     # shellcheck source=scripts/gpu_check_data.sh
     source "$(pick scripts/gpu_check_data.sh gpu_check_data.sh)"

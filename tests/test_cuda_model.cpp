@@ -225,6 +225,50 @@ TEST(CudaGraphs, Fp32ReplayTheEagerPassBitwise) {
   expect_graphs_replay_the_eager_pass(config_of(vit::test::kComparisonCases[2]), "fp32");
 }
 
+// bench --variant flips a kernel switch between runs and drops the graphs (Engine::
+// drop_graphs): the next passes must be captured anew with the switch's kernels. Three updates,
+// then VIT_GELU_FAST=1 (another GELU formula: other bits) and three more, with graphs and
+// eagerly: the same weights only if the graphed engine ran the new GELU after the drop (its old
+// graphs would replay the exact one); its graphs were captured twice as often.
+TEST(CudaGraphs, DroppedGraphsAreCapturedAnewWithTheSwitchesOfTheMoment) {
+  vit::register_cuda_backend();
+  VIT_GPU_TEST_PRECONDITION();
+  ::unsetenv("VIT_FLASH_ATTENTION");
+  ::unsetenv("VIT_GELU_FAST");
+  const vit::ModelConfig c = config_of(vit::test::kComparisonCases[0]);  // mlp: GELU
+  const Index B = 8;
+  vit::EngineOptions o = vit::test::engine_options("cuda", "bf16", c, B);
+  auto eager = vit::make_engine(o);
+  o.cuda_graph = true;
+  auto graphed = vit::make_engine(o);
+  std::vector<float> p0(size_t(eager->table().total));
+  vit::init_params(p0.data(), eager->table(), c, 5);
+  const Batch batches[2] = {batch_of(c, B, 6), batch_of(c, B, 7)};
+  int64_t captures_before_drop = 0;
+  for (vit::Engine* e : {eager.get(), graphed.get()}) {
+    e->write_params(p0);
+    for (int step = 0; step < 6; ++step) {
+      if (step == 3) {
+        captures_before_drop = e->graph_stats().captures;
+        ::setenv("VIT_GELU_FAST", "1", 1);
+        e->drop_graphs();
+      }
+      e->zero_grad();
+      for (int a = 0; a < 2; ++a)
+        e->forward_backward(batches[a].images.data(), batches[a].targets.data(), B,
+                            1.0f / float(2 * B), uint64_t(step));
+      e->step(1e-3);
+    }
+    e->read_stats();
+    ::unsetenv("VIT_GELU_FAST");
+  }
+  vit::test::expect_same_bits("weights", graphed->read_params(), eager->read_params());
+  const vit::GraphStats gs = graphed->graph_stats();
+  EXPECT_TRUE(gs.on) << gs.off_reason;
+  EXPECT_EQ(captures_before_drop, 2);
+  EXPECT_EQ(gs.captures, 4) << "the two slots' passes captured again after the drop";
+}
+
 TEST(CudaEngine, BenchShapeStepRunsAndReportsMemory) {
   vit::register_cuda_backend();
   VIT_GPU_TEST_PRECONDITION();

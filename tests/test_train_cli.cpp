@@ -243,6 +243,43 @@ TEST_F(TrainCli, BenchReportsTheRateOfEachChunkOfItsSteps) {
   EXPECT_EQ(one["chunk_img_per_s"].size(), 1u);
 }
 
+// bench --variant times kernel switches against each other in one process: a JSON line a
+// variant, in the order given, with one rate a round, their median, the variables it set, and
+// its median over the first's (the first's is 1). A malformed spec is one error line.
+TEST_F(TrainCli, BenchTimesVariantsInInterleavedRounds) {
+  const RunResult r = run_vitrain(
+      "bench --model vit_fmnist_tiny -b 2 --steps 2 --warmup 1 --json --rounds 3 "
+      "--variant default: --variant 'both:VIT_SM90_GEMM=fwd,dgrad VIT_GELU_FAST=1'",
+      dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(rows[0].value("variant", ""), "default");
+  EXPECT_EQ(rows[1].value("variant", ""), "both");
+  EXPECT_TRUE(rows[0]["env"].empty());
+  EXPECT_EQ(rows[1]["env"].value("VIT_SM90_GEMM", ""), "fwd,dgrad");
+  EXPECT_EQ(rows[1]["env"].value("VIT_GELU_FAST", ""), "1");
+  for (const nlohmann::json& row : rows) {
+    std::vector<double> rates = row["img_per_s_rounds"].get<std::vector<double>>();
+    ASSERT_EQ(rates.size(), 3u) << row;
+    std::sort(rates.begin(), rates.end());
+    EXPECT_GT(rates.front(), 0.0);
+    EXPECT_NEAR(row.value("median_img_per_s", -1.0), rates[1], 0.01) << row;
+  }
+  EXPECT_EQ(rows[0].value("ratio_to_first", -1.0), 1.0);
+  EXPECT_NEAR(rows[1].value("ratio_to_first", -1.0),
+              rows[1].value("median_img_per_s", 0.0) / rows[0].value("median_img_per_s", 1.0),
+              1e-3);
+  const RunResult bad =
+      run_vitrain("bench --model vit_fmnist_tiny --variant a:VIT_X", dir_.string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("error: bench: --variant 'a:VIT_X': 'VIT_X' is not VAR=VALUE"),
+            std::string::npos)
+      << bad.err;
+}
+
 // bench replays CUDA graphs by default, as train does, and the op profile times op by op: with
 // --profile the default gives way, an explicit --cuda-graph is one clear error, and
 // --no-cuda-graph / --cuda-graph=false are accepted. On the CPU the JSON has no graph count.

@@ -9,9 +9,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
+#include "cli/bench_variants.h"
 #include "core/omp_wait.h"
 #include "core/profile.h"
 #include "core/rng.h"
@@ -20,11 +23,101 @@
 
 namespace vit {
 
+namespace {
+
+// One timed run's rates: the whole run's img/s and its chunks'.
+struct TimedSteps {
+  double sec = 0, img_per_s = 0, median_img_per_s = 0;
+  std::vector<double> chunk_img_per_s;
+};
+
+// Times `steps` steps after the untimed ones (waited for here), waited for once at the end: the
+// whole time gives the figure. Marks on the device's timeline split them into up to kChunks
+// chunks, whose rates (median, spread) say whether a moment's slowdown (a clock change, another
+// process) moved it, which one short total cannot. The chunks are not waited for: each wait
+// drained the queue and made the next chunk's first step wait for its batch's host copy (the
+// ViT-S/16 b256 figure fell from 8,590 to 8,050 img/s on an H200, 2026-11-27).
+TimedSteps time_steps(Engine& engine, const std::function<void()>& step, int steps, int batch) {
+  constexpr int kChunks = 5;
+  const int chunks = std::min(steps, kChunks);
+  std::vector<int> chunk_steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.mark_time();
+  for (int c = 0; c < chunks; ++c) {
+    chunk_steps.push_back(steps / chunks + (c < steps % chunks ? 1 : 0));
+    for (int i = 0; i < chunk_steps.back(); ++i) step();
+    engine.mark_time();
+  }
+  const TrainStats ts = engine.read_stats();  // waits for the timed steps
+  TimedSteps t;
+  t.sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  VIT_CHECK(std::isfinite(ts.loss_sum), "bench: the loss is not finite");
+  const std::vector<double> marks = engine.take_marks();
+  for (int c = 0; c < chunks; ++c)
+    t.chunk_img_per_s.push_back(double(batch) * chunk_steps[size_t(c)] /
+                                std::max(marks[size_t(c) + 1] - marks[size_t(c)], 1e-9));
+  t.img_per_s = double(batch) * steps / t.sec;
+  std::vector<double> sorted_rates = t.chunk_img_per_s;
+  std::sort(sorted_rates.begin(), sorted_rates.end());
+  t.median_img_per_s = sorted_rates[sorted_rates.size() / 2];
+  return t;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// --variant: each variant's switches applied in turn, `rounds` times in rotated orders, each
+// timing `steps` steps after `warmup` untimed ones (its CUDA graphs captured anew); one line a
+// variant: its runs' img/s, their median, and that median over the first variant's (and on the
+// GPU the median's MFU: flops_per_image a training image's, against 989 TFLOP/s).
+void run_variants(Engine& engine, const std::function<void()>& step,
+                  const std::vector<BenchVariant>& variants, int rounds, int warmup, int steps,
+                  int batch, const std::string& model_name, double flops_per_image, bool json) {
+  std::vector<std::vector<double>> rates(variants.size());
+  for (int r = 0; r < rounds; ++r)
+    for (const int i : bench_round_order(int(variants.size()), r)) {
+      const ScopedVariantEnv env(variants[size_t(i)]);
+      engine.drop_graphs();
+      for (int w = 0; w < warmup; ++w) step();
+      engine.read_stats();  // waits for the untimed steps
+      rates[size_t(i)].push_back(time_steps(engine, step, steps, batch).img_per_s);
+    }
+  const double first = median_of(rates[0]);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const double median = median_of(rates[i]);
+    std::string list, env;  // "r1,r2,..."; "VAR=VALUE ..."
+    for (double x : rates[i]) list += fmt::format("{}{:.2f}", list.empty() ? "" : ",", x);
+    nlohmann::json env_json = nlohmann::json::object();
+    for (const auto& [name, value] : variants[i].env) {
+      env += fmt::format("{}{}={}", env.empty() ? "" : " ", name, value);
+      env_json[name] = value;
+    }
+    if (json)
+      fmt::print(
+          "{{\"impl\":\"vitrain\",\"device\":\"{}\",\"model\":\"{}\",\"batch\":{},"
+          "\"variant\":{},\"env\":{},\"img_per_s_rounds\":[{}],\"median_img_per_s\":{:.2f},"
+          "\"ratio_to_first\":{:.4f}{}}}\n",
+          engine.description(), model_name, batch, nlohmann::json(variants[i].name).dump(),
+          env_json.dump(), list, median, median / first,
+          engine.on_gpu() ? fmt::format(",\"mfu\":{:.4f}", flops_per_image * median / 989e12) : "");
+    else
+      fmt::print(
+          "{} batch {} variant {} ({}): median {:.1f} img/s over {} rounds [{}], {:.3f}x {}\n",
+          model_name, batch, variants[i].name, env.empty() ? "no switches" : env, median, rounds,
+          list, median / first, variants[0].name);
+  }
+}
+
+}  // namespace
+
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure training throughput of a model preset on synthetic data"};
   std::string model_name = "vit_bench_cpu", device = "auto", precision = "bf16", stem, ffn, gp;
-  int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0;
+  int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0, rounds = 3;
   bool json = false, profile = false, fp32_residual = false, cuda_graph = true;
+  std::vector<std::string> variant_specs;
   app.add_option("--model", model_name, "model preset");
   app.add_option("-b,--batch-size", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--img-size", img_size, "image size (0 = the preset's)");
@@ -50,6 +143,15 @@ int run_bench(int argc, char** argv) {
                "warm-up is then at least 4 steps, so both input slots' graphs are captured "
                "before the timing");
   app.add_flag("--json", json, "print one JSON line instead of text");
+  app.add_option("--variant", variant_specs,
+                 "NAME:VAR=VALUE ... (repeatable; NAME: for the environment as it is): time "
+                 "these kernel switches against each other in this process, interleaved over "
+                 "--rounds rounds, each run after its own warm-up (graphs captured anew); one "
+                 "line a variant with its median over the first's. Only switches an op reads at "
+                 "each call vary (not VIT_GEMM_AUTOTUNE, VIT_GEMM_FALLBACK, VIT_PROFILE, "
+                 "VIT_FLASH_ATTENTION)");
+  app.add_option("--rounds", rounds, "with --variant: rounds over the variants")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--profile", profile,
                "per-op table of the timed steps on stderr: ms per step, share, achieved "
                "TFLOP/s or GB/s (device times on the GPU; also VIT_PROFILE=1)");
@@ -67,6 +169,12 @@ int run_bench(int argc, char** argv) {
             "bench: --cuda-graph and the op profile (--profile, VIT_PROFILE=1) do not go "
             "together: the profile times each op, a graph replays them all at once");
   if (profile) Profile::set_enabled(true);  // before the engine: it picks the timer
+  std::vector<BenchVariant> variants;
+  for (const std::string& spec : variant_specs) variants.push_back(parse_bench_variant(spec));
+  check_bench_variants(variants);
+  VIT_CHECK(variants.empty() || !profiled,
+            "bench: --variant and the op profile (--profile, VIT_PROFILE=1) do not go together: "
+            "the profile's table is one run's");
 
   ModelConfig cfg = model_preset(model_name);
   if (img_size > 0) cfg.img_size = img_size;
@@ -100,41 +208,21 @@ int run_bench(int argc, char** argv) {
     ProfileScope prof("adamw", {0.0, 28.0 * double(engine->table().total)});
     engine->step(1e-4);
   };
+  if (!variants.empty()) {
+    run_variants(*engine, step, variants, rounds, warmup, steps, batch, model_name,
+                 3.0 * cfg.forward_flops_per_image(), json);
+    return 0;
+  }
   for (int i = 0; i < warmup; ++i) step();
   engine->read_stats();  // waits for the warm-up steps on the device
   const int64_t warmup_replays = engine->graph_stats().replays;
   Profile::reset();
-  // The timed steps, waited for once at the end (as the figure always was): the whole time gives
-  // the figure. Marks on the device's timeline split them into up to kChunks chunks, whose rates
-  // (median, spread) say whether a moment's slowdown (a clock change, another process) moved it,
-  // which one short total cannot. The chunks are not waited for: each wait drained the queue
-  // and made the next chunk's first step wait for its batch's host copy (the ViT-S/16 b256
-  // figure fell from 8,590 to 8,050 img/s on an H200, 2026-11-27).
-  constexpr int kChunks = 5;
-  const int chunks = std::min(steps, kChunks);
-  std::vector<int> chunk_steps;
-  const auto t0 = std::chrono::steady_clock::now();
-  engine->mark_time();
-  for (int c = 0; c < chunks; ++c) {
-    chunk_steps.push_back(steps / chunks + (c < steps % chunks ? 1 : 0));
-    for (int i = 0; i < chunk_steps.back(); ++i) step();
-    engine->mark_time();
-  }
-  const TrainStats ts = engine->read_stats();  // waits for the timed steps
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  VIT_CHECK(std::isfinite(ts.loss_sum), "bench: the loss is not finite");
-  const std::vector<double> marks = engine->take_marks();
-  std::vector<double> chunk_img_per_s;
-  for (int c = 0; c < chunks; ++c)
-    chunk_img_per_s.push_back(double(batch) * chunk_steps[size_t(c)] /
-                              std::max(marks[size_t(c) + 1] - marks[size_t(c)], 1e-9));
+  const TimedSteps timed = time_steps(*engine, step, steps, batch);
+  const double sec = timed.sec, img_per_s = timed.img_per_s;
+  const double median_img_per_s = timed.median_img_per_s;
   if (Profile::enabled()) Profile::print(stderr, steps);
-  const double img_per_s = double(batch) * steps / sec;
-  std::vector<double> sorted_rates = chunk_img_per_s;
-  std::sort(sorted_rates.begin(), sorted_rates.end());
-  const double median_img_per_s = sorted_rates[sorted_rates.size() / 2];
   std::string chunk_list;  // "r1,r2,...", each to 0.01 img/s
-  for (double r : chunk_img_per_s)
+  for (double r : timed.chunk_img_per_s)
     chunk_list += fmt::format("{}{:.2f}", chunk_list.empty() ? "" : ",", r);
   const double gflops = 3.0 * cfg.forward_flops_per_image() * img_per_s / 1e9;
   const bool gpu = engine->on_gpu();

@@ -153,6 +153,9 @@ class Engine {
   virtual double device_memory_bytes() const { return 0; }
   virtual StateMemory state_memory() const = 0;
   virtual GraphStats graph_stats() const { return {}; }
+  // Waits for the device, then drops the captured CUDA graphs, so that the next passes launch
+  // (and capture) the kernels the switches now select (bench --variant); no-op without graphs.
+  virtual void drop_graphs() {}
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opt);

@@ -77,6 +77,11 @@ class ModelEngine : public Engine {
     g.off_reason = graphs_off_reason_;
     return g;
   }
+  void drop_graphs() override {
+    if (!graphs_) return;
+    synchronize();
+    graphs_->forget();
+  }
   bool on_gpu() const override { return !Backend::kHost; }
   const ModelConfig& config() const override { return model_.config(); }
   const ParamTable& table() const override { return model_.table(); }

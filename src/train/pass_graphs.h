@@ -54,6 +54,10 @@ class PassGraphs {
   const std::string& off_reason() const { return off_reason_; }  // why enabled() turned false
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }  // launches of a graph captured earlier
+  // Drops every graph: the next passes run eagerly and are captured anew, so a kernel switch
+  // flipped since (an environment variable its op reads at each call) takes effect. Call with
+  // nothing in flight (a graph being destroyed must not be running).
+  void forget() { forget_all(); }
 
   // Runs pass() for `key`: eagerly, or captured and launched, or replayed (see the header).
   template <class F>

@@ -401,7 +401,8 @@ Plan make_plan(cudnnHandle_t handle, bool forward, int64_t B, int64_t N, int64_t
 struct State {
   std::mutex mutex;
   std::map<int, cudnnHandle_t> handles;
-  std::map<std::tuple<int, bool, Index, Index, Index, Index>, Plan> plans;
+  // (device, forward, B, N, H, D, any_engine()): a switch flipped within a process plans anew
+  std::map<std::tuple<int, bool, Index, Index, Index, Index, bool>, Plan> plans;
   std::set<std::string> said;  // the decline lines already printed
 };
 State& state() {
@@ -462,7 +463,7 @@ const Plan* plan_for(bool forward, Index B, Index N, Index H, Index D, cudnnHand
       h = s.handles.emplace(dev, created).first;
     }
     *handle = h->second;
-    const auto key = std::make_tuple(dev, forward, B, N, H, D);
+    const auto key = std::make_tuple(dev, forward, B, N, H, D, any_engine());
     auto it = s.plans.find(key);
     if (it == s.plans.end()) {
       const std::string shape = std::string(forward ? "forward" : "backward") +
