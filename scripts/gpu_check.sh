@@ -1312,7 +1312,9 @@ read -ra BENCH_VARIANTS <<<"${GPU_CHECK_BENCH_VARIANTS:-sm90 sm90gelu fusedbwd c
 # the one-exponential GELU (unresolved at ViT-S/16 in the fifth runs; its GELU maps are a
 # larger share of ViT-Ti/4's step), and the bias gradients' epilogue (their column-sum passes
 # are a larger share there too).
-read -ra BENCH_SMALL <<<"${GPU_CHECK_BENCH_SMALL:-fusedbwd gelufast bgradepi}"
+# sm90gelu too (2026-11-28): the GELU passes are 16% of ViT-Ti/4's step, and the sm_90a
+# kernel's plain GEMMs were its slow part there.
+read -ra BENCH_SMALL <<<"${GPU_CHECK_BENCH_SMALL:-fusedbwd gelufast bgradepi sm90gelu}"
 # The switches a bench round times on every model (GPU_CHECK_BENCH_EVERY): the flash kernels
 # before 2026-11-27's defaults, whose block heights' choice depends on N (ViT-Ti/4's 65, the
 # others' 197). The row-in-registers LayerNorm (lnrows, VIT_LAYERNORM_VEC=0) when asked: the
