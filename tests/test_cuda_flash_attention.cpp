@@ -400,15 +400,6 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
   expect_close("dqkv (flash vs unfused)", f_dqkv.download(), u_dqkv.download(), t_dqkv);
 }
 
-// How many elements of a and b (the same size) differ in their bits.
-Index elements_differing(const Vec& a, const Vec& b) {
-  EXPECT_EQ(a.size(), b.size());
-  Index n = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    n += std::memcmp(&a[i], &b[i], sizeof a[i]) != 0;
-  return n;
-}
-
 }  // namespace
 
 // VIT_CUDNN_ATTENTION (ops/cuda/cudnn_attention.cu): cuDNN's fused attention in place of the
@@ -463,9 +454,9 @@ TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
       // The engines planned by default are the deterministic ones: a second pass, the same bits.
       if (after.nondeterministic == before.nondeterministic && (ran_fwd || ran_bwd)) {
         const DeviceResult again = run_bf16(s, d_qkv, d_dout);
-        EXPECT_EQ(elements_differing(again.out, got.out), 0) << "cuDNN's forward, repeated";
-        EXPECT_EQ(elements_differing(again.lse, got.lse), 0) << "cuDNN's statistics, repeated";
-        EXPECT_EQ(elements_differing(again.dqkv, got.dqkv), 0) << "cuDNN's backward, repeated";
+        expect_same_bits("cuDNN's forward, repeated", again.out, got.out);
+        expect_same_bits("cuDNN's statistics, repeated", again.lse, got.lse);
+        expect_same_bits("cuDNN's backward, repeated", again.dqkv, got.dqkv);
       }
     }
   }

@@ -63,6 +63,13 @@ TimedSteps time_steps(Engine& engine, const std::function<void()>& step, int ste
   return t;
 }
 
+// Rates as "r1,r2,...", each to 0.01 img/s.
+std::string rate_list(const std::vector<double>& rates) {
+  std::string list;
+  for (double r : rates) list += fmt::format("{}{:.2f}", list.empty() ? "" : ",", r);
+  return list;
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -87,8 +94,8 @@ void run_variants(Engine& engine, const std::function<void()>& step,
   const double first = median_of(rates[0]);
   for (size_t i = 0; i < variants.size(); ++i) {
     const double median = median_of(rates[i]);
-    std::string list, env;  // "r1,r2,..."; "VAR=VALUE ..."
-    for (double x : rates[i]) list += fmt::format("{}{:.2f}", list.empty() ? "" : ",", x);
+    const std::string list = rate_list(rates[i]);
+    std::string env;  // "VAR=VALUE ..."
     nlohmann::json env_json = nlohmann::json::object();
     for (const auto& [name, value] : variants[i].env) {
       env += fmt::format("{}{}={}", env.empty() ? "" : " ", name, value);
@@ -221,9 +228,7 @@ int run_bench(int argc, char** argv) {
   const double sec = timed.sec, img_per_s = timed.img_per_s;
   const double median_img_per_s = timed.median_img_per_s;
   if (Profile::enabled()) Profile::print(stderr, steps);
-  std::string chunk_list;  // "r1,r2,...", each to 0.01 img/s
-  for (double r : timed.chunk_img_per_s)
-    chunk_list += fmt::format("{}{:.2f}", chunk_list.empty() ? "" : ",", r);
+  const std::string chunk_list = rate_list(timed.chunk_img_per_s);
   const double gflops = 3.0 * cfg.forward_flops_per_image() * img_per_s / 1e9;
   const bool gpu = engine->on_gpu();
   // MFU against the dense bf16 peak of an H100/H200 SXM (989 TFLOP/s), the yardstick.

@@ -80,7 +80,7 @@ class ModelEngine : public Engine {
   void drop_graphs() override {
     if (!graphs_) return;
     synchronize();
-    graphs_->forget();
+    graphs_->forget_all();
   }
   bool on_gpu() const override { return !Backend::kHost; }
   const ModelConfig& config() const override { return model_.config(); }

@@ -55,9 +55,13 @@ class PassGraphs {
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }  // launches of a graph captured earlier
   // Drops every graph: the next passes run eagerly and are captured anew, so a kernel switch
-  // flipped since (an environment variable its op reads at each call) takes effect. Call with
-  // nothing in flight (a graph being destroyed must not be running).
-  void forget() { forget_all(); }
+  // flipped since (an environment variable its op reads at each call) takes effect, or memory a
+  // graph may name was freed (epoch). Call with nothing in flight (a graph being destroyed must
+  // not be running).
+  void forget_all() {
+    entries_.clear();
+    epoch_ = Ops::epoch();
+  }
 
   // Runs pass() for `key`: eagerly, or captured and launched, or replayed (see the header).
   template <class F>
@@ -134,10 +138,6 @@ class PassGraphs {
     for (size_t i = 1; i < entries_.size(); ++i)
       if (entries_[i].used < entries_[oldest].used) oldest = i;
     entries_.erase(entries_.begin() + std::ptrdiff_t(oldest));
-  }
-  void forget_all() {
-    entries_.clear();
-    epoch_ = Ops::epoch();
   }
   void turn_off(std::string why) {
     enabled_ = false;
