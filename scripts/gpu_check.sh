@@ -483,6 +483,17 @@ variant_env() {
     sync) echo "VIT_FLASH_ASYNC=0" ;;
   esac
 }
+# Args: variant name, then s_vbench's (model, batch): vitrain bench with the variant's switches
+# (variant_env, the one list of them) set.
+s_vbench_switches() {
+  local name="$1"
+  shift
+  (
+    # shellcheck disable=SC2046 # the assignments split on spaces, as variant_env writes them
+    export $(variant_env "$name")
+    s_vbench "$@"
+  )
+}
 # Args: model, batch, variant names. The default and these variants (their switches:
 # variant_env) timed against each other in one `vitrain bench --variant` process over
 # VARIANT_ROUNDS interleaved rounds of BENCH_STEPS steps (each after its own warm-up and graph
@@ -535,7 +546,7 @@ s_vbench_wmma() {
 # Args: model, batch. vitrain bench with the mma.sync attention loading its tiles synchronously
 # (VIT_FLASH_ASYNC=0): what the cp.async double buffering (the default) pays.
 s_vbench_sync() {
-  VIT_FLASH_ASYNC=0 s_vbench "$@"
+  s_vbench_switches sync "$@"
 }
 # Args: model, batch. vitrain bench with cuBLASLt's candidate algorithms timed per GEMM shape
 # (VIT_GEMM_AUTOTUNE=1; its stderr names each shape's choice).
@@ -584,89 +595,89 @@ s_vbench_tanhsep() {
 # Args: model, batch. Whole tiles in 4-warp blocks (VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4):
 # the kernels the H200 runs timed as the default up to 2026-11-27.
 s_vbench_flashold() {
-  VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
+  s_vbench_switches flashold "$@"
 }
 # Args: model, batch. dQ from the dS^T the dK/dV kernel stores (VIT_FLASH_STORED_DS=1), over
 # whole tiles in 4-warp blocks: 1.04x the recomputing kernels there (2026-11-27, b7f1e46).
 s_vbench_storedwhole() {
-  VIT_FLASH_STORED_DS=1 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4 s_vbench "$@"
+  s_vbench_switches storedwhole "$@"
 }
 # Args: model, batch. The stored dS over half tiles at the chosen heights (the default for the
 # afternoon of 2026-11-27, 0.94x the recomputing kernels with them in f48b072's bench).
 s_vbench_stored() {
-  VIT_FLASH_STORED_DS=1 s_vbench "$@"
+  s_vbench_switches stored "$@"
 }
 # Args: model, batch. The backward in one kernel a head (VIT_FLASH_FUSED_BWD=1,
 # flash_mma_fused_kernels.cuh; written without a GPU on 2026-11-27): 5 products instead of 7, one
 # block of ceil(N / 16) warps an SM, against the default's two kernels.
 s_vbench_fusedbwd() {
-  VIT_FLASH_FUSED_BWD=1 s_vbench "$@"
+  s_vbench_switches fusedbwd "$@"
 }
 # Args: model, batch. cuDNN's fused attention (its SDPA operations, loaded at run time;
 # VIT_CUDNN_ATTENTION=1, cudnn_attention.cu; written without a GPU on 2026-11-28) in place of the
 # flash kernels, both directions; cudnnfwd the forward only. A cuDNN that cannot run it says so
 # on stderr and the flash kernels run (the step log then shows why).
 s_vbench_cudnn() {
-  VIT_CUDNN_ATTENTION=1 s_vbench "$@"
+  s_vbench_switches cudnn "$@"
 }
 s_vbench_cudnnfwd() {
-  VIT_CUDNN_ATTENTION=fwd s_vbench "$@"
+  s_vbench_switches cudnnfwd "$@"
 }
 # Args: model, batch. cuDNN's attention on any engine, those it notes as nondeterministic
 # included (VIT_CUDNN_NONDETERMINISTIC=1; by default only the others are planned, 2026-11-28):
 # what determinism costs, or where the deterministic engines declined, what cuDNN offers.
 s_vbench_cudnnnd() {
-  VIT_CUDNN_ATTENTION=1 VIT_CUDNN_NONDETERMINISTIC=1 s_vbench "$@"
+  s_vbench_switches cudnnnd "$@"
 }
 # Args: model, batch. The bf16 Linears' bias gradients in the weight gradient's GEMM epilogue
 # (VIT_BIAS_GRAD_EPILOGUE=1, cuBLASLt's BGRADB; matmul.cu; written without a GPU on 2026-11-28)
 # instead of a column-sum pass over each dout.
 s_vbench_bgradepi() {
-  VIT_BIAS_GRAD_EPILOGUE=1 s_vbench "$@"
+  s_vbench_switches bgradepi "$@"
 }
 # Args: model, batch. The flash forward over two 16-row tiles a warp (VIT_FLASH_FWD_ROWS=32;
 # written without a GPU on 2026-11-27): half the shared-memory reads a product.
 s_vbench_fwdrows() {
-  VIT_FLASH_FWD_ROWS=32 s_vbench "$@"
+  s_vbench_switches fwdrows "$@"
 }
 # Args: model, batch. LayerNorm on the row-in-registers kernels (VIT_LAYERNORM_VEC=0), which the
 # 16-byte ones (layernorm_vec_kernels.cuh) replaced as the default on 2026-11-28 after winning
 # both rounds on every model (2.7-4.0%).
 s_vbench_lnrows() {
-  VIT_LAYERNORM_VEC=0 s_vbench "$@"
+  s_vbench_switches lnrows "$@"
 }
 # Args: model, batch. All the Linears' GEMMs on the sm_90a wgmma kernel, the GELU's forward and
 # backward in its epilogues (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the
 # separate GELU passes.
 s_vbench_sm90() {
-  VIT_SM90_GEMM=1 s_vbench "$@"
+  s_vbench_switches sm90 "$@"
 }
 # Args: model, batch. The forward's GEMMs alone on it (VIT_SM90_GEMM=fwd), and the forward's
 # and the data gradients' (fwd,dgrad): with s_vbench_sm90 (all three kinds), what each kind
 # pays apart.
 s_vbench_sm90fwd() {
-  VIT_SM90_GEMM=fwd s_vbench "$@"
+  s_vbench_switches sm90fwd "$@"
 }
 s_vbench_sm90dgrad() {
-  VIT_SM90_GEMM=fwd,dgrad s_vbench "$@"
+  s_vbench_switches sm90dgrad "$@"
 }
 # Args: model, batch. Only the two GEMMs with a GELU epilogue on it (VIT_SM90_GEMM=gelu: fc1's
 # forward, fc2's data gradient), the other Linears on cuBLASLt: the fusion's saving without
 # the kernel's cost on the plain GEMMs.
 s_vbench_sm90gelu() {
-  VIT_SM90_GEMM=gelu s_vbench "$@"
+  s_vbench_switches sm90gelu "$@"
 }
 # Args: model, batch. The opt-ins that each promise a few percent, together (cuDNN's attention,
 # the one-exponential GELU, the bias gradients' GEMM epilogue), so that their sum shows above
 # the runs' noise even where each alone does not.
 s_vbench_optins() {
-  VIT_CUDNN_ATTENTION=1 VIT_GELU_FAST=1 VIT_BIAS_GRAD_EPILOGUE=1 s_vbench "$@"
+  s_vbench_switches optins "$@"
 }
 # Args: model, batch. The sm_90a GEMM with a block per tile, as before its grid became
 # persistent (VIT_SM90_PERSISTENT=0; 2026-11-28): what persistence pays, when asked
 # (GPU_CHECK_BENCH_VARIANTS=sm90tiles ...).
 s_vbench_sm90tiles() {
-  VIT_SM90_GEMM=1 VIT_SM90_PERSISTENT=0 s_vbench "$@"
+  s_vbench_switches sm90tiles "$@"
 }
 # Args: model, batch. The per-op table with it (matmul_forward, matmul_gelu_forward).
 s_vprofile_sm90() {
@@ -680,12 +691,12 @@ s_vprofile_cudnn() {
 # Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
 # instead of erff: what it pays where the GELU passes are arithmetic-bound.
 s_vbench_gelufast() {
-  VIT_GELU_FAST=1 s_vbench "$@"
+  s_vbench_switches gelufast "$@"
 }
 # Args: model, batch. vitrain bench with each residual add and the LayerNorm after it as two
 # ops (VIT_FUSE_RESIDUAL_NORM=0): what the fused pass pays.
 s_vbench_unfusedrn() {
-  VIT_FUSE_RESIDUAL_NORM=0 s_vbench "$@"
+  s_vbench_switches unfusedrn "$@"
 }
 # Args: model, batch. vitrain bench launching each op (--cuda-graph=false; graphs are bench's
 # default on the GPU since 2026-11-27, as they are train's): what the graphs pay.
@@ -782,7 +793,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vbench_switches s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1327,6 +1338,12 @@ read -ra BENCH_SMALL <<<"${GPU_CHECK_BENCH_SMALL:-fusedbwd gelufast bgradepi sm9
 read -ra BENCH_EVERY <<<"${GPU_CHECK_BENCH_EVERY:-cudnn}"
 short() { echo "$1" | sed 's/^vit_//; s/_patch/_p/; s/_224$//'; }
 variant_label() {
+  local env
+  env=$(variant_env "$1")
+  if [ -n "$env" ]; then  # a switch-only variant: its assignments
+    echo "${env// /, }"
+    return
+  fi
   case "$1" in
     before) echo "BEFORE build" ;;
     fp32res) echo "--fp32-residual" ;;
@@ -1335,28 +1352,9 @@ variant_label() {
     localfused) echo "--ffn local, VIT_FUSE_LOCAL_FFN=1" ;;
     dwvec) echo "--ffn local, VIT_DWCONV_VEC=2" ;;
     dwone) echo "--ffn local, VIT_DWCONV_VEC=1" ;;
-    unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
     tanh) echo "--ffn mlp_tanh" ;;
     tanhsep) echo "--ffn mlp_tanh, VIT_GELU_EPILOGUE=0" ;;
-    gelufast) echo "VIT_GELU_FAST=1" ;;
-    sm90) echo "VIT_SM90_GEMM=1" ;;
-    sm90fwd) echo "VIT_SM90_GEMM=fwd" ;;
-    sm90dgrad) echo "VIT_SM90_GEMM=fwd,dgrad" ;;
-    sm90tiles) echo "VIT_SM90_GEMM=1, VIT_SM90_PERSISTENT=0" ;;
-    sm90gelu) echo "VIT_SM90_GEMM=gelu" ;;
-    optins) echo "VIT_CUDNN_ATTENTION=1, VIT_GELU_FAST=1, VIT_BIAS_GRAD_EPILOGUE=1" ;;
-    flashold) echo "VIT_FLASH_STORED_DS=0, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
-    storedwhole) echo "VIT_FLASH_STORED_DS=1, VIT_FLASH_HALF_TILES=0, VIT_FLASH_WARPS=4" ;;
-    stored) echo "VIT_FLASH_STORED_DS=1" ;;
-    fusedbwd) echo "VIT_FLASH_FUSED_BWD=1" ;;
-    cudnn) echo "VIT_CUDNN_ATTENTION=1" ;;
-    bgradepi) echo "VIT_BIAS_GRAD_EPILOGUE=1" ;;
-    cudnnfwd) echo "VIT_CUDNN_ATTENTION=fwd" ;;
-    cudnnnd) echo "VIT_CUDNN_ATTENTION=1, VIT_CUDNN_NONDETERMINISTIC=1" ;;
-    fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
-    lnrows) echo "VIT_LAYERNORM_VEC=0" ;;
     tune) echo "VIT_GEMM_AUTOTUNE=1" ;;
-    sync) echo "VIT_FLASH_ASYNC=0" ;;
     nograph) echo "--cuda-graph=false" ;;
     *) echo "$1 attention" ;;
   esac
