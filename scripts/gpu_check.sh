@@ -471,6 +471,7 @@ variant_env() {
     cudnn) echo "VIT_CUDNN_ATTENTION=1" ;;
     cudnnfwd) echo "VIT_CUDNN_ATTENTION=fwd" ;;
     cudnnnd) echo "VIT_CUDNN_ATTENTION=1 VIT_CUDNN_NONDETERMINISTIC=1" ;;
+    cudnnop) echo "VIT_CUDNN_ATTENTION=1 VIT_CUDNN_BWD=op" ;;
     bgradepi) echo "VIT_BIAS_GRAD_EPILOGUE=1" ;;
     optins) echo "VIT_CUDNN_ATTENTION=1 VIT_GELU_FAST=1 VIT_BIAS_GRAD_EPILOGUE=1" ;;
     gelufast) echo "VIT_GELU_FAST=1" ;;
@@ -628,6 +629,12 @@ s_vbench_cudnnfwd() {
 # what determinism costs, or where the deterministic engines declined, what cuDNN offers.
 s_vbench_cudnnnd() {
   s_vbench_switches cudnnnd "$@"
+}
+# Args: model, batch. cuDNN's attention with its backward on the SDPA backward operation only
+# (VIT_CUDNN_BWD=op; 2026-11-28, twenty-fifth session): cudnn tries the composite graph first,
+# cudnn-frontend's deterministic route on Hopper (cudnn_attention_graphs.h).
+s_vbench_cudnnop() {
+  s_vbench_switches cudnnop "$@"
 }
 # Args: model, batch. The bf16 Linears' bias gradients in the weight gradient's GEMM epilogue
 # (VIT_BIAS_GRAD_EPILOGUE=1, cuBLASLt's BGRADB; matmul.cu; written without a GPU on 2026-11-28)
@@ -793,7 +800,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vbench_switches s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vbench_switches s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_cudnnop s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1111,8 +1118,9 @@ steps_ops_tests() {
     s_gtest test_cuda_ops 'CudaOps/bf16.*:CudaOpsFp32Residual.*:CudaLayerNormVec.*'
   step b_flash ops 120 "fused flash attention vs CPU (fp32, bf16)" \
     s_gtest test_cuda_flash_attention ""
+  # (Not the cuDNN tests again: they do not run our kernels, and plan the composite graph anew.)
   step b_flash_wmma ops 120 "fused flash attention, WMMA kernels (VIT_FLASH_MMA=0)" \
-    s_gtest test_cuda_flash_attention "" env VIT_FLASH_MMA=0
+    s_gtest test_cuda_flash_attention "-*Cudnn*" env VIT_FLASH_MMA=0
   step b_resize ops 60 "input ops: planned crops -> resize, flip, RandAugment, normalise vs CPU (bitwise)" \
     s_gtest test_cuda_resize_batch ""
   step b_planned_input ops 60 "engine's planned input: pinned slots, growth, ET++ operator vs host" \
@@ -1394,8 +1402,9 @@ steps_variants() {
     names=()
     local extra=()
     # The sm_90a GEMM's grid before it became persistent (2026-11-28), at ViT-S/16 beside
-    # sm90: what persistence pays (cheap here, a run of 25 steps a round).
-    [ "$mb" = "${BENCH_MODELS[0]}" ] && extra=(sm90tiles)
+    # sm90: what persistence pays (cheap here, a run of 25 steps a round). cudnnop beside cudnn
+    # (every model's): cuDNN's two backward graphs, the SDPA operation against the composite.
+    [ "$mb" = "${BENCH_MODELS[0]}" ] && extra=(sm90tiles cudnnop)
     for var in $(model_variants "$mb") "${extra[@]}"; do
       [ -n "$(variant_env "$var")" ] || continue
       [[ "$var" == sm90* ]] && ! sm90_ok && continue

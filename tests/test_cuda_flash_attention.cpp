@@ -405,12 +405,13 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
 // VIT_CUDNN_ATTENTION (ops/cuda/cudnn_attention.cu): cuDNN's fused attention in place of the
 // flash kernels, the forward alone (our backward then reads cuDNN's statistics), the backward
 // alone (reading ours) and both, against the fp64 reference with the bf16 tolerances of
-// MatchesCpuReference, on the aligned shapes (misaligned buffers go to the flash kernels). It
-// must run at ViT-S/16's shape; elsewhere it may decline a shape (the op then runs the flash
-// kernels, which the same check holds to). Where it ran on the engines cuDNN does not note as
-// nondeterministic (the default), a second pass must give the same bits. Skips, saying why,
-// where the machine's cuDNN is missing or predates the operation: that is the library's
-// absence, not the GPU's.
+// MatchesCpuReference, on the aligned shapes (misaligned buffers go to the flash kernels). The
+// backward alone also runs each of its graphs forced (VIT_CUDNN_BWD=graph, op). In the default
+// route order it must run at ViT-S/16's shape; elsewhere, and on a forced route, it may decline
+// (the op then runs the flash kernels, which the same check holds to; stderr says why). Where it
+// ran on the engines cuDNN does not note as nondeterministic (the default), a second pass must
+// give the same bits. Skips, saying why, where the machine's cuDNN is missing or predates the
+// forward operation: that is the library's absence, not the GPU's.
 TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
   using T = bf16;
   const std::string lib = gpu::cudnn_attention_library();
@@ -419,18 +420,15 @@ TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
   const long version = std::atol(lib.c_str() + 6);
   if (version < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation (9.13.1)";
   const Tol t_out{2e-2, 8e-3}, t_lse{1e-4, 1e-5}, t_dqkv{3e-2, 1.5e-2};
-  for (const char* mode : {"fwd", "bwd", "1"}) {
+  const std::pair<const char*, const char*> runs[] = {
+      {"fwd", ""}, {"bwd", ""}, {"bwd", "graph"}, {"bwd", "op"}, {"1", ""}};
+  for (const auto& [mode, route] : runs) {
     const bool fwd = mode[0] != 'b', bwd = mode[0] != 'f';
-    if (bwd && version < 91700) {
-      std::printf("[ info     ] %s: no SDPA backward operation (9.17); mode %s not run\n",
-                  lib.c_str(), mode);
-      continue;
-    }
-    const ScopedEnv env("VIT_CUDNN_ATTENTION", mode);
+    const ScopedEnv env("VIT_CUDNN_ATTENTION", mode), env_route("VIT_CUDNN_BWD", route);
     uint64_t seed = 1300;
     for (const Shape& s : kShapes) {
       if (s.offset) continue;
-      SCOPED_TRACE(str(s) + " VIT_CUDNN_ATTENTION=" + mode);
+      SCOPED_TRACE(str(s) + " VIT_CUDNN_ATTENTION=" + mode + " VIT_CUDNN_BWD=" + route);
       const Index C = s.H * s.D;
       const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
       const Reference ref = reference(qkv, dout, s);
@@ -439,15 +437,24 @@ TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
       const DeviceResult got = run_bf16(s, d_qkv, d_dout);
       const gpu::CudnnAttentionCounts after = gpu::cudnn_attention_counts();
       const bool ran_fwd = after.forward > before.forward,
-                 ran_bwd = after.backward > before.backward;
-      std::printf("[ info     ] %s mode %s: cuDNN forward %s, backward %s\n", str(s).c_str(), mode,
-                  ran_fwd ? "ran" : "declined", ran_bwd ? "ran" : "declined");
+                 ran_bwd = after.backward > before.backward,
+                 composite = after.composite > before.composite;
+      std::printf("[ info     ] %s mode %s route %s: cuDNN forward %s, backward %s\n",
+                  str(s).c_str(), mode, route[0] ? route : "auto", ran_fwd ? "ran" : "declined",
+                  !ran_bwd    ? "declined"
+                  : composite ? "ran (composite graph)"
+                              : "ran (operation)");
       if (s.N == 197 && s.D == 64) {
         EXPECT_EQ(ran_fwd, fwd) << "cuDNN's forward did not run at ViT-S/16's shape (stderr: why)";
-        EXPECT_EQ(ran_bwd, bwd) << "cuDNN's backward did not run at ViT-S/16's shape (stderr: why)";
+        if (!route[0]) {
+          EXPECT_EQ(ran_bwd, bwd) << "cuDNN's backward did not run at ViT-S/16's shape (stderr)";
+        }
       }
       EXPECT_FALSE(ran_fwd && !fwd);
       EXPECT_FALSE(ran_bwd && !bwd);
+      if (route[0]) {
+        EXPECT_EQ(composite, ran_bwd && route[0] == 'g');
+      }
       expect_close("out", got.out, ref.out, t_out);
       expect_close("lse", got.lse, ref.lse, t_lse);
       expect_close("dqkv", got.dqkv, ref.dqkv, t_dqkv);
@@ -462,21 +469,68 @@ TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
   }
 }
 
-// The SDPA operations' descriptors as cudnn_attention.cu builds them (tensors, strides, the
-// by-value scale, the operation), finalized by the library itself: no device needed, so this
-// runs wherever the toolkit's cuDNN is (CI included) and catches a descriptor cuDNN rejects
-// before a GPU session would. Skips where libcudnn.so.9 is not there or predates the operation.
+// Nondeterminism from atomics may show only with many blocks in flight (llm.c found cuDNN's
+// backward repeatable at small batches and not at large ones), so the deterministic engines are
+// also held to repeated bits at ViT-S/16's full shape, B = 256, on each backward route: five
+// passes, one set of bits. No reference (the shape check above covers the values).
+TEST_F(FlashAttentionBf16, CudnnAttentionRepeatsItsBitsAtViTSmallBatch256) {
+  using T = bf16;
+  const std::string lib = gpu::cudnn_attention_library();
+  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
+  if (std::atol(lib.c_str() + 6) < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation";
+  const Shape s{256, 197, 6, 64};
+  const Index C = s.H * s.D;
+  const Vec qkv = rnd<T>(s.B * s.N * 3 * C, 1400), dout = rnd<T>(s.B * s.N * C, 1401);
+  DevBuf<T> d_qkv(qkv, "qkv"), d_dout(dout, "dout");
+  const ScopedEnv env("VIT_CUDNN_ATTENTION", "1");
+  for (const char* route : {"graph", "op"}) {
+    SCOPED_TRACE(std::string("VIT_CUDNN_BWD=") + route);
+    const ScopedEnv env_route("VIT_CUDNN_BWD", route);
+    const gpu::CudnnAttentionCounts before = gpu::cudnn_attention_counts();
+    const DeviceResult first = run_bf16(s, d_qkv, d_dout);
+    const gpu::CudnnAttentionCounts after = gpu::cudnn_attention_counts();
+    std::printf("[ info     ] route %s: backward %s\n", route,
+                after.backward > before.backward ? "ran" : "declined");
+    if (after.backward == before.backward) continue;  // declined: the flash kernels ran
+    EXPECT_EQ(after.nondeterministic, before.nondeterministic);
+    for (int pass = 1; pass < 5; ++pass) {
+      const DeviceResult again = run_bf16(s, d_qkv, d_dout);
+      expect_same_bits("cuDNN's backward, pass " + std::to_string(pass), again.dqkv, first.dqkv);
+    }
+  }
+}
+
+// The graphs' descriptors as cudnn_attention.cu builds them (tensors, strides, the by-value
+// scalars, the SDPA operations, and the composite backward's matmuls, pointwise ops, reduction
+// and reshapes), finalized by the library itself: no device needed, so this runs wherever the
+// toolkit's cuDNN is (CI included) and catches a descriptor cuDNN rejects before a GPU session
+// would. Skips where libcudnn.so.9 is not there; the SDPA operations where it predates them.
 TEST(CudnnAttentionOperation, TheLibraryAcceptsTheDescriptors) {
+  using G = gpu::CudnnAttentionGraph;
   const std::string lib = gpu::cudnn_attention_library();
   if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
   const long version = std::atol(lib.c_str() + 6);
-  if (version < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation (9.13.1)";
   const Shape shapes[] = {{256, 197, 6, 64}, {1024, 65, 3, 64}, {3, 50, 3, 32}, {2, 65, 4, 96}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(str(s));
-    EXPECT_EQ(gpu::cudnn_attention_check_operation(true, s.B, s.N, s.H, s.D), "");
+    EXPECT_EQ(gpu::cudnn_attention_check_graph(G::kBackwardComposite, s.B, s.N, s.H, s.D), "");
+    if (version >= 91301) {
+      EXPECT_EQ(gpu::cudnn_attention_check_graph(G::kForward, s.B, s.N, s.H, s.D), "");
+    }
     if (version >= 91700) {
-      EXPECT_EQ(gpu::cudnn_attention_check_operation(false, s.B, s.N, s.H, s.D), "");
+      EXPECT_EQ(gpu::cudnn_attention_check_graph(G::kBackwardOperation, s.B, s.N, s.H, s.D), "");
     }
   }
+}
+
+// The check above can fail: a graph cuDNN cannot accept (here a negative batch) comes back as
+// cuDNN's message, not as "". (An empty one is not asked: cuDNN 9.19 divides by it, SIGFPE, so
+// cudnn_attention.cu never plans one.)
+TEST(CudnnAttentionOperation, TheLibraryRefusesANegativeBatch) {
+  using G = gpu::CudnnAttentionGraph;
+  const std::string lib = gpu::cudnn_attention_library();
+  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
+  const std::string said = gpu::cudnn_attention_check_graph(G::kBackwardComposite, -1, 197, 6, 64);
+  std::printf("[ info     ] %s\n", said.c_str());
+  EXPECT_NE(said, "");
 }

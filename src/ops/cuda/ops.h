@@ -224,18 +224,22 @@ bool cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, In
                              Index D);
 bool cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* lse, Index B, Index N, Index H, Index D);
-// How many times cuDNN ran each direction in this process (tests and the bench's check), and
-// how many of those runs were on an engine cuDNN notes as nondeterministic (only with
-// VIT_CUDNN_NONDETERMINISTIC=1).
+// How many times cuDNN ran each direction in this process (tests and the bench's check), how
+// many backward runs took the composite graph (VIT_CUDNN_BWD), and how many runs were on an
+// engine cuDNN notes as nondeterministic (only with VIT_CUDNN_NONDETERMINISTIC=1).
 struct CudnnAttentionCounts {
-  long forward = 0, backward = 0, nondeterministic = 0;
+  long forward = 0, backward = 0, composite = 0, nondeterministic = 0;
 };
 CudnnAttentionCounts cudnn_attention_counts();
 // "cuDNN <version>" as loaded, or why it was not.
 std::string cudnn_attention_library();
-// Builds and finalizes the SDPA operation of a direction and shape with its tensors, which
-// needs the library but no device: "" if cuDNN accepts it, else its message (tests).
-std::string cudnn_attention_check_operation(bool forward, Index B, Index N, Index H, Index D);
+// The graphs cudnn_attention.cu plans: the SDPA forward, the SDPA backward operation, and the
+// backward composed of matmuls and pointwise ops (cudnn_attention_graphs.h).
+enum class CudnnAttentionGraph { kForward, kBackwardOperation, kBackwardComposite };
+// Builds and finalizes a graph's operations and tensors for a shape, which needs the library but
+// no device: "" if cuDNN accepts them, else its message (tests).
+std::string cudnn_attention_check_graph(CudnnAttentionGraph graph, Index B, Index N, Index H,
+                                        Index D);
 
 // Exact (erf) GELU, tanh-approximation GELU (PyTorch's gelu(approximate='tanh')) and
 // h-swish, elementwise over n values.
