@@ -406,12 +406,12 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
 // flash kernels, the forward alone (our backward then reads cuDNN's statistics), the backward
 // alone (reading ours) and both, against the fp64 reference with the bf16 tolerances of
 // MatchesCpuReference, on the aligned shapes (misaligned buffers go to the flash kernels). The
-// backward alone also runs each of its graphs forced (VIT_CUDNN_BWD=graph, op). In the default
-// route order it must run at ViT-S/16's shape; elsewhere, and on a forced route, it may decline
-// (the op then runs the flash kernels, which the same check holds to; stderr says why). Where it
-// ran on the engines cuDNN does not note as nondeterministic (the default), a second pass must
-// give the same bits. Skips, saying why, where the machine's cuDNN is missing or predates the
-// forward operation: that is the library's absence, not the GPU's.
+// backward alone also runs each of its graphs forced (VIT_CUDNN_BWD=graph, op) on a few. In the
+// default route order it must run at ViT-S/16's shape; elsewhere, and on a forced route, it may
+// decline (the op then runs the flash kernels, which the same check holds to; stderr says
+// why). Where it ran on the engines cuDNN does not note as nondeterministic (the default), a
+// second pass must give the same bits. Skips, saying why, where the machine's cuDNN is missing
+// or predates the forward operation: that is the library's absence, not the GPU's.
 TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
   using T = bf16;
   const std::string lib = gpu::cudnn_attention_library();
@@ -427,7 +427,9 @@ TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
     const ScopedEnv env("VIT_CUDNN_ATTENTION", mode), env_route("VIT_CUDNN_BWD", route);
     uint64_t seed = 1300;
     for (const Shape& s : kShapes) {
-      if (s.offset) continue;
+      // A forced route only at ViT-S/16's heads and D = 32: each shape a route is a plan
+      // (cuDNN may compile its kernels), and b_flash has two minutes.
+      if (s.offset || (route[0] && !(s.N == 197 && s.D == 64) && s.D != 32)) continue;
       SCOPED_TRACE(str(s) + " VIT_CUDNN_ATTENTION=" + mode + " VIT_CUDNN_BWD=" + route);
       const Index C = s.H * s.D;
       const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
