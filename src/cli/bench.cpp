@@ -31,6 +31,12 @@ struct TimedSteps {
   std::vector<double> chunk_img_per_s;
 };
 
+// The median of v (the mean of the middle two where v's size is even).
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 // Times `steps` steps after the untimed ones (waited for here), waited for once at the end: the
 // whole time gives the figure. Marks on the device's timeline split them into up to kChunks
 // chunks, whose rates (median, spread) say whether a moment's slowdown (a clock change, another
@@ -57,9 +63,7 @@ TimedSteps time_steps(Engine& engine, const std::function<void()>& step, int ste
     t.chunk_img_per_s.push_back(double(batch) * chunk_steps[size_t(c)] /
                                 std::max(marks[size_t(c) + 1] - marks[size_t(c)], 1e-9));
   t.img_per_s = double(batch) * steps / t.sec;
-  std::vector<double> sorted_rates = t.chunk_img_per_s;
-  std::sort(sorted_rates.begin(), sorted_rates.end());
-  t.median_img_per_s = sorted_rates[sorted_rates.size() / 2];
+  t.median_img_per_s = median_of(t.chunk_img_per_s);
   return t;
 }
 
@@ -68,11 +72,6 @@ std::string rate_list(const std::vector<double>& rates) {
   std::string list;
   for (double r : rates) list += fmt::format("{}{:.2f}", list.empty() ? "" : ",", r);
   return list;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 // --variant: each variant's switches applied in turn, `rounds` times in rotated orders, each

@@ -81,12 +81,19 @@ const char* route_name(Route r) {
 
 // The backward's routes in the order tried. VIT_CUDNN_BWD=op or graph: that one only. Else the
 // composite graph first (the documented deterministic route) unless any engine may run, when
-// the operation (cuDNN's own choice) goes first; either way the other after it.
+// the operation (cuDNN's own choice) goes first; either way the other after it. Another value
+// says so once on stderr and counts as unset.
 std::vector<Route> backward_routes() {
   const char* env = std::getenv("VIT_CUDNN_BWD");
   const std::string want = env ? env : "";
   if (want == "op") return {Route::kOperation};
   if (want == "graph") return {Route::kComposite};
+  static bool said = false;
+  if (!want.empty() && !said) {
+    std::fprintf(stderr, "vitrain: VIT_CUDNN_BWD=%s is neither op nor graph; trying both\n",
+                 want.c_str());
+    said = true;
+  }
   if (any_engine()) return {Route::kOperation, Route::kComposite};
   return {Route::kComposite, Route::kOperation};
 }
