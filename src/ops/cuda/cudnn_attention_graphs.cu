@@ -4,7 +4,9 @@
 #if VIT_CUDNN_HEADERS
 
 #include <deque>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace vit::cuda::cudnn {
 
@@ -123,25 +125,35 @@ class GraphBuilder {
   int64_t next_virtual_ = kFirstVirtual;
 };
 
+// One operation of `type` over its tensors: each set as its attribute, then finalized; `what`
+// names the operation in a failure (with the attribute's number where setting one failed).
+Operations single_operation(cudnnBackendDescriptorType_t type, const char* what,
+                            std::vector<std::pair<cudnnBackendAttributeName_t, Desc>> tensors) {
+  Desc op(type);
+  for (const auto& [attribute, t] : tensors) {
+    const std::string at = std::string(what) + " attribute " + std::to_string(int(attribute));
+    op.set_desc(attribute, t, at.c_str());
+  }
+  op.finalize(what);
+  Operations r;
+  r.ops.push_back(std::move(op));
+  for (auto& [attribute, t] : tensors) r.tensors.push_back(std::move(t));
+  return r;
+}
+
 }  // namespace
 
 Operations forward_operation(int64_t B, int64_t N, int64_t H, int64_t D) {
   const int64_t C = H * D;
-  Desc q = view_tensor(kQ, B, H, N, D, 3 * C), k = view_tensor(kK, B, H, N, D, 3 * C),
-       v = view_tensor(kV, B, H, N, D, 3 * C), o = view_tensor(kO, B, H, N, D, C),
-       stats = stats_tensor(B, H, N), scale = scalar_tensor(kScale);
-  Desc op(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR);
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, q, "sdpa q");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, k, "sdpa k");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, v, "sdpa v");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, o, "sdpa o");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, stats, "sdpa stats");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, scale, "sdpa scale");
-  op.finalize("sdpa forward operation");
-  Operations r;
-  r.ops.push_back(std::move(op));
-  for (Desc* t : {&q, &k, &v, &o, &stats, &scale}) r.tensors.push_back(std::move(*t));
-  return r;
+  std::vector<std::pair<cudnnBackendAttributeName_t, Desc>> t;
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, view_tensor(kQ, B, H, N, D, 3 * C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, view_tensor(kK, B, H, N, D, 3 * C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, view_tensor(kV, B, H, N, D, 3 * C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, view_tensor(kO, B, H, N, D, C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, stats_tensor(B, H, N));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, scalar_tensor(kScale));
+  return single_operation(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, "sdpa forward operation",
+                          std::move(t));
 }
 
 // kv_transposed: the form the composite backward takes (cudnn-frontend transposes them for
@@ -149,29 +161,21 @@ Operations forward_operation(int64_t B, int64_t N, int64_t H, int64_t D) {
 // does) is the device's to say, so cudnn_attention.cu tries both.
 Operations backward_operation(int64_t B, int64_t N, int64_t H, int64_t D, bool kv_transposed) {
   const int64_t C = H * D;
-  Desc q = view_tensor(kQ, B, H, N, D, 3 * C),
-       k = view_tensor(kK, B, H, N, D, 3 * C, kv_transposed),
-       v = view_tensor(kV, B, H, N, D, 3 * C, kv_transposed), o = view_tensor(kO, B, H, N, D, C),
-       d_o = view_tensor(kdO, B, H, N, D, C), dq = view_tensor(kdQ, B, H, N, D, 3 * C),
-       dk = view_tensor(kdK, B, H, N, D, 3 * C), dv = view_tensor(kdV, B, H, N, D, 3 * C),
-       stats = stats_tensor(B, H, N), scale = scalar_tensor(kScale);
-  Desc op(CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR);
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC, q, "sdpa bwd q");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC, k, "sdpa bwd k");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_VDESC, v, "sdpa bwd v");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_ODESC, o, "sdpa bwd o");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC, d_o, "sdpa bwd dO");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC, stats, "sdpa bwd stats");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC, scale, "sdpa bwd scale");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC, dq, "sdpa bwd dQ");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC, dk, "sdpa bwd dK");
-  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC, dv, "sdpa bwd dV");
-  op.finalize("sdpa backward operation");
-  Operations r;
-  r.ops.push_back(std::move(op));
-  for (Desc* t : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv, &stats, &scale})
-    r.tensors.push_back(std::move(*t));
-  return r;
+  std::vector<std::pair<cudnnBackendAttributeName_t, Desc>> t;
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC, view_tensor(kQ, B, H, N, D, 3 * C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC,
+                 view_tensor(kK, B, H, N, D, 3 * C, kv_transposed));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_VDESC,
+                 view_tensor(kV, B, H, N, D, 3 * C, kv_transposed));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_ODESC, view_tensor(kO, B, H, N, D, C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC, view_tensor(kdO, B, H, N, D, C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC, stats_tensor(B, H, N));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC, scalar_tensor(kScale));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC, view_tensor(kdQ, B, H, N, D, 3 * C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC, view_tensor(kdK, B, H, N, D, 3 * C));
+  t.emplace_back(CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC, view_tensor(kdV, B, H, N, D, 3 * C));
+  return single_operation(CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, "sdpa backward operation",
+                          std::move(t));
 }
 
 // With P = exp(scale Q K^T - stats) (the forward's probabilities, recomputed) and
