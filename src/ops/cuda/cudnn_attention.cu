@@ -98,20 +98,21 @@ std::vector<Route> backward_routes() {
   return {Route::kComposite, Route::kOperation};
 }
 
-// A plan and the graph it runs.
+// A route's plan for a shape (the graph it runs), or why cuDNN refused it (an empty plan).
 struct Planned {
   Plan plan;
   Route route = Route::kForward;
+  std::string why_not;
 };
 
-// The process's handles (one a device) and plans (one a device, direction and shape); a shape
-// cuDNN refused is remembered as refused (empty plan), so it is asked once.
+// The process's handles (one a device) and plans (one a device, route, shape and engine rule);
+// a route cuDNN refused is remembered as refused, so it is asked once.
 struct State {
   std::mutex mutex;
   std::map<int, cudnnHandle_t> handles;
-  // (device, forward, B, N, H, D, any_engine(), the routes' order): a switch flipped within a
-  // process plans anew
-  std::map<std::tuple<int, bool, Index, Index, Index, Index, bool, std::string>, Planned> plans;
+  // (device, route, B, N, H, D, any_engine()): VIT_CUDNN_BWD only reorders the routes, so a
+  // forced route reuses the plan the default order built
+  std::map<std::tuple<int, Route, Index, Index, Index, Index, bool>, Planned> plans;
   std::set<std::string> said;  // the decline lines already printed
 };
 State& state() {
@@ -155,32 +156,32 @@ Plan plan_route(State& s, cudnnHandle_t handle, Route r, Index B, Index N, Index
   }
 }
 
-// The first of `routes` that plans, saying which and on what engine; empty (after a line that
-// says why each did not) if none does.
-Planned plan_first(State& s, cudnnHandle_t handle, const std::vector<Route>& routes, Index B,
-                   Index N, Index H, Index D) {
-  const std::string shape = " B=" + std::to_string(B) + " N=" + std::to_string(N) +
-                            " H=" + std::to_string(H) + " D=" + std::to_string(D);
-  std::string why;
-  for (const Route r : routes) {
-    try {
-      Planned p{plan_route(s, handle, r, B, N, H, D), r};
-      say_once(s,
-               route_name(r) + shape + ": engine " + std::to_string(p.plan.engine) + ", " +
-                   (p.plan.nondeterministic ? "nondeterministic" : "deterministic") + ", " +
-                   std::to_string(p.plan.workspace) + " bytes of workspace",
-               false);
-      return p;
-    } catch (const Failure& e) {
-      why += std::string(why.empty() ? "" : "; ") + route_name(r) + ": " + e.what();
-    }
-  }
-  say_once(s, shape.substr(1) + ": " + why);
-  return {};
+std::string shape_name(Index B, Index N, Index H, Index D) {
+  return "B=" + std::to_string(B) + " N=" + std::to_string(N) + " H=" + std::to_string(H) +
+         " D=" + std::to_string(D);
 }
 
-// The plan for this direction and shape on the current device, built on first use; nullptr
-// (after one line on stderr) where cuDNN cannot run it.
+// A route's plan for a shape, saying on what engine; refused (why_not), if cuDNN refuses it.
+Planned plan_one(State& s, cudnnHandle_t handle, Route r, Index B, Index N, Index H, Index D) {
+  Planned p;
+  p.route = r;
+  try {
+    p.plan = plan_route(s, handle, r, B, N, H, D);
+    say_once(s,
+             std::string(route_name(r)) + " " + shape_name(B, N, H, D) + ": engine " +
+                 std::to_string(p.plan.engine) + ", " +
+                 (p.plan.nondeterministic ? "nondeterministic" : "deterministic") + ", " +
+                 std::to_string(p.plan.workspace) + " bytes of workspace",
+             false);
+  } catch (const Failure& e) {
+    p.why_not = std::string(route_name(r)) + ": " + e.what();
+  }
+  return p;
+}
+
+// The plan for this direction and shape on the current device: the first of its routes that
+// cuDNN plans, each built on first use; nullptr (after one line on stderr saying why each
+// route was refused) where none is.
 const Planned* plan_for(bool forward, Index B, Index N, Index H, Index D, cudnnHandle_t* handle) {
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
@@ -192,8 +193,6 @@ const Planned* plan_for(bool forward, Index B, Index N, Index H, Index D, cudnnH
   if (B <= 0 || N <= 0 || H <= 0 || D <= 0) return nullptr;  // cuDNN 9.19 divides by a 0 dim
   const std::vector<Route> routes =
       forward ? std::vector<Route>{Route::kForward} : backward_routes();
-  std::string order;
-  for (const Route r : routes) order += route_name(r);
   int dev = 0;
   VIT_CUDA_CHECK(cudaGetDevice(&dev));
   try {
@@ -204,11 +203,16 @@ const Planned* plan_for(bool forward, Index B, Index N, Index H, Index D, cudnnH
       h = s.handles.emplace(dev, created).first;
     }
     *handle = h->second;
-    const auto key = std::make_tuple(dev, forward, B, N, H, D, any_engine(), order);
-    auto it = s.plans.find(key);
-    if (it == s.plans.end())
-      it = s.plans.emplace(key, plan_first(s, *handle, routes, B, N, H, D)).first;
-    return it->second.plan.plan ? &it->second : nullptr;
+    std::string why;
+    for (const Route r : routes) {
+      const auto key = std::make_tuple(dev, r, B, N, H, D, any_engine());
+      auto it = s.plans.find(key);
+      if (it == s.plans.end()) it = s.plans.emplace(key, plan_one(s, *handle, r, B, N, H, D)).first;
+      if (it->second.plan.plan) return &it->second;
+      why += (why.empty() ? "" : "; ") + it->second.why_not;
+    }
+    say_once(s, shape_name(B, N, H, D) + ": " + why);
+    return nullptr;
   } catch (const Failure& e) {
     say_once(s, e.what());
     return nullptr;
