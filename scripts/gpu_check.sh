@@ -458,29 +458,80 @@ s_vbench() {
 }
 
 # The environment assignments of a bench variant that only sets kernel switches (what
-# `vitrain bench --variant` can time in one process); nothing for the others (a flag, another
-# model or build: their own processes).
+# `vitrain bench --variant` can time in one process), each with what it measures; nothing for
+# the others (a flag, another model or build: their own processes and s_vbench_<name> bodies).
+# A round's step for one of these runs s_vbench_switches (variant_step).
 variant_env() {
   case "$1" in
+    # All the Linears' GEMMs on the sm_90a wgmma kernel, the GELU's forward and backward in its
+    # epilogues (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the separate GELU
+    # passes.
     sm90) echo "VIT_SM90_GEMM=1" ;;
+    # The forward's GEMMs alone on it (VIT_SM90_GEMM=fwd), and the forward's and the data gradients'
+    # (fwd,dgrad): with sm90 (all three kinds), what each kind pays apart.
     sm90fwd) echo "VIT_SM90_GEMM=fwd" ;;
     sm90dgrad) echo "VIT_SM90_GEMM=fwd,dgrad" ;;
+    # Only the two GEMMs with a GELU epilogue on it (VIT_SM90_GEMM=gelu: fc1's forward, fc2's data
+    # gradient), the other Linears on cuBLASLt: the fusion's saving without the kernel's cost on the
+    # plain GEMMs.
     sm90gelu) echo "VIT_SM90_GEMM=gelu" ;;
+    # The sm_90a GEMM with a block per tile, as before its grid became persistent
+    # (VIT_SM90_PERSISTENT=0; 2026-11-28): what persistence pays, when asked
+    # (GPU_CHECK_BENCH_VARIANTS=sm90tiles ...).
     sm90tiles) echo "VIT_SM90_GEMM=1 VIT_SM90_PERSISTENT=0" ;;
+    # The backward in one kernel a head (VIT_FLASH_FUSED_BWD=1, flash_mma_fused_kernels.cuh; written
+    # without a GPU on 2026-11-27): 5 products instead of 7, one block of ceil(N / 16) warps an SM,
+    # against the default's two kernels.
     fusedbwd) echo "VIT_FLASH_FUSED_BWD=1" ;;
+    # cuDNN's fused attention (its SDPA operations, loaded at run time; VIT_CUDNN_ATTENTION=1,
+    # cudnn_attention.cu; written without a GPU on 2026-11-28) in place of the flash kernels, both
+    # directions; cudnnfwd the forward only. A cuDNN that cannot run it says so on stderr and the
+    # flash kernels run (the step log then shows why).
     cudnn) echo "VIT_CUDNN_ATTENTION=1" ;;
     cudnnfwd) echo "VIT_CUDNN_ATTENTION=fwd" ;;
+    # cuDNN's attention on any engine, those it notes as nondeterministic included
+    # (VIT_CUDNN_NONDETERMINISTIC=1; by default only the others are planned, 2026-11-28): what
+    # determinism costs, or where the deterministic engines declined, what cuDNN offers.
     cudnnnd) echo "VIT_CUDNN_ATTENTION=1 VIT_CUDNN_NONDETERMINISTIC=1" ;;
+    # cuDNN's attention with its backward on the SDPA backward operation only (VIT_CUDNN_BWD=op;
+    # 2026-11-28, twenty-fifth session): cudnn tries the composite graph first, cudnn-frontend's
+    # deterministic route on Hopper (cudnn_attention_graphs.h).
     cudnnop) echo "VIT_CUDNN_ATTENTION=1 VIT_CUDNN_BWD=op" ;;
+    # The bf16 Linears' bias gradients in the weight gradient's GEMM epilogue
+    # (VIT_BIAS_GRAD_EPILOGUE=1, cuBLASLt's BGRADB; matmul.cu; written without a GPU on 2026-11-28)
+    # instead of a column-sum pass over each dout.
     bgradepi) echo "VIT_BIAS_GRAD_EPILOGUE=1" ;;
+    # The opt-ins that each promise a few percent, together (cuDNN's attention, the one-exponential
+    # GELU, the bias gradients' GEMM epilogue), so that their sum shows above the runs' noise even
+    # where each alone does not.
     optins) echo "VIT_CUDNN_ATTENTION=1 VIT_GELU_FAST=1 VIT_BIAS_GRAD_EPILOGUE=1" ;;
+    # The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh) instead of erff:
+    # what it pays where the GELU passes are arithmetic-bound.
     gelufast) echo "VIT_GELU_FAST=1" ;;
+    # The flash kernels' defaults since 2026-11-27: the backward over half tiles at the block
+    # heights the occupancy model picks per kernel and N, with dQ recomputed (the stored dS was the
+    # default for the afternoon, and lost to this in that day's second bench). The variants take
+    # them back. Whole tiles in 4-warp blocks (VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4): the
+    # kernels the H200 runs timed as the default up to 2026-11-27.
     flashold) echo "VIT_FLASH_STORED_DS=0 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" ;;
+    # dQ from the dS^T the dK/dV kernel stores (VIT_FLASH_STORED_DS=1), over whole tiles in 4-warp
+    # blocks: 1.04x the recomputing kernels there (2026-11-27, b7f1e46).
     storedwhole) echo "VIT_FLASH_STORED_DS=1 VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4" ;;
+    # The stored dS over half tiles at the chosen heights (the default for the afternoon of
+    # 2026-11-27, 0.94x the recomputing kernels with them in f48b072's bench).
     stored) echo "VIT_FLASH_STORED_DS=1" ;;
+    # The flash forward over two 16-row tiles a warp (VIT_FLASH_FWD_ROWS=32; written without a GPU
+    # on 2026-11-27): half the shared-memory reads a product.
     fwdrows) echo "VIT_FLASH_FWD_ROWS=32" ;;
+    # LayerNorm on the row-in-registers kernels (VIT_LAYERNORM_VEC=0), which the 16-byte ones
+    # (layernorm_vec_kernels.cuh) replaced as the default on 2026-11-28 after winning both rounds on
+    # every model (2.7-4.0%).
     lnrows) echo "VIT_LAYERNORM_VEC=0" ;;
+    # Each residual add and the LayerNorm after it as two ops (VIT_FUSE_RESIDUAL_NORM=0): what the
+    # fused pass pays.
     unfusedrn) echo "VIT_FUSE_RESIDUAL_NORM=0" ;;
+    # The mma.sync attention loading its tiles synchronously (VIT_FLASH_ASYNC=0): what the cp.async
+    # double buffering (the default) pays.
     sync) echo "VIT_FLASH_ASYNC=0" ;;
   esac
 }
@@ -544,11 +595,6 @@ s_vprofile_local() {
 s_vbench_wmma() {
   VIT_FLASH_MMA=0 s_vbench "$@"
 }
-# Args: model, batch. vitrain bench with the mma.sync attention loading its tiles synchronously
-# (VIT_FLASH_ASYNC=0): what the cp.async double buffering (the default) pays.
-s_vbench_sync() {
-  s_vbench_switches sync "$@"
-}
 # Args: model, batch. vitrain bench with cuBLASLt's candidate algorithms timed per GEMM shape
 # (VIT_GEMM_AUTOTUNE=1; its stderr names each shape's choice).
 s_vbench_tune() {
@@ -590,102 +636,6 @@ s_vbench_tanh() {
 s_vbench_tanhsep() {
   VIT_GELU_EPILOGUE=0 VBENCH_FLAGS="--ffn mlp_tanh" s_vbench "$@"
 }
-# The flash kernels' defaults since 2026-11-27: the backward over half tiles at the block heights
-# the occupancy model picks per kernel and N, with dQ recomputed (the stored dS was the default
-# for the afternoon, and lost to this in that day's second bench). The variants take them back.
-# Args: model, batch. Whole tiles in 4-warp blocks (VIT_FLASH_HALF_TILES=0 VIT_FLASH_WARPS=4):
-# the kernels the H200 runs timed as the default up to 2026-11-27.
-s_vbench_flashold() {
-  s_vbench_switches flashold "$@"
-}
-# Args: model, batch. dQ from the dS^T the dK/dV kernel stores (VIT_FLASH_STORED_DS=1), over
-# whole tiles in 4-warp blocks: 1.04x the recomputing kernels there (2026-11-27, b7f1e46).
-s_vbench_storedwhole() {
-  s_vbench_switches storedwhole "$@"
-}
-# Args: model, batch. The stored dS over half tiles at the chosen heights (the default for the
-# afternoon of 2026-11-27, 0.94x the recomputing kernels with them in f48b072's bench).
-s_vbench_stored() {
-  s_vbench_switches stored "$@"
-}
-# Args: model, batch. The backward in one kernel a head (VIT_FLASH_FUSED_BWD=1,
-# flash_mma_fused_kernels.cuh; written without a GPU on 2026-11-27): 5 products instead of 7, one
-# block of ceil(N / 16) warps an SM, against the default's two kernels.
-s_vbench_fusedbwd() {
-  s_vbench_switches fusedbwd "$@"
-}
-# Args: model, batch. cuDNN's fused attention (its SDPA operations, loaded at run time;
-# VIT_CUDNN_ATTENTION=1, cudnn_attention.cu; written without a GPU on 2026-11-28) in place of the
-# flash kernels, both directions; cudnnfwd the forward only. A cuDNN that cannot run it says so
-# on stderr and the flash kernels run (the step log then shows why).
-s_vbench_cudnn() {
-  s_vbench_switches cudnn "$@"
-}
-s_vbench_cudnnfwd() {
-  s_vbench_switches cudnnfwd "$@"
-}
-# Args: model, batch. cuDNN's attention on any engine, those it notes as nondeterministic
-# included (VIT_CUDNN_NONDETERMINISTIC=1; by default only the others are planned, 2026-11-28):
-# what determinism costs, or where the deterministic engines declined, what cuDNN offers.
-s_vbench_cudnnnd() {
-  s_vbench_switches cudnnnd "$@"
-}
-# Args: model, batch. cuDNN's attention with its backward on the SDPA backward operation only
-# (VIT_CUDNN_BWD=op; 2026-11-28, twenty-fifth session): cudnn tries the composite graph first,
-# cudnn-frontend's deterministic route on Hopper (cudnn_attention_graphs.h).
-s_vbench_cudnnop() {
-  s_vbench_switches cudnnop "$@"
-}
-# Args: model, batch. The bf16 Linears' bias gradients in the weight gradient's GEMM epilogue
-# (VIT_BIAS_GRAD_EPILOGUE=1, cuBLASLt's BGRADB; matmul.cu; written without a GPU on 2026-11-28)
-# instead of a column-sum pass over each dout.
-s_vbench_bgradepi() {
-  s_vbench_switches bgradepi "$@"
-}
-# Args: model, batch. The flash forward over two 16-row tiles a warp (VIT_FLASH_FWD_ROWS=32;
-# written without a GPU on 2026-11-27): half the shared-memory reads a product.
-s_vbench_fwdrows() {
-  s_vbench_switches fwdrows "$@"
-}
-# Args: model, batch. LayerNorm on the row-in-registers kernels (VIT_LAYERNORM_VEC=0), which the
-# 16-byte ones (layernorm_vec_kernels.cuh) replaced as the default on 2026-11-28 after winning
-# both rounds on every model (2.7-4.0%).
-s_vbench_lnrows() {
-  s_vbench_switches lnrows "$@"
-}
-# Args: model, batch. All the Linears' GEMMs on the sm_90a wgmma kernel, the GELU's forward and
-# backward in its epilogues (VIT_SM90_GEMM=1; gemm_sm90_kernels.cuh): against cuBLASLt + the
-# separate GELU passes.
-s_vbench_sm90() {
-  s_vbench_switches sm90 "$@"
-}
-# Args: model, batch. The forward's GEMMs alone on it (VIT_SM90_GEMM=fwd), and the forward's
-# and the data gradients' (fwd,dgrad): with s_vbench_sm90 (all three kinds), what each kind
-# pays apart.
-s_vbench_sm90fwd() {
-  s_vbench_switches sm90fwd "$@"
-}
-s_vbench_sm90dgrad() {
-  s_vbench_switches sm90dgrad "$@"
-}
-# Args: model, batch. Only the two GEMMs with a GELU epilogue on it (VIT_SM90_GEMM=gelu: fc1's
-# forward, fc2's data gradient), the other Linears on cuBLASLt: the fusion's saving without
-# the kernel's cost on the plain GEMMs.
-s_vbench_sm90gelu() {
-  s_vbench_switches sm90gelu "$@"
-}
-# Args: model, batch. The opt-ins that each promise a few percent, together (cuDNN's attention,
-# the one-exponential GELU, the bias gradients' GEMM epilogue), so that their sum shows above
-# the runs' noise even where each alone does not.
-s_vbench_optins() {
-  s_vbench_switches optins "$@"
-}
-# Args: model, batch. The sm_90a GEMM with a block per tile, as before its grid became
-# persistent (VIT_SM90_PERSISTENT=0; 2026-11-28): what persistence pays, when asked
-# (GPU_CHECK_BENCH_VARIANTS=sm90tiles ...).
-s_vbench_sm90tiles() {
-  s_vbench_switches sm90tiles "$@"
-}
 # Args: model, batch. The per-op table with it (matmul_forward, matmul_gelu_forward).
 s_vprofile_sm90() {
   VIT_SM90_GEMM=1 s_vprofile "$@"
@@ -694,16 +644,6 @@ s_vprofile_sm90() {
 # attention_forward / attention_backward rows against the flash kernels' in h_profile_*.
 s_vprofile_cudnn() {
   VIT_CUDNN_ATTENTION=1 s_vprofile "$@"
-}
-# Args: model, batch. The exact GELU with one exponential (VIT_GELU_FAST=1, activation_math.cuh)
-# instead of erff: what it pays where the GELU passes are arithmetic-bound.
-s_vbench_gelufast() {
-  s_vbench_switches gelufast "$@"
-}
-# Args: model, batch. vitrain bench with each residual add and the LayerNorm after it as two
-# ops (VIT_FUSE_RESIDUAL_NORM=0): what the fused pass pays.
-s_vbench_unfusedrn() {
-  s_vbench_switches unfusedrn "$@"
 }
 # Args: model, batch. vitrain bench launching each op (--cuda-graph=false; graphs are bench's
 # default on the GPU since 2026-11-27, as they are train's): what the graphs pay.
@@ -800,7 +740,7 @@ s_tbench() {
 }
 
 export -f vt note kv need_bin last_json s_info s_gtest s_memcheck s_train s_recipe s_export s_logits \
-  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vbench_switches s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_sync s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_unfusedrn s_vbench_tanh s_vbench_tanhsep s_vbench_gelufast s_vbench_flashold s_vbench_storedwhole s_vbench_stored s_vbench_fusedbwd s_vbench_cudnn s_vbench_cudnnfwd s_vbench_cudnnnd s_vbench_cudnnop s_vbench_bgradepi s_vbench_fwdrows s_vbench_lnrows s_vbench_dwone s_vbench_nograph s_vbench_sm90 s_vbench_sm90fwd s_vbench_sm90dgrad s_vbench_sm90gelu s_vbench_optins s_vbench_sm90tiles s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
+  s_train_default s_train_eager s_train_resume variant_env s_vbench s_vbench_switches s_vvariants s_vbench_unfused s_vbench_wmma s_vbench_tune s_vbench_fp32res s_vbench_local s_vbench_localfused s_vbench_dwvec s_vbench_tanh s_vbench_tanhsep s_vbench_dwone s_vbench_nograph s_vprofile_sm90 s_vprofile_cudnn s_vbench_before s_vbench_localbefore s_vprofile s_vprofile_before s_vprofile_local s_ncu_limits s_tbench \
   s_sanitized s_sanitize_pixel_steps s_sanitize_flash s_memcheck_flash_small
 
 # ---------------------------------------------------------------------------------------------
@@ -1376,9 +1316,10 @@ variant_label() {
 # One bench variant's step (s_vbench_<var>). Args: variant, short model name, round, model,
 # batch. The sm_90a GEMM's variants only when sm90_ok.
 variant_step() {
-  local run=step
+  local run=step body=("s_vbench_$1")
   [[ "$1" == sm90* ]] && run=sm90_step
-  "$run" "f_$1_$2_r$3" bench 120 "vitrain bench ($(variant_label "$1")) $4 b$5" "s_vbench_$1" \
+  [ -n "$(variant_env "$1")" ] && body=(s_vbench_switches "$1")  # a switch-only variant
+  "$run" "f_$1_$2_r$3" bench 120 "vitrain bench ($(variant_label "$1")) $4 b$5" "${body[@]}" \
     "$4" "$5"
 }
 
