@@ -23,10 +23,8 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "ops/cuda/common.cuh"

@@ -65,6 +65,13 @@ class GraphBuilder {
     op.finalize("pointwise operation");
     keep(std::move(pw), std::move(op));
   }
+  // A new fp32 intermediate (dims, strides) = x (op) b, or op(x) where b is null.
+  const Desc& pointwise_to(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b,
+                           const Dims& dims, const Dims& strides) {
+    const Desc& y = intermediate(dims, strides);
+    pointwise(mode, x, b, y);
+    return y;
+  }
   // y = the sum of x over the dims where y has 1.
   void sum(const Desc& x, const Desc& y) {
     Desc red(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
@@ -203,8 +210,8 @@ Operations composite_backward(int64_t B, int64_t N, int64_t H, int64_t D) {
              transposed_strides = {H * N * N, N * N, 1, N};
 
   // softmax_sum = rowsum(dO * O) * 1 (B, H, N, 1)
-  const Desc& d_o_o = g.intermediate({B, H, N, D}, {H * N * D, N * D, H * D, 1});
-  g.pointwise(CUDNN_POINTWISE_MUL, d_o, &o, d_o_o);
+  const Desc& d_o_o =
+      g.pointwise_to(CUDNN_POINTWISE_MUL, d_o, &o, {B, H, N, D}, {H * N * D, N * D, H * D, 1});
   const Desc& row_sum = g.intermediate(rows, row_strides);
   g.sum(d_o_o, row_sum);
   const Desc& softmax_sum =
@@ -214,12 +221,10 @@ Operations composite_backward(int64_t B, int64_t N, int64_t H, int64_t D) {
   // P = exp(Q K^T * scale - stats) (B, H, N, N); dV = P^T dO
   const Desc& s = g.intermediate(scores, score_strides);
   g.matmul(q, k_t, s);
-  const Desc& s_scaled = g.intermediate(scores, score_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, s_scaled);
-  const Desc& s_centred = g.intermediate(scores, score_strides);
-  g.pointwise(CUDNN_POINTWISE_SUB, s_scaled, &stats, s_centred);
-  const Desc& p = g.intermediate(scores, score_strides);
-  g.pointwise(CUDNN_POINTWISE_EXP, s_centred, nullptr, p);
+  const Desc& s_scaled = g.pointwise_to(CUDNN_POINTWISE_MUL, s, &scale, scores, score_strides);
+  const Desc& s_centred =
+      g.pointwise_to(CUDNN_POINTWISE_SUB, s_scaled, &stats, scores, score_strides);
+  const Desc& p = g.pointwise_to(CUDNN_POINTWISE_EXP, s_centred, nullptr, scores, score_strides);
   const Desc& p_t = g.intermediate(scores, transposed_strides, CUDNN_DATA_BFLOAT16);
   g.reshape(p, p_t);
   g.matmul(p_t, d_o, dv);
@@ -227,12 +232,11 @@ Operations composite_backward(int64_t B, int64_t N, int64_t H, int64_t D) {
   // dS = (dO V^T - softmax_sum) * P * scale; dK = dS^T Q
   const Desc& dp = g.intermediate(scores, score_strides);
   g.matmul(d_o, v_t, dp);
-  const Desc& dp_centred = g.intermediate(scores, score_strides);
-  g.pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum, dp_centred);
-  const Desc& ds_unscaled = g.intermediate(scores, score_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, dp_centred, &p, ds_unscaled);
-  const Desc& ds = g.intermediate(scores, score_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, &scale, ds);
+  const Desc& dp_centred =
+      g.pointwise_to(CUDNN_POINTWISE_SUB, dp, &softmax_sum, scores, score_strides);
+  const Desc& ds_unscaled =
+      g.pointwise_to(CUDNN_POINTWISE_MUL, dp_centred, &p, scores, score_strides);
+  const Desc& ds = g.pointwise_to(CUDNN_POINTWISE_MUL, ds_unscaled, &scale, scores, score_strides);
   const Desc& ds_t = g.intermediate(scores, transposed_strides, CUDNN_DATA_BFLOAT16);
   g.reshape(ds, ds_t);
   g.matmul(ds_t, q, dk);
