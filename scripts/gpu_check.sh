@@ -451,9 +451,18 @@ s_vbench() {
   [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
   # With CUDA graphs (the GPU's default): how many timed passes were replays (fewer: the graphs
   # turned off, and the log says why).
-  local n
+  # And which opt-in kernels ran (kernel_calls: op calls in eager passes and captures), so that a
+  # variant whose kernel declined reads as the default it ran.
+  local n ran text=""
   n=$(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" 2>/dev/null | cut -d: -f2)
-  [ -n "$n" ] && note "graph replays: $n of $BENCH_STEPS timed passes"
+  [ -n "$n" ] && text="graph replays: $n of $BENCH_STEPS timed passes"
+  ran=$(python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])).get("kernel_calls")
+if c is not None:
+    print(", ".join(f"{k} {v}" for k, v in c.items() if v) or "none")' "$MET/$STEP_ID.json" \
+    2>/dev/null)
+  [ -n "$ran" ] && text="${text:+$text; }opt-in kernels: $ran"
+  [ -n "$text" ] && note "$text"
   return "$rc"
 }
 
@@ -894,15 +903,21 @@ if bench:
 if variant_rows:
     L += ["", "Kernel switches interleaved in one process (`bench --variant`; img/s a round, "
           "their median, and that over the default's):", "",
-          "| model | batch | variant | switches | img/s by round | median | vs default | MFU | step |",
-          "|---|---:|---|---|---|---:|---:|---:|---|"]
+          "| model | batch | variant | switches | img/s by round | median | vs default | MFU | "
+          "opt-in kernels (op calls) | step |",
+          "|---|---:|---|---|---|---:|---:|---:|---|---|"]
     for v in variant_rows:
         env = " ".join(f"{k}={x}" for k, x in (v.get("env") or {}).items())
         rounds = ", ".join(str(x) for x in v.get("img_per_s_rounds", []))
         mfu = v.get("mfu")
+        # Which opt-in routes ran (bench's kernel_calls: eager passes and captures, not
+        # replays): "none" under a switch says its kernel declined, and the ratio is the default's.
+        calls = v.get("kernel_calls")
+        ran = "" if calls is None else (", ".join(f"{k} {n}" for k, n in calls.items() if n)
+                                        or "none")
         L.append(f"| {v.get('model')} | {v.get('batch')} | {v.get('variant')} | {env} | {rounds} | "
                  f"{v.get('median_img_per_s')} | {v.get('ratio_to_first', 0):.3f}x | "
-                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {v['step']} |")
+                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {ran} | {v['step']} |")
 # The sweep's variants: test top-1 over seeds (step ids w_NAME_SEED).
 sweep = {}
 for s in steps:

@@ -293,4 +293,43 @@ TEST(CudaEngine, BenchShapeStepRunsAndReportsMemory) {
   EXPECT_LT(ts.last_loss, ts.loss_sum / 3 + 1.0);  // trains on one batch: the loss does not blow up
 }
 
+// Engine::kernel_calls (what `bench` reports a variant ran): all routes at 0 calls by default,
+// and a switch's route counted once an op call (VIT_FLASH_FWD_ROWS=32: the forward's two row
+// tiles, one call a layer a pass, at ViT-S/16's head dim 64).
+TEST(CudaEngine, KernelCallsCountTheOptInRoutesThatRan) {
+  vit::register_cuda_backend();
+  VIT_GPU_TEST_PRECONDITION();
+  ::unsetenv("VIT_FLASH_FWD_ROWS");
+  vit::ModelConfig c = vit::model_preset("vit_small_patch16_224");
+  c.depth = 2;
+  const Index B = 4;
+  auto gpu = engine_on("cuda", "bf16", c, B);
+  const auto calls_of = [&](const std::string& route) {
+    for (const auto& [name, calls] : gpu->kernel_calls())
+      if (name == route) return calls;
+    ADD_FAILURE() << "no route " << route;
+    return int64_t(-1);
+  };
+  std::vector<float> p0(size_t(gpu->table().total), 0.0f);
+  vit::init_params(p0.data(), gpu->table(), c, 1);
+  gpu->write_params(p0);
+  const Batch b = batch_of(c, B, 4);
+  const auto pass = [&] {
+    gpu->zero_grad();
+    gpu->forward_backward(b.images.data(), b.targets.data(), B, 1.0f / B, 0);
+  };
+  const int64_t before = calls_of("flash_forward_two_tiles");
+  pass();
+  EXPECT_EQ(calls_of("flash_forward_two_tiles"), before) << "not asked for";
+  ::setenv("VIT_FLASH_FWD_ROWS", "32", 1);
+  pass();
+  pass();
+  ::unsetenv("VIT_FLASH_FWD_ROWS");
+  EXPECT_EQ(calls_of("flash_forward_two_tiles"), before + 2 * c.depth);
+  for (const char* route : {"sm90_gemm", "cudnn_forward", "cudnn_backward", "flash_fused_backward",
+                            "bias_grad_epilogue", "gemm_simt_fallback", "epilogue_miss"})
+    EXPECT_GE(calls_of(route), 0) << route;
+  gpu->read_stats();
+}
+
 }  // namespace

@@ -17,7 +17,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
@@ -114,6 +116,8 @@ struct HostMemory {
   }
   static void synchronize() {}
   using Marks = HostMarks;
+  // No opt-in kernel routes on the host (Engine::kernel_calls).
+  static std::vector<std::pair<std::string, int64_t>> kernel_route_counts() { return {}; }
 
   // The engine's loss bookkeeping in its step statistics (StepStat, fp64): the micro-batch's
   // mean loss (B) adds to the pending update's.

@@ -74,6 +74,13 @@ std::string rate_list(const std::vector<double>& rates) {
   return list;
 }
 
+// "; opt-in kernels: route calls, ..." where any ran (each counted op call is an eager pass's or
+// a graph capture's: the bench's replays do not count).
+std::string routes_suffix(const RouteCalls& calls) {
+  const std::string text = route_calls_text(calls);
+  return text.empty() ? "" : "; opt-in kernels: " + text;
+}
+
 // --variant: each variant's switches applied in turn, `rounds` times in rotated orders, each
 // timing `steps` steps after `warmup` untimed ones (its CUDA graphs captured anew); one line a
 // variant: its runs' img/s, their median, and that median over the first variant's (and on the
@@ -82,13 +89,16 @@ void run_variants(Engine& engine, const std::function<void()>& step,
                   const std::vector<BenchVariant>& variants, int rounds, int warmup, int steps,
                   int batch, const std::string& model_name, double flops_per_image, bool json) {
   std::vector<std::vector<double>> rates(variants.size());
+  std::vector<RouteCalls> routes(variants.size());  // its opt-in kernels' calls, all rounds
   for (int r = 0; r < rounds; ++r)
     for (const int i : bench_round_order(int(variants.size()), r)) {
       const ScopedVariantEnv env(variants[size_t(i)]);
+      const RouteCalls before = engine.kernel_calls();
       engine.drop_graphs();
       for (int w = 0; w < warmup; ++w) step();
       engine.read_stats();  // waits for the untimed steps
       rates[size_t(i)].push_back(time_steps(engine, step, steps, batch).img_per_s);
+      add_route_calls(routes[size_t(i)], route_calls_since(before, engine.kernel_calls()));
     }
   const double first = median_of(rates[0]);
   for (size_t i = 0; i < variants.size(); ++i) {
@@ -107,12 +117,15 @@ void run_variants(Engine& engine, const std::function<void()>& step,
           "\"ratio_to_first\":{:.4f}{}}}\n",
           engine.description(), model_name, batch, nlohmann::json(variants[i].name).dump(),
           env_json.dump(), list, median, median / first,
-          engine.on_gpu() ? fmt::format(",\"mfu\":{:.4f}", flops_per_image * median / 989e12) : "");
+          engine.on_gpu()
+              ? fmt::format(",\"mfu\":{:.4f},\"kernel_calls\":{}",
+                            flops_per_image * median / 989e12, route_calls_json(routes[i]))
+              : "");
     else
       fmt::print(
-          "{} batch {} variant {} ({}): median {:.1f} img/s over {} rounds [{}], {:.3f}x {}\n",
+          "{} batch {} variant {} ({}): median {:.1f} img/s over {} rounds [{}], {:.3f}x {}{}\n",
           model_name, batch, variants[i].name, env.empty() ? "no switches" : env, median, rounds,
-          list, median / first, variants[0].name);
+          list, median / first, variants[0].name, routes_suffix(routes[i]));
   }
 }
 
@@ -219,6 +232,7 @@ int run_bench(int argc, char** argv) {
                  3.0 * cfg.forward_flops_per_image(), json);
     return 0;
   }
+  const RouteCalls routes_before = engine->kernel_calls();
   for (int i = 0; i < warmup; ++i) step();
   engine->read_stats();  // waits for the warm-up steps on the device
   const int64_t warmup_replays = engine->graph_stats().replays;
@@ -246,6 +260,7 @@ int run_bench(int argc, char** argv) {
       cuda_graph
           ? fmt::format(",\"graph_replays\":{}", engine->graph_stats().replays - warmup_replays)
           : std::string();
+  const RouteCalls routes = route_calls_since(routes_before, engine->kernel_calls());
   const std::string spin = openmp_spin_setting();    // what libgomp runs with
   const StateMemory state = engine->state_memory();  // weights, gradients, AdamW moments
   constexpr double kMiB = 1024.0 * 1024.0;
@@ -255,13 +270,14 @@ int run_bench(int argc, char** argv) {
         "\"threads\":{},\"attention\":\"{}\",\"img_per_s\":{:.2f},\"ms_per_step\":{:.2f},"
         "\"gflops\":{:.2f},\"state_mib\":{:.2f},\"optimizer_mib\":{:.2f},\"ffn\":\"{}\","
         "\"gp\":\"{}\",\"omp_spin\":{},\"median_img_per_s\":{:.2f},\"chunk_img_per_s\":[{}]{}{}"
-        "{}}}\n",
+        "{}{}}}\n",
         eo.device, engine->description(), model_name, batch, omp_get_max_threads(),
         fused ? "fused" : "unfused", img_per_s, 1e3 * sec / steps, gflops, state.total() / kMiB,
         state.optimizer / kMiB, to_string(cfg.ffn), to_string(cfg.classifier),
         nlohmann::json(spin.empty() ? "unset" : spin).dump(), median_img_per_s, chunk_list,
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
-        conv_stem ? ",\"stem\":\"conv\"" : "", graph_json);
+        conv_stem ? ",\"stem\":\"conv\"" : "", graph_json,
+        gpu ? ",\"kernel_calls\":" + route_calls_json(routes) : "");
   } else {
     fmt::print("{}{} batch {} on {}: {:.1f} img/s, {:.1f} ms/step, {:.1f} GFLOP/s{}\n", model_name,
                arch.empty() ? "" : " (" + arch + ")", batch,
@@ -271,6 +287,8 @@ int run_bench(int argc, char** argv) {
                                  100 * mfu, mem_gib)
                    : "");
     fmt::print("{}\n", format_state_memory(state, gpu, 1));
+    const std::string ran = route_calls_text(routes);
+    if (!ran.empty()) fmt::print("opt-in kernels (op calls, replays uncounted): {}\n", ran);
   }
   return 0;
 }

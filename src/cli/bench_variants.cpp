@@ -1,6 +1,10 @@
 #include "cli/bench_variants.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -55,6 +59,49 @@ ScopedVariantEnv::~ScopedVariantEnv() {
     else
       unsetenv(it->name.c_str());
   }
+}
+
+namespace {
+
+// The index of `route` in `calls`, or calls.size() if it is not there.
+size_t route_index(const RouteCalls& calls, const std::string& route) {
+  return size_t(std::find_if(calls.begin(), calls.end(),
+                             [&](const auto& entry) { return entry.first == route; }) -
+                calls.begin());
+}
+
+}  // namespace
+
+RouteCalls route_calls_since(const RouteCalls& before, const RouteCalls& after) {
+  RouteCalls since;
+  for (const auto& [route, calls] : after) {
+    const size_t i = route_index(before, route);
+    since.emplace_back(route, calls - (i < before.size() ? before[i].second : 0));
+  }
+  return since;
+}
+
+void add_route_calls(RouteCalls& total, const RouteCalls& more) {
+  for (const auto& [route, calls] : more) {
+    const size_t i = route_index(total, route);
+    if (i < total.size())
+      total[i].second += calls;
+    else
+      total.emplace_back(route, calls);
+  }
+}
+
+std::string route_calls_json(const RouteCalls& calls) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [route, n] : calls) j[route] = n;
+  return j.dump();
+}
+
+std::string route_calls_text(const RouteCalls& calls) {
+  std::string text;
+  for (const auto& [route, n] : calls)
+    if (n != 0) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", route, n);
+  return text;
 }
 
 }  // namespace vit

@@ -4,6 +4,7 @@
 // process's start once. A GPU session's minutes are scarce: a separate process a variant spent
 // most of them starting up.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,19 @@ void check_bench_variants(const std::vector<BenchVariant>& variants);
 // The order of round r (0-based) over n variants: rotated by r, so each variant is first in
 // turn and none always runs on a warmer (or cooler) device.
 std::vector<int> bench_round_order(int n, int round);
+
+// (route, op calls) as Engine::kernel_calls gives them: which opt-in kernels a variant ran.
+using RouteCalls = std::vector<std::pair<std::string, int64_t>>;
+
+// The calls made between two readings, in `after`'s order (a route missing from `before`
+// counts from 0).
+RouteCalls route_calls_since(const RouteCalls& before, const RouteCalls& after);
+// total += more, route by route (a route new to total is appended).
+void add_route_calls(RouteCalls& total, const RouteCalls& more);
+// {"route":calls,...} with every route, for the JSON line.
+std::string route_calls_json(const RouteCalls& calls);
+// "route calls, ..." for the routes that ran; "" if none did.
+std::string route_calls_text(const RouteCalls& calls);
 
 // Sets a variant's variables for its lifetime and restores each one's previous value (or its
 // absence) after.

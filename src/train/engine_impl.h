@@ -77,6 +77,7 @@ class ModelEngine : public Engine {
     g.off_reason = graphs_off_reason_;
     return g;
   }
+  KernelCalls kernel_calls() const override { return Backend::kernel_route_counts(); }
   void drop_graphs() override {
     if (!graphs_) return;
     synchronize();

@@ -17,6 +17,7 @@
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_mma_fused_kernels.cuh"
 #include "ops/cuda/flash_mma_kernels.cuh"
+#include "ops/cuda/route_counts.h"
 
 namespace vit::cuda {
 
@@ -123,7 +124,10 @@ void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N,
   with_head_dim(D, [&](auto d) {
     // two row tiles up to head dim 64 (at 96, 255 registers and 80 bytes spilled: ptxas, sm_90)
     if constexpr (decltype(d)::value <= 64) {
-      if (row_tiles_a_warp == 2) return run(d, std::integral_constant<int, 2>());
+      if (row_tiles_a_warp == 2) {
+        count_route(Route::kFlashForwardTwoTiles);
+        return run(d, std::integral_constant<int, 2>());
+      }
     }
     run(d, std::integral_constant<int, 1>());
   });
@@ -304,7 +308,10 @@ void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const flo
       fused = launch_fused_backward<decltype(d)::value>(dqkv, dout, qkv, lse, drow, B, N, H, scale,
                                                         vec, async);
     });
-    if (fused) return;
+    if (fused) {
+      count_route(Route::kFlashFusedBackward);
+      return;
+    }
   }
   auto run = [&](auto head_dim, auto groups) {
     constexpr int kD = decltype(head_dim)::value, kGroups = decltype(groups)::value;

@@ -13,6 +13,7 @@
 #include "ops/cuda/blas.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/gemm_sm90.h"
+#include "ops/cuda/route_counts.h"
 
 namespace vit::cuda {
 
@@ -117,6 +118,7 @@ bool weight_and_bias_grad(float* dweight, float* dbias, const T* dout, const T* 
     if (!gemm_weight_grad_bgrad<T>(Nout, K, M, dout, inp, dweight, sums)) return false;
     colsum_finish_kernel<float><<<blocks_for(Nout), kBlock, 0, stream()>>>(dbias, sums, 1, Nout);
     VIT_CUDA_LAUNCHED();
+    count_route(Route::kBiasGradEpilogue);
     return true;
   }
   return false;
