@@ -21,7 +21,7 @@
 #                       sets VIT_LD_LIBRARY_PATH for our binaries only (PyTorch keeps its own)
 #   run.sh              the op harness alone: bash gpu_bundle/run.sh [gtest flags]
 #   gpu_check.sh        a copy of scripts/gpu_check.sh, the whole one-shot check (and its data
-#                       phase, gpu_check_data.sh)
+#                       phase, gpu_check_data.sh, and its report, gpu_check_report.py)
 #   MANIFEST.txt        commit, local changes, build and sizes, to tie results to sources
 # Then, in a session with a GPU (docs/gpu.md):
 #   run(command="bash scripts/gpu_check.sh session", carry=["gpu_bundle"], timeout_s=600)
@@ -144,6 +144,7 @@ cp bench/torch_train_bench.py tests/reference/timm_logits_check.py tests/referen
   bench/make_photo_jpegs.py bench/data_torch.py "$OUT/py/"
 cp scripts/gpu_check.sh "$OUT/gpu_check.sh"
 cp scripts/gpu_check_data.sh "$OUT/gpu_check_data.sh"
+cp scripts/gpu_check_report.py "$OUT/gpu_check_report.py"
 # The data phase's source photos (the device image may lack scikit-image): ~5 MB of PNGs.
 if ! /usr/bin/python3 bench/make_photo_jpegs.py --save-photos "$OUT/photos" >/dev/null; then
   echo "gpu_bundle: WARNING: no source photos (apt-get install python3-skimage); the data" \
