@@ -379,9 +379,10 @@ TEST(PlannedBatch, RegionDecodedBatchesMatchWholeDecodedOnes) {
       make_planned_batch(*planned_src, order.data(), B, cfg, train, 8, 1, batch, pt.data(),
                          pl.data());
       const std::string what = kind + (train ? " train" : " eval");
-      if (kind == "folder")
+      if (kind == "folder") {
         for (const Source* s : {ref_src.get(), cpu_src.get(), planned_src.get()})
           EXPECT_EQ(s->unreadable_count(), 1u) << what << ": the truncated file, found by each";
+      }
       EXPECT_EQ(targets, pt) << what;
       EXPECT_EQ(labels, pl) << what;
       EXPECT_EQ(cpu, images) << what << ": make_source_batch";

@@ -40,8 +40,11 @@ TEST(ResizeModel, SameSizeIsIdentity) {
       ASSERT_NEAR(r.m[i], m[i], 1e-6f) << s.name;
       ASSERT_NEAR(r.v[i], v[i], 1e-6f) << s.name;
     }
-  for (vit::Index i = 0; i < t.total; ++i)  // the alignment padding is not a tensor: left 0
-    if (!in_tensor[i]) ASSERT_EQ(r.params[i], 0.0f) << i;
+  for (vit::Index i = 0; i < t.total; ++i) {  // the alignment padding is not a tensor: left 0
+    if (!in_tensor[i]) {
+      ASSERT_EQ(r.params[i], 0.0f) << i;
+    }
+  }
 }
 
 TEST(ResizeModel, ShapesClsRowCopiesAndNonNegativeV) {

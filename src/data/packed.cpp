@@ -103,8 +103,9 @@ Sample prepare(const std::string& file, int max_side, bool jpeg, int quality) {
 }
 
 void fsync_dir_of(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
+  // (Not `dir = "."` on an empty one: GCC 12 warns of a false overlap in that assignment.)
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  const std::string dir = parent.empty() ? std::string(".") : parent;
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     ::fsync(fd);
