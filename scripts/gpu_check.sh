@@ -574,6 +574,10 @@ s_vvariants() {
     --rounds "${VARIANT_ROUNDS:-3}" "${args[@]}" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   grep -E '^\{.*"variant".*\}$' "$out" >"$MET/$STEP_ID.variants" || rm -f "$MET/$STEP_ID.variants"
+  # A variant that threw has its line (with "error") and the others theirs; the note says which.
+  local failed
+  failed=$(grep -oE 'variant [^ ]+ failed: .{0,80}' "$out" | head -n 3 | tr '\n' ';')
+  [ -n "$failed" ] && note "$failed"
   return "$rc"
 }
 

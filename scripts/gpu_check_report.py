@@ -148,22 +148,28 @@ if bench:
         L.append(f"| {m} | {bsz} | " + " | ".join(cells) + f" | {ratio} |")
 if variant_rows:
     L += ["", "Kernel switches interleaved in one process (`bench --variant`; img/s a round, "
-          "their median, and that over the default's):", "",
+          "their median, and that over the default's; graphs: replays among the timed passes):",
+          "",
           "| model | batch | variant | switches | img/s by round | median | vs default | MFU | "
-          "opt-in kernels (op calls) | step |",
-          "|---|---:|---|---|---|---:|---:|---:|---|---|"]
+          "graphs | opt-in kernels (op calls) | step |",
+          "|---|---:|---|---|---|---:|---:|---:|---:|---|---|"]
     for v in variant_rows:
         env = " ".join(f"{k}={x}" for k, x in (v.get("env") or {}).items())
         rounds = ", ".join(str(x) for x in v.get("img_per_s_rounds", []))
-        mfu = v.get("mfu")
+        if v.get("error"):  # its runs ended in an error: the rounds before it, and why
+            rounds += ("; " if rounds else "") + "FAILED: " + str(v["error"])[:120].replace("|", "/")
+        mfu, ratio = v.get("mfu"), v.get("ratio_to_first")
+        # Fewer replays than timed passes: graphs were off for some (a capture broke), so the
+        # variant ran (partly) eagerly.
+        graphs = (f"{v['graph_replays']}/{v['timed_passes']}" if "timed_passes" in v else "")
         # Which opt-in routes ran (bench's kernel_calls: eager passes and captures, not
         # replays): "none" under a switch says its kernel declined, and the ratio is the default's.
         calls = v.get("kernel_calls")
         ran = "" if calls is None else (", ".join(f"{k} {n}" for k, n in calls.items() if n)
                                         or "none")
         L.append(f"| {v.get('model')} | {v.get('batch')} | {v.get('variant')} | {env} | {rounds} | "
-                 f"{v.get('median_img_per_s')} | {v.get('ratio_to_first', 0):.3f}x | "
-                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {ran} | {v['step']} |")
+                 f"{v.get('median_img_per_s', '')} | {'' if ratio is None else f'{ratio:.3f}x'} | "
+                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {graphs} | {ran} | {v['step']} |")
 # The sweep's variants: test top-1 over seeds (step ids w_NAME_SEED).
 sweep = {}
 for s in steps:

@@ -35,11 +35,18 @@ VARIANTS = [
     {"impl": "vitrain", "model": "vit_small_patch16_224", "batch": 256, "variant": "default",
      "env": {}, "img_per_s_rounds": [9500.0, 9520.0, 9480.0], "median_img_per_s": 9500.0,
      "ratio_to_first": 1.0, "mfu": 0.2654,
-     "kernel_calls": {"sm90_gemm": 0, "cudnn_forward": 0, "cudnn_backward": 0}},
+     "kernel_calls": {"sm90_gemm": 0, "cudnn_forward": 0, "cudnn_backward": 0},
+     "graph_replays": 60, "timed_passes": 60},
     {"impl": "vitrain", "model": "vit_small_patch16_224", "batch": 256, "variant": "cudnn",
      "env": {"VIT_CUDNN_ATTENTION": "1"}, "img_per_s_rounds": [10400.0, 10450.0, 10420.0],
      "median_img_per_s": 10420.0, "ratio_to_first": 1.0968, "mfu": 0.2911,
-     "kernel_calls": {"sm90_gemm": 0, "cudnn_forward": 24, "cudnn_backward": 24}},
+     "kernel_calls": {"sm90_gemm": 0, "cudnn_forward": 24, "cudnn_backward": 24},
+     "graph_replays": 40, "timed_passes": 60},
+    # a variant whose first run threw: no rates, no median or ratio, and why
+    {"impl": "vitrain", "model": "vit_small_patch16_224", "batch": 256, "variant": "fusedbwd",
+     "env": {"VIT_FLASH_FUSED_BWD": "1"}, "img_per_s_rounds": [],
+     "kernel_calls": {"sm90_gemm": 0}, "graph_replays": 0, "timed_passes": 0,
+     "error": "CUDA error: too many resources requested for launch | in flash_mma_backward"},
     # a host run's line: no kernel_calls, so no column text
     {"impl": "vitrain", "model": "vit_small_patch16_224", "batch": 256, "variant": "sm90",
      "env": {"VIT_SM90_GEMM": "1"}, "img_per_s_rounds": [9000.0], "median_img_per_s": 9000.0,
@@ -98,8 +105,14 @@ def main():
     cudnn = row_of(summary, "| cudnn |")
     expect(cudnn is not None and "VIT_CUDNN_ATTENTION=1" in cudnn and "1.097x" in cudnn and
            "cudnn_forward 24, cudnn_backward 24" in cudnn, f"the cudnn variant's row: {cudnn}")
+    expect(cudnn is not None and "| 40/60 |" in cudnn, f"the cudnn row's graph replays: {cudnn}")
     default = row_of(summary, "| default |")
-    expect(default is not None and "| none |" in default, f"the default's row: {default}")
+    expect(default is not None and "| none |" in default and "| 60/60 |" in default,
+           f"the default's row: {default}")
+    failed = row_of(summary, "| fusedbwd |")
+    expect(failed is not None and "FAILED: CUDA error: too many resources" in failed and
+           "0.000x" not in failed and "/ in flash_mma_backward" in failed,
+           f"a failed variant's row (why, no ratio, no stray column bar): {failed}")
     host = row_of(summary, "| sm90 |")
     expect(host is not None and "0.947x" in host and "| none |" not in host,
            f"a row without kernel_calls: {host}")

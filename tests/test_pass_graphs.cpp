@@ -149,6 +149,33 @@ TEST_F(PassGraphsTest, ABrokenCaptureTurnsGraphsOffAndThePassStillRunsOnce) {
   EXPECT_FALSE(world.capturing);
 }
 
+// turn_on (Engine::drop_graphs, bench --variant's next variant) after a broken capture: graphs
+// on again, no reason left, and the key starts over (eager, then captured and launched, then
+// replayed); a capture that breaks again turns them off again.
+TEST_F(PassGraphsTest, TurnOnAfterABrokenCaptureStartsTheKeysOver) {
+  vit::PassGraphs<FakeOps> graphs;
+  run(graphs, key(0));
+  world.break_next_capture = true;
+  run(graphs, key(0));
+  ASSERT_FALSE(graphs.enabled());
+  take();
+  graphs.turn_on();
+  EXPECT_TRUE(graphs.enabled());
+  EXPECT_EQ(graphs.off_reason(), "");
+  run(graphs, key(0));
+  run(graphs, key(0));
+  run(graphs, key(0));
+  EXPECT_EQ(take(), Events({"eager", "recorded", "launch:0", "launch:0"}));
+  EXPECT_EQ(graphs.captures(), 1);
+  EXPECT_EQ(graphs.replays(), 1);
+  graphs.turn_on();  // graphs on already: only forgets them
+  run(graphs, key(0));
+  world.break_next_capture = true;
+  run(graphs, key(0));
+  EXPECT_EQ(take(), Events({"eager", "recorded", "eager"}));
+  EXPECT_FALSE(graphs.enabled());
+}
+
 TEST_F(PassGraphsTest, APassThatThrowsWhileCapturingEndsTheCaptureAndRunsEagerly) {
   vit::PassGraphs<FakeOps> graphs;
   run(graphs, key(0));

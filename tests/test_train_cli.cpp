@@ -280,6 +280,34 @@ TEST_F(TrainCli, BenchTimesVariantsInInterleavedRounds) {
       << bad.err;
 }
 
+// A variant whose run throws (a new kernel's first failure) is left out of the later rounds and
+// its line says why, while the others are timed in every round: the exit code is 1, and every
+// variant still has its line.
+TEST_F(TrainCli, BenchGoesOnPastAFailingVariant) {
+  const RunResult r = run_vitrain(
+      "bench --model vit_fmnist_tiny -b 2 --steps 1 --warmup 1 --json --rounds 2 "
+      "--variant a: --variant b:VIT_TEST_BENCH_VARIANT_FAILS=1 --variant c:",
+      dir_.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: bench: variant b failed: VIT_TEST_BENCH_VARIANT_FAILS is set"),
+            std::string::npos)
+      << r.err;
+  std::istringstream lines(r.out);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (const size_t i : {size_t(0), size_t(2)}) {
+    EXPECT_EQ(rows[i]["img_per_s_rounds"].size(), 2u) << rows[i];
+    EXPECT_FALSE(rows[i].contains("error")) << rows[i];
+    EXPECT_TRUE(rows[i].contains("ratio_to_first")) << rows[i];
+  }
+  EXPECT_EQ(rows[1].value("variant", ""), "b");
+  EXPECT_TRUE(rows[1]["img_per_s_rounds"].empty()) << rows[1];
+  EXPECT_FALSE(rows[1].contains("median_img_per_s")) << rows[1];
+  EXPECT_NE(rows[1].value("error", "").find("VIT_TEST_BENCH_VARIANT_FAILS"), std::string::npos)
+      << rows[1];
+}
+
 // bench replays CUDA graphs by default, as train does, and the op profile times op by op: with
 // --profile the default gives way, an explicit --cuda-graph is one clear error, and
 // --no-cuda-graph / --cuda-graph=false are accepted. On the CPU the JSON has no graph count.

@@ -162,7 +162,9 @@ class Engine {
   virtual GraphStats graph_stats() const { return {}; }
   virtual KernelCalls kernel_calls() const { return {}; }
   // Waits for the device, then drops the captured CUDA graphs, so that the next passes launch
-  // (and capture) the kernels the switches now select (bench --variant); no-op without graphs.
+  // (and capture) the kernels the switches now select (bench --variant), and turns graphs on
+  // again if a capture broke (the switch whose kernels broke it may be gone); no-op without
+  // graphs.
   virtual void drop_graphs() {}
 };
 

@@ -81,7 +81,8 @@ class ModelEngine : public Engine {
   void drop_graphs() override {
     if (!graphs_) return;
     synchronize();
-    graphs_->forget_all();
+    graphs_->turn_on();
+    graphs_off_reason_.clear();  // said again if a capture breaks again
   }
   bool on_gpu() const override { return !Backend::kHost; }
   const ModelConfig& config() const override { return model_.config(); }

@@ -12,8 +12,8 @@
 // A pass is identified by what its kernels' arguments depend on (PassKey). The first pass of a
 // key runs eagerly: it sizes the scratch buffers and plans the GEMMs, which must not happen
 // while capturing. The second is captured, then launched; later ones replay. A capture that
-// breaks turns graphs off for good (the pass then runs eagerly, and every later one): a model
-// whose ops cannot be captured still trains, at the eager speed, and says why once.
+// breaks turns graphs off (the pass then runs eagerly, and every later one, until turn_on): a
+// model whose ops cannot be captured still trains, at the eager speed, and says why once.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -61,6 +61,14 @@ class PassGraphs {
   void forget_all() {
     entries_.clear();
     epoch_ = Ops::epoch();
+  }
+  // forget_all(), and graphs on again if a capture broke and turned them off: the switch whose
+  // kernels broke it may be gone (bench --variant: one variant's kernels must not leave the next
+  // ones without graphs). A capture that breaks again turns them off again.
+  void turn_on() {
+    forget_all();
+    enabled_ = true;
+    off_reason_.clear();
   }
 
   // Runs pass() for `key`: eagerly, or captured and launched, or replayed (see the header).
