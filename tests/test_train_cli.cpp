@@ -27,6 +27,14 @@ using vit::testing::RunResult;
 
 namespace {
 
+// One parsed JSON object a line of `out` (bench --json --variant's lines).
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::istringstream lines(out);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
 class TrainCli : public vit::testing::CliTest {
  protected:
   // A small model and recipe on the toy data; `extra` appends/overrides flags.
@@ -252,9 +260,7 @@ TEST_F(TrainCli, BenchTimesVariantsInInterleavedRounds) {
       "--variant default: --variant 'both:VIT_SM90_GEMM=fwd,dgrad VIT_GELU_FAST=1'",
       dir_.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::istringstream lines(r.out);
-  std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> rows = json_lines(r.out);
   ASSERT_EQ(rows.size(), 2u) << r.out;
   EXPECT_EQ(rows[0].value("variant", ""), "default");
   EXPECT_EQ(rows[1].value("variant", ""), "both");
@@ -292,9 +298,7 @@ TEST_F(TrainCli, BenchGoesOnPastAFailingVariant) {
   EXPECT_NE(r.err.find("error: bench: variant b failed: VIT_TEST_BENCH_VARIANT_FAILS is set"),
             std::string::npos)
       << r.err;
-  std::istringstream lines(r.out);
-  std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> rows = json_lines(r.out);
   ASSERT_EQ(rows.size(), 3u) << r.out;
   for (const size_t i : {size_t(0), size_t(2)}) {
     EXPECT_EQ(rows[i]["img_per_s_rounds"].size(), 2u) << rows[i];
