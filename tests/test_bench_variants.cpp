@@ -72,24 +72,24 @@ TEST(BenchVariants, TheEnvironmentComesBackAsItWas) {
 // A variant's opt-in kernel calls: the difference of two readings by route name (a route new in
 // the second reading counts from 0), summed over its rounds, and the JSON and text of the result.
 TEST(BenchVariants, RouteCallsAreDifferencesByNameSummedOverRounds) {
-  const vit::RouteCalls before{{"sm90_gemm", 10}, {"cudnn_forward", 4}};
-  const vit::RouteCalls after{{"sm90_gemm", 58}, {"cudnn_forward", 4}, {"cudnn_backward", 2}};
-  const vit::RouteCalls since = vit::route_calls_since(before, after);
+  const vit::KernelCalls before{{"sm90_gemm", 10}, {"cudnn_forward", 4}};
+  const vit::KernelCalls after{{"sm90_gemm", 58}, {"cudnn_forward", 4}, {"cudnn_backward", 2}};
+  const vit::KernelCalls since = vit::route_calls_since(before, after);
   EXPECT_EQ(since,
-            (vit::RouteCalls{{"sm90_gemm", 48}, {"cudnn_forward", 0}, {"cudnn_backward", 2}}));
-  vit::RouteCalls total;
+            (vit::KernelCalls{{"sm90_gemm", 48}, {"cudnn_forward", 0}, {"cudnn_backward", 2}}));
+  vit::KernelCalls total;
   vit::add_route_calls(total, since);
   vit::add_route_calls(total, {{"cudnn_backward", 3}, {"flash_fused_backward", 1}});
-  EXPECT_EQ(total, (vit::RouteCalls{{"sm90_gemm", 48},
-                                    {"cudnn_forward", 0},
-                                    {"cudnn_backward", 5},
-                                    {"flash_fused_backward", 1}}));
-  EXPECT_EQ(vit::route_calls_json(total),
+  EXPECT_EQ(total, (vit::KernelCalls{{"sm90_gemm", 48},
+                                     {"cudnn_forward", 0},
+                                     {"cudnn_backward", 5},
+                                     {"flash_fused_backward", 1}}));
+  EXPECT_EQ(vit::route_calls_json(total).dump(),
             "{\"sm90_gemm\":48,\"cudnn_forward\":0,\"cudnn_backward\":5,"
             "\"flash_fused_backward\":1}");
   EXPECT_EQ(vit::route_calls_text(total), "sm90_gemm 48, cudnn_backward 5, flash_fused_backward 1");
   EXPECT_EQ(vit::route_calls_text(vit::route_calls_since(after, after)), "");
-  EXPECT_EQ(vit::route_calls_json({}), "{}");  // the host backends have no routes
+  EXPECT_EQ(vit::route_calls_json({}).dump(), "{}");  // the host backends have no routes
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #pragma once
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "backend/host.h"
@@ -32,12 +31,7 @@ struct CudaBackend {
   }
   static double peak_bytes() { return double(cuda::device_peak_bytes()); }
   // The opt-in kernel routes' op calls (Engine::kernel_calls).
-  static std::vector<std::pair<std::string, int64_t>> kernel_route_counts() {
-    std::vector<std::pair<std::string, int64_t>> calls;
-    for (const cuda::KernelRouteCount& r : cuda::kernel_route_counts())
-      calls.emplace_back(r.name, r.calls);
-    return calls;
-  }
+  static KernelCalls kernel_route_counts() { return cuda::kernel_route_counts(); }
   // CUDA graphs of the training pass (train/pass_graphs.h).
   struct GraphOps {
     using Graph = cuda::StreamGraph;

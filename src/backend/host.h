@@ -17,13 +17,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
 #include "core/common.h"
+#include "core/kernel_calls.h"
 #include "dist/comm.h"
 #include "ops/attention_choice.h"
 #include "ops/cpu/adamw.h"
@@ -117,7 +116,7 @@ struct HostMemory {
   static void synchronize() {}
   using Marks = HostMarks;
   // No opt-in kernel routes on the host (Engine::kernel_calls).
-  static std::vector<std::pair<std::string, int64_t>> kernel_route_counts() { return {}; }
+  static KernelCalls kernel_route_counts() { return {}; }
 
   // The engine's loss bookkeeping in its step statistics (StepStat, fp64): the micro-batch's
   // mean loss (B) adds to the pending update's.

@@ -76,7 +76,7 @@ std::string rate_list(const std::vector<double>& rates) {
 
 // "; opt-in kernels: route calls, ..." where any ran (each counted op call is an eager pass's or
 // a graph capture's: the bench's replays do not count).
-std::string routes_suffix(const RouteCalls& calls) {
+std::string routes_suffix(const KernelCalls& calls) {
   const std::string text = route_calls_text(calls);
   return text.empty() ? "" : "; opt-in kernels: " + text;
 }
@@ -85,7 +85,7 @@ std::string routes_suffix(const RouteCalls& calls) {
 // among its timed passes, and the error that ended its runs, if one did.
 struct VariantRuns {
   std::vector<double> rates;
-  RouteCalls routes;
+  KernelCalls routes;
   int64_t replays = 0, timed_passes = 0;
   std::string error;
 };
@@ -99,7 +99,7 @@ void run_variant_once(Engine& engine, const std::function<void()>& step,
   const ScopedVariantEnv env(variant);
   VIT_CHECK(!std::getenv("VIT_TEST_BENCH_VARIANT_FAILS"),
             "VIT_TEST_BENCH_VARIANT_FAILS is set (a test's failing variant)");
-  const RouteCalls before = engine.kernel_calls();
+  const KernelCalls before = engine.kernel_calls();
   engine.drop_graphs();
   for (int w = 0; w < warmup; ++w) step();
   engine.read_stats();  // waits for the untimed steps
@@ -134,7 +134,7 @@ void print_variant(const Engine& engine, const BenchVariant& variant, const Vari
     if (ratio) j["ratio_to_first"] = std::round(median / first_median * 1e4) / 1e4;
     if (engine.on_gpu()) {
       if (ran) j["mfu"] = std::round(flops_per_image * median / 989e12 * 1e4) / 1e4;
-      j["kernel_calls"] = nlohmann::ordered_json::parse(route_calls_json(runs.routes));
+      j["kernel_calls"] = route_calls_json(runs.routes);
       j["graph_replays"] = runs.replays;
       j["timed_passes"] = runs.timed_passes;
     }
@@ -293,7 +293,7 @@ int run_bench(int argc, char** argv) {
     return run_variants(*engine, step, variants, rounds, warmup, steps, batch, model_name,
                         3.0 * cfg.forward_flops_per_image(), json);
   }
-  const RouteCalls routes_before = engine->kernel_calls();
+  const KernelCalls routes_before = engine->kernel_calls();
   for (int i = 0; i < warmup; ++i) step();
   engine->read_stats();  // waits for the warm-up steps on the device
   const int64_t warmup_replays = engine->graph_stats().replays;
@@ -321,7 +321,7 @@ int run_bench(int argc, char** argv) {
       cuda_graph
           ? fmt::format(",\"graph_replays\":{}", engine->graph_stats().replays - warmup_replays)
           : std::string();
-  const RouteCalls routes = route_calls_since(routes_before, engine->kernel_calls());
+  const KernelCalls routes = route_calls_since(routes_before, engine->kernel_calls());
   const std::string spin = openmp_spin_setting();    // what libgomp runs with
   const StateMemory state = engine->state_memory();  // weights, gradients, AdamW moments
   constexpr double kMiB = 1024.0 * 1024.0;
@@ -338,7 +338,7 @@ int run_bench(int argc, char** argv) {
         nlohmann::json(spin.empty() ? "unset" : spin).dump(), median_img_per_s, chunk_list,
         gpu ? fmt::format(",\"mfu\":{:.4f},\"peak_mem_gib\":{:.3f}", mfu, mem_gib) : "",
         conv_stem ? ",\"stem\":\"conv\"" : "", graph_json,
-        gpu ? ",\"kernel_calls\":" + route_calls_json(routes) : "");
+        gpu ? ",\"kernel_calls\":" + route_calls_json(routes).dump() : "");
   } else {
     fmt::print("{}{} batch {} on {}: {:.1f} img/s, {:.1f} ms/step, {:.1f} GFLOP/s{}\n", model_name,
                arch.empty() ? "" : " (" + arch + ")", batch,

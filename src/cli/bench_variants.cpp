@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -64,7 +63,7 @@ ScopedVariantEnv::~ScopedVariantEnv() {
 namespace {
 
 // The index of `route` in `calls`, or calls.size() if it is not there.
-size_t route_index(const RouteCalls& calls, const std::string& route) {
+size_t route_index(const KernelCalls& calls, const std::string& route) {
   return size_t(std::find_if(calls.begin(), calls.end(),
                              [&](const auto& entry) { return entry.first == route; }) -
                 calls.begin());
@@ -72,8 +71,8 @@ size_t route_index(const RouteCalls& calls, const std::string& route) {
 
 }  // namespace
 
-RouteCalls route_calls_since(const RouteCalls& before, const RouteCalls& after) {
-  RouteCalls since;
+KernelCalls route_calls_since(const KernelCalls& before, const KernelCalls& after) {
+  KernelCalls since;
   for (const auto& [route, calls] : after) {
     const size_t i = route_index(before, route);
     since.emplace_back(route, calls - (i < before.size() ? before[i].second : 0));
@@ -81,7 +80,7 @@ RouteCalls route_calls_since(const RouteCalls& before, const RouteCalls& after) 
   return since;
 }
 
-void add_route_calls(RouteCalls& total, const RouteCalls& more) {
+void add_route_calls(KernelCalls& total, const KernelCalls& more) {
   for (const auto& [route, calls] : more) {
     const size_t i = route_index(total, route);
     if (i < total.size())
@@ -91,13 +90,13 @@ void add_route_calls(RouteCalls& total, const RouteCalls& more) {
   }
 }
 
-std::string route_calls_json(const RouteCalls& calls) {
+nlohmann::ordered_json route_calls_json(const KernelCalls& calls) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& [route, n] : calls) j[route] = n;
-  return j.dump();
+  return j;
 }
 
-std::string route_calls_text(const RouteCalls& calls) {
+std::string route_calls_text(const KernelCalls& calls) {
   std::string text;
   for (const auto& [route, n] : calls)
     if (n != 0) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", route, n);

@@ -4,10 +4,12 @@
 // process's start once. A GPU session's minutes are scarce: a separate process a variant spent
 // most of them starting up.
 #pragma once
-#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/kernel_calls.h"
 
 namespace vit {
 
@@ -28,18 +30,16 @@ void check_bench_variants(const std::vector<BenchVariant>& variants);
 // turn and none always runs on a warmer (or cooler) device.
 std::vector<int> bench_round_order(int n, int round);
 
-// (route, op calls) as Engine::kernel_calls gives them: which opt-in kernels a variant ran.
-using RouteCalls = std::vector<std::pair<std::string, int64_t>>;
-
+// Which opt-in kernels a variant ran, from Engine::kernel_calls readings (core/kernel_calls.h).
 // The calls made between two readings, in `after`'s order (a route missing from `before`
 // counts from 0).
-RouteCalls route_calls_since(const RouteCalls& before, const RouteCalls& after);
+KernelCalls route_calls_since(const KernelCalls& before, const KernelCalls& after);
 // total += more, route by route (a route new to total is appended).
-void add_route_calls(RouteCalls& total, const RouteCalls& more);
+void add_route_calls(KernelCalls& total, const KernelCalls& more);
 // {"route":calls,...} with every route, for the JSON line.
-std::string route_calls_json(const RouteCalls& calls);
+nlohmann::ordered_json route_calls_json(const KernelCalls& calls);
 // "route calls, ..." for the routes that ran; "" if none did.
-std::string route_calls_text(const RouteCalls& calls);
+std::string route_calls_text(const KernelCalls& calls);
 
 // Sets a variant's variables for its lifetime and restores each one's previous value (or its
 // absence) after.

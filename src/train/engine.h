@@ -5,9 +5,9 @@
 #pragma once
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "core/kernel_calls.h"
 #include "data/planned_batch.h"
 #include "dist/comm.h"
 #include "dist/launch_env.h"
@@ -55,12 +55,6 @@ struct GraphStats {
   int64_t replays = 0;     // passes replayed from a graph captured earlier
   std::string off_reason;  // why graphs turned off during the run, if they did
 };
-
-// How many op calls took each of the opt-in kernel routes (the sm_90a GEMM, cuDNN's attention,
-// the one-kernel flash backward, ...: ops/cuda/ops.h kernel_route_counts), process-wide, as
-// (route, calls) in a fixed order; empty on the host backends. Counted on the host: a replayed
-// CUDA graph repeats its calls uncounted, so a count says whether a route ran.
-using KernelCalls = std::vector<std::pair<std::string, int64_t>>;
 
 // Bytes one rank holds for the training state (device memory on the GPU, host memory on the
 // CPU), by part: what ZeRO-1 divides (the moments) and what it keeps whole.
@@ -160,6 +154,7 @@ class Engine {
   virtual double device_memory_bytes() const { return 0; }
   virtual StateMemory state_memory() const = 0;
   virtual GraphStats graph_stats() const { return {}; }
+  // The opt-in kernel routes' op calls, process-wide (core/kernel_calls.h).
   virtual KernelCalls kernel_calls() const { return {}; }
   // Waits for the device, then drops the captured CUDA graphs, so that the next passes launch
   // (and capture) the kernels the switches now select (bench --variant), and turns graphs on

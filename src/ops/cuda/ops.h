@@ -23,10 +23,10 @@
 
 #include <cstddef>
 #include <string>
-#include <vector>
 
 #include "core/batch_mix.h"
 #include "core/common.h"
+#include "core/kernel_calls.h"
 #include "core/pixel_step.h"
 #include "core/resize_plan.h"
 #include "ops/cpu/adamw.h"
@@ -106,14 +106,8 @@ Index sm90_gemm_count();
 
 // The kernel routes a switch selects and that may decline (a shape, a device, a library): how
 // many op calls took each, process-wide, in a fixed order of names (sm90_gemm, cudnn_forward,
-// flash_fused_backward, ...; route_counts.cu). Counted on the host, so an eager pass and a CUDA
-// graph's capture count and a replayed graph does not: a bench variant's count says whether its
-// route ran, not how often the device ran it.
-struct KernelRouteCount {
-  std::string name;
-  Index calls = 0;
-};
-std::vector<KernelRouteCount> kernel_route_counts();
+// flash_fused_backward, ...; route_counts.cu; core/kernel_calls.h says how they are counted).
+KernelCalls kernel_route_counts();
 
 // VIT_GELU_FAST=1: the exact GELU through gelu_cdf_fast (activation_math.cuh) instead of erff,
 // in the GELU kernels; the sm_90a GEMM's epilogues have only erff, so they stand aside. Opt-in,

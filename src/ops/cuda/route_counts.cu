@@ -22,7 +22,7 @@ void count_route(Route route) {
   g_routes[size_t(route)].fetch_add(1, std::memory_order_relaxed);
 }
 
-std::vector<KernelRouteCount> kernel_route_counts() {
+KernelCalls kernel_route_counts() {
   const CudnnAttentionCounts cudnn = cudnn_attention_counts();
   return {
       {"sm90_gemm", sm90_gemm_count()},
