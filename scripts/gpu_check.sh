@@ -452,18 +452,10 @@ s_vbench() {
   [ -s "$MET/$STEP_ID.json" ] || rm -f "$MET/$STEP_ID.json"
   # With CUDA graphs (the GPU's default): how many timed passes were replays (fewer: the graphs
   # turned off, and the log says why).
-  # And which opt-in kernels ran (kernel_calls: op calls in eager passes and captures), so that a
-  # variant whose kernel declined reads as the default it ran.
-  local n ran text=""
+  # (Which opt-in kernels ran, the JSON's kernel_calls, is the report's throughput table's.)
+  local n
   n=$(grep -oE '"graph_replays":[0-9]+' "$MET/$STEP_ID.json" 2>/dev/null | cut -d: -f2)
-  [ -n "$n" ] && text="graph replays: $n of $BENCH_STEPS timed passes"
-  ran=$(python3 -c 'import json, sys
-c = json.load(open(sys.argv[1])).get("kernel_calls")
-if c is not None:
-    print(", ".join(f"{k} {v}" for k, v in c.items() if v) or "none")' "$MET/$STEP_ID.json" \
-    2>/dev/null)
-  [ -n "$ran" ] && text="${text:+$text; }opt-in kernels: $ran"
-  [ -n "$text" ] && note "$text"
+  [ -n "$n" ] && note "graph replays: $n of $BENCH_STEPS timed passes"
   return "$rc"
 }
 

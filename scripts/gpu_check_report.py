@@ -61,6 +61,16 @@ def impl_of(s):
     return impl if var == "vitrain" else f"{impl}-{var}"
 
 
+def kernels_text(result):
+    """Which opt-in kernels a bench run or variant ran (vitrain's kernel_calls: op calls in eager
+    passes and graph captures, not replays): "none" under a switch says its kernel declined and
+    the row is the default's; "" where the line has no counts (the CPU, timm)."""
+    calls = result.get("kernel_calls")
+    if calls is None:
+        return ""
+    return ", ".join(f"{k} {n}" for k, n in calls.items() if n) or "none"
+
+
 bench = [dict(s["result"], step=s["id"], impl=impl_of(s)) for s in steps
          if s["group"] in ("bench", "compile") and "result" in s and "img_per_s" in s["result"]]
 # The interleaved variants (s_vvariants: one JSON line a variant, metrics/<step>.variants).
@@ -107,8 +117,9 @@ if bench:
     L.append("")
     L.append("Training-step throughput (one fixed synthetic batch; MFU = 3 x analytic forward FLOPs / 989 TFLOP/s):")
     L.append("")
-    L.append("| model | batch | impl | img/s | ms/step | MFU | peak GiB | chunks: median img/s (spread) | step |")
-    L.append("|---|---:|---|---:|---:|---:|---:|---:|---|")
+    L.append("| model | batch | impl | img/s | ms/step | MFU | peak GiB | chunks: median img/s (spread) | "
+             "opt-in kernels (op calls) | step |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|---|---|")
     def chunks(b):
         """vitrain's chunk rates (timm's bench has none): their median and (max - min) / median."""
         r = b.get("chunk_img_per_s") or []
@@ -120,7 +131,7 @@ if bench:
         mfu = b.get("mfu")
         L.append(f"| {b.get('model')} | {b.get('batch')} | {b.get('impl')} | {b.get('img_per_s')} | "
                  f"{b.get('ms_per_step')} | {'' if mfu is None else f'{100 * mfu:.1f}%'} | "
-                 f"{b.get('peak_mem_gib', '')} | {chunks(b)} | {b['step']} |")
+                 f"{b.get('peak_mem_gib', '')} | {chunks(b)} | {kernels_text(b)} | {b['step']} |")
     # Medians per model and implementation, and vitrain's speed relative to each torch mode.
     med = {}
     for b in bench:
@@ -162,14 +173,9 @@ if variant_rows:
         # Fewer replays than timed passes: graphs were off for some (a capture broke), so the
         # variant ran (partly) eagerly.
         graphs = (f"{v['graph_replays']}/{v['timed_passes']}" if "timed_passes" in v else "")
-        # Which opt-in routes ran (bench's kernel_calls: eager passes and captures, not
-        # replays): "none" under a switch says its kernel declined, and the ratio is the default's.
-        calls = v.get("kernel_calls")
-        ran = "" if calls is None else (", ".join(f"{k} {n}" for k, n in calls.items() if n)
-                                        or "none")
         L.append(f"| {v.get('model')} | {v.get('batch')} | {v.get('variant')} | {env} | {rounds} | "
                  f"{v.get('median_img_per_s', '')} | {'' if ratio is None else f'{ratio:.3f}x'} | "
-                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {graphs} | {ran} | {v['step']} |")
+                 f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | {graphs} | {kernels_text(v)} | {v['step']} |")
 # The sweep's variants: test top-1 over seeds (step ids w_NAME_SEED).
 sweep = {}
 for s in steps:

@@ -27,7 +27,8 @@ RESULTS = {
     "f_vitrain_small_p16_r1": {"impl": "vitrain-cuda", "model": "vit_small_patch16_224",
                                "batch": 256, "img_per_s": 9500.0, "ms_per_step": 26.95,
                                "mfu": 0.2654, "median_img_per_s": 9510.0,
-                               "chunk_img_per_s": [9400.0, 9510.0, 9600.0]},
+                               "chunk_img_per_s": [9400.0, 9510.0, 9600.0],
+                               "kernel_calls": {"sm90_gemm": 0, "cudnn_forward": 24}},
     "t_eager_small_p16_r1": {"impl": "timm-eager", "model": "vit_small_patch16_224",
                              "batch": 256, "img_per_s": 5700.0, "ms_per_step": 44.9},
 }
@@ -102,6 +103,10 @@ def main():
     # vitrain against timm eager: 9500 / 5700
     expect(row_of(summary, "vit_small_patch16_224", "1.67x timm-eager") is not None,
            "the medians' ratio to timm eager")
+    run = row_of(summary, "f_vitrain_small_p16_r1", "9500.0")
+    expect(run is not None and "| cudnn_forward 24 |" in run, f"a bench run's opt-in kernels: {run}")
+    timm = row_of(summary, "t_eager_small_p16_r1", "5700.0")
+    expect(timm is not None and "none" not in timm, f"timm's row has no kernel counts: {timm}")
     cudnn = row_of(summary, "| cudnn |")
     expect(cudnn is not None and "VIT_CUDNN_ATTENTION=1" in cudnn and "1.097x" in cudnn and
            "cudnn_forward 24, cudnn_backward 24" in cudnn, f"the cudnn variant's row: {cudnn}")
