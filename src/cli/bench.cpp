@@ -6,7 +6,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -116,13 +115,6 @@ SyntheticBatch synthetic_batch(const ModelConfig& cfg, int batch) {
   return s;
 }
 
-// One plain run's results (no --variant), for its line.
-struct SingleRun {
-  TimedSteps timed;
-  KernelCalls routes;          // the opt-in kernels' calls over the warm-up and the timed steps
-  int64_t graph_replays = -1;  // among the timed passes; -1 where graphs were not asked for
-};
-
 // The architecture's choices beyond the preset's name, for the text line ("" if none).
 std::string arch_text(const ModelConfig& cfg) {
   std::string arch = cfg.stem == Stem::Conv ? "conv stem" : "";
@@ -133,7 +125,7 @@ std::string arch_text(const ModelConfig& cfg) {
 
 // The run's one line (JSON or text; the text adds the state's memory and the opt-in kernels).
 void print_single_run(const Engine& engine, const BenchArgs& a, const EngineOptions& eo,
-                      const SingleRun& run) {
+                      const BenchRun& run) {
   const ModelConfig& cfg = eo.cfg;
   const TimedSteps& t = run.timed;
   const double gflops = 3.0 * cfg.forward_flops_per_image() * t.img_per_s / 1e9;
@@ -176,24 +168,8 @@ void print_single_run(const Engine& engine, const BenchArgs& a, const EngineOpti
       cfg.stem == Stem::Conv ? ",\"stem\":\"conv\"" : "",
       // graphs asked for: how many timed passes were replays (all, or 0 where they did not
       // run: see stderr)
-      run.graph_replays >= 0 ? fmt::format(",\"graph_replays\":{}", run.graph_replays) : "",
+      eo.cuda_graph ? fmt::format(",\"graph_replays\":{}", run.graph_replays) : "",
       gpu ? ",\"kernel_calls\":" + route_calls_json(run.routes).dump() : "");
-}
-
-// `warmup` untimed steps, then `steps` timed; the profile's table (if on) on stderr.
-SingleRun run_once(Engine& engine, const std::function<void()>& step, const BenchArgs& a,
-                   bool graphs) {
-  const KernelCalls routes_before = engine.kernel_calls();
-  for (int i = 0; i < a.warmup; ++i) step();
-  engine.read_stats();  // waits for the warm-up steps on the device
-  const int64_t warmup_replays = engine.graph_stats().replays;
-  Profile::reset();
-  SingleRun run;
-  run.timed = time_steps(engine, step, a.steps, a.batch);
-  if (Profile::enabled()) Profile::print(stderr, a.steps);
-  run.routes = route_calls_since(routes_before, engine.kernel_calls());
-  if (graphs) run.graph_replays = engine.graph_stats().replays - warmup_replays;
-  return run;
 }
 
 }  // namespace
@@ -245,7 +221,9 @@ int run_bench(int argc, char** argv) {
     shape.json = a.json;
     return run_bench_variants(*engine, step, variants, shape);
   }
-  print_single_run(*engine, a, eo, run_once(*engine, step, a, eo.cuda_graph));
+  const BenchRun run = warm_up_and_time(*engine, step, a.warmup, a.steps, a.batch);
+  if (Profile::enabled()) Profile::print(stderr, a.steps);
+  print_single_run(*engine, a, eo, run);
   return 0;
 }
 

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 
+#include "cli/bench_variants.h"
 #include "core/common.h"
+#include "core/profile.h"
 
 namespace vit {
 
@@ -16,7 +18,9 @@ double median_of(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Times `steps` steps after the untimed ones (waited for here), waited for once at the end: the
+namespace {
+
+// Times `steps` steps (the untimed ones already waited for), waited for once at the end: the
 // whole time gives the figure. Marks on the device's timeline split them into up to kChunks
 // chunks, whose rates (median, spread) say whether a moment's slowdown (a clock change, another
 // process) moved it, which one short total cannot. The chunks are not waited for: each wait
@@ -44,6 +48,22 @@ TimedSteps time_steps(Engine& engine, const std::function<void()>& step, int ste
   t.img_per_s = double(batch) * steps / t.sec;
   t.median_img_per_s = median_of(t.chunk_img_per_s);
   return t;
+}
+
+}  // namespace
+
+BenchRun warm_up_and_time(Engine& engine, const std::function<void()>& step, int warmup, int steps,
+                          int batch) {
+  const KernelCalls routes_before = engine.kernel_calls();
+  for (int i = 0; i < warmup; ++i) step();
+  engine.read_stats();  // waits for the warm-up steps on the device
+  const int64_t warmup_replays = engine.graph_stats().replays;
+  Profile::reset();
+  BenchRun run;
+  run.timed = time_steps(engine, step, steps, batch);
+  run.routes = route_calls_since(routes_before, engine.kernel_calls());
+  run.graph_replays = engine.graph_stats().replays - warmup_replays;
+  return run;
 }
 
 std::string rate_list(const std::vector<double>& rates) {

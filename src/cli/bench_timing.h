@@ -1,9 +1,11 @@
 // Timing `vitrain bench`'s training steps: one run's whole rate and its chunks' rates.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/kernel_calls.h"
 #include "train/engine.h"
 
 namespace vit {
@@ -17,10 +19,20 @@ struct TimedSteps {
 // The median of v (the mean of the middle two where v's size is even).
 double median_of(std::vector<double> v);
 
-// Times `steps` calls of `step` (each a training step of `batch` images; the caller has waited
-// for the untimed ones): the whole time gives img_per_s, marks on the device's timeline the
-// chunks' rates. Throws vit::Error if the loss is not finite.
-TimedSteps time_steps(Engine& engine, const std::function<void()>& step, int steps, int batch);
+// One run's results: its rates, the opt-in kernels' calls over its warm-up and timed steps, and
+// how many of the timed passes were graph replays.
+struct BenchRun {
+  TimedSteps timed;
+  KernelCalls routes;
+  int64_t graph_replays = 0;
+};
+
+// `warmup` untimed calls of `step` (each a training step of `batch` images), waited for, then
+// `steps` timed ones: the whole time gives img_per_s, marks on the device's timeline the chunks'
+// rates. The op profile (if on) starts over after the warm-up, so its table is the timed steps'.
+// Throws vit::Error if the loss is not finite.
+BenchRun warm_up_and_time(Engine& engine, const std::function<void()>& step, int warmup, int steps,
+                          int batch);
 
 // Rates as "r1,r2,...", each to 0.01 img/s.
 std::string rate_list(const std::vector<double>& rates);

@@ -41,15 +41,12 @@ void run_variant_once(Engine& engine, const std::function<void()>& step,
   const ScopedVariantEnv env(variant);
   VIT_CHECK(!std::getenv("VIT_TEST_BENCH_VARIANT_FAILS"),
             "VIT_TEST_BENCH_VARIANT_FAILS is set (a test's failing variant)");
-  const KernelCalls before = engine.kernel_calls();
   engine.drop_graphs();
-  for (int w = 0; w < warmup; ++w) step();
-  engine.read_stats();  // waits for the untimed steps
-  const int64_t replays = engine.graph_stats().replays;
-  runs.rates.push_back(time_steps(engine, step, steps, batch).img_per_s);
-  runs.replays += engine.graph_stats().replays - replays;
+  const BenchRun run = warm_up_and_time(engine, step, warmup, steps, batch);
+  runs.rates.push_back(run.timed.img_per_s);
+  runs.replays += run.graph_replays;
   runs.timed_passes += steps;
-  add_route_calls(runs.routes, route_calls_since(before, engine.kernel_calls()));
+  add_route_calls(runs.routes, run.routes);
 }
 
 // A variant's line: JSON (the rates, their median and its ratio to the first variant's, and on
