@@ -238,11 +238,10 @@ def bench_step_table(runs):
 
 
 def provenance_table(runs):
-    out = ["| artefact | what | commit | device | date | source |", "|---|---|---|---|---|---|"]
+    out = ["| artefact | what | build commit | device |", "|---|---|---|---|"]
     for name, run in runs.items():
         out.append(f"| [{name}](runs/{name}/results.json) | {run.get('what', '')} | "
-                   f"{run.get('commit') or 'unknown'} | {device_text(run)} | "
-                   f"{run.get('date') or 'unknown'} | {run.get('source', '')} |")
+                   f"{run.get('commit') or 'unknown'} | {device_text(run)} |")
     return out
 
 
