@@ -104,15 +104,18 @@ for s in steps:
             fig = samples[key]
             fig["all"].append(rate)
             fig["img_per_s"], fig["samples"] = round(statistics.median(fig["all"]), 2), len(fig["all"])
+            if r.get("mfu") is not None and fig["mfus"]:
+                fig["mfus"].append(r["mfu"])
+                fig["mfu"] = round(statistics.median(fig["mfus"]), 4)
             continue
         status = r.get("status") or ("error: " + str(r["error"]) if r.get("error") else "ok")
         fig = dict(base, kind="bench", name=name, impl=name, device="cuda", status=status,
                    img_per_s=rate, timed_s=timed, samples=1 if rate else 0, ratio_to={},
-                   all=[rate] if rate else [])
+                   all=[rate] if rate else [], mfus=[r["mfu"]] if r.get("mfu") is not None else [])
         samples[key] = fig
         figures.append(fig)
 for f in figures:
-    f.pop("all", None)
+    f.pop("all", None), f.pop("mfus", None)
     if f["kind"] == "variant":  # each over the first variant of its step (bench's ratio)
         first = next(g for g in figures if g["kind"] == "variant" and g["step"] == f["step"])
         r = f.pop("first_ratio")
