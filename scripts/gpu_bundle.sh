@@ -3,39 +3,36 @@
 # to check the CUDA backend on the device machine, which has the CUDA 13 driver and toolkit,
 # PyTorch and timm, but none of our Debian libraries and no network. Writes gpu_bundle/
 # (git-ignored):
-#   bin.tar.xz          bin/vitrain, bin/test_cuda_ops, bin/test_cuda_model,
-#                       bin/test_cuda_flash_attention, bin/test_cuda_nccl,
-#                       bin/test_cuda_resize_batch, bin/test_cuda_planned_input and
-#                       bin/test_cuda_gemm_sm90 (the last six when they build), packed;
-#                       env.sh unpacks bin/ on the device
+#   bin.tar.xz          bin/vitrain and every GPU test binary the build has (bin/test_cuda_*;
+#                       test_cuda_ops at least), packed; env.sh unpacks bin/ on the device
 #                       portable x86-64 builds (no -march=native), sm_80 + sm_90
 #   libs.tar.xz         the shared libraries they load that the device image may lack (OpenBLAS,
 #                       yaml-cpp, fmt, libpng, FFTW, libgomp, the GCC 12 C++ runtime ...); not
 #                       glibc, not CUDA's own libraries
 #   data/fashion-mnist  the four IDX .gz files (the device machine cannot download them)
-#   recipes/, py/       the recipes and the Python scripts gpu_check.sh runs (copies: the working
-#                       tree travels too, and gpu_check.sh prefers the tree's own files)
-#   photos/             scikit-image's colour photos as PNG, from which the data phase makes its
-#                       ImageNet-like set on the device (bench/make_photo_jpegs.py --photos-dir)
+#   recipes/, py/       the recipes and the Python scripts gpu_check.sh runs (timm_bench.py and
+#                       what it imports; copies: the working tree travels too, and gpu_check.sh
+#                       prefers the tree's own files)
+#   nccl/               NCCL 2.30.7 for sm_90 (../shared/nccl, NCCL_XZ): the two-rank NCCL
+#                       check's library (issue 50); env.sh unpacks it and sets VIT_NCCL_DIR
 #   env.sh              sourced: unpacks the libraries, finds the machine's libcublasLt.so.13 and
 #                       sets VIT_LD_LIBRARY_PATH for our binaries only (PyTorch keeps its own)
 #   run.sh              the op harness alone: bash gpu_bundle/run.sh [gtest flags]
-#   gpu_check.sh        a copy of scripts/gpu_check.sh, the whole one-shot check (and its data
-#                       phase, gpu_check_data.sh, and its report, gpu_check_report.py)
+#   gpu_check.sh        a copy of scripts/gpu_check.sh, the whole one-call check (and its report,
+#                       gpu_check_report.py, and the kernel-plan variants, gpu_presets.tsv)
 #   MANIFEST.txt        commit, local changes, build and sizes, to tie results to sources
 # Then, in a session with a GPU (docs/gpu.md):
 #   run(command="bash scripts/gpu_check.sh session", carry=["gpu_bundle"], timeout_s=600)
 # The working tree plus the bundle must stay under 64 MiB (checked at the end).
 # JOBS=N limits the build's parallelism (default: all cores). SKIP_BUILD=1 packs what build-gpu/
-# already holds. FMNIST_DIR overrides /usr/share/datasets/fashion-mnist. BEFORE=COMMIT also
-# builds vitrain at COMMIT (a git worktree in build-gpu-before/) and bundles it as
-# bin/vitrain_before: the bench phase then times it beside this build (what a change paid, in
-# one run on one GPU).
+# already holds. FMNIST_DIR overrides /usr/share/datasets/fashion-mnist, NCCL_XZ
+# ../shared/nccl/libnccl.so.2.xz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu
 OUT=gpu_bundle
 FMNIST_DIR="${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}"
+NCCL_XZ="${NCCL_XZ:-../shared/nccl/libnccl.so.2.xz}"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   # No MPI: the device image has no OpenMPI libraries, and data parallel on the GPU waits for
@@ -47,47 +44,27 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     exit 1
   fi
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target test_cuda_ops vitrain
-  # The other GPU tests are optional: a bundle without them checks the rest.
-  # The target list is read whole first: `ninja ... | grep -q` under pipefail fails once grep
-  # quits early and ninja dies of SIGPIPE (the list outgrew the pipe), which dropped them.
+  # The other GPU tests, whichever the build has, are optional: a bundle without them checks
+  # the rest. The target list is read whole first: `ninja ... | grep -q` under pipefail fails
+  # once grep quits early and ninja dies of SIGPIPE (the list outgrew the pipe).
   targets=$(ninja -C "$BUILD" -t targets all 2>/dev/null)
-  for t in test_cuda_model test_cuda_flash_attention test_cuda_nccl test_cuda_resize_batch \
-    test_cuda_planned_input test_cuda_gemm_sm90; do
-    if grep -Eq "^(tests/)?$t:" <<<"$targets"; then
-      cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
-        echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
-    else
-      echo "gpu_bundle: no $t target; bundling without it" >&2
-    fi
+  mapfile -t gpu_tests < <(grep -oE '^(tests/)?test_cuda_[a-z0-9_]+:' <<<"$targets" |
+    sed 's/^tests\///; s/:$//' | sort -u)
+  for t in "${gpu_tests[@]}"; do
+    [ "$t" = test_cuda_ops ] && continue
+    cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "$t" ||
+      echo "gpu_bundle: WARNING: $t failed to build; bundling without it" >&2
   done
-fi
-
-if [ -n "${BEFORE:-}" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
-  before_src=build-gpu-before/src
-  rm -rf build-gpu-before
-  git worktree prune
-  git worktree add --detach "$before_src" "$BEFORE" >/dev/null
-  cmake -S "$before_src" -B build-gpu-before/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DVIT_NATIVE=OFF -DVIT_CUDA=ON -DVIT_MPI=OFF >/dev/null
-  cmake --build build-gpu-before/build -j "${JOBS:-$(nproc)}" --target vitrain
-  git worktree remove --force "$before_src"
 fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-if [ -n "${BEFORE:-}" ]; then
-  cp build-gpu-before/build/vitrain "$OUT/bin/vitrain_before"
-  echo "gpu_bundle: bin/vitrain_before is $(git rev-parse --short "$BEFORE")"
-fi
-for b in vitrain tests/test_cuda_ops tests/test_cuda_model tests/test_cuda_flash_attention \
-  tests/test_cuda_nccl tests/test_cuda_resize_batch tests/test_cuda_planned_input \
-  tests/test_cuda_gemm_sm90; do
-  if [ -x "$BUILD/$b" ]; then
-    cp "$BUILD/$b" "$OUT/bin/"
-  elif [ "$b" = vitrain ] || [ "$b" = tests/test_cuda_ops ]; then
-    echo "gpu_bundle: $BUILD/$b is missing" >&2
-    exit 1
-  fi
+for b in vitrain tests/test_cuda_ops; do
+  [ -x "$BUILD/$b" ] || { echo "gpu_bundle: $BUILD/$b is missing" >&2 && exit 1; }
+done
+cp "$BUILD/vitrain" "$OUT/bin/"
+for b in "$BUILD"/tests/test_cuda_*; do # the binaries, not gtest's discovery files beside them
+  [[ -f "$b" && -x "$b" && "$(basename "$b")" =~ ^test_cuda_[a-z0-9_]+$ ]] && cp "$b" "$OUT/bin/"
 done
 strip "$OUT"/bin/*
 if ! ldd "$OUT/bin/vitrain" | grep -q libcublasLt; then
@@ -140,15 +117,13 @@ done
 [ "$n_idx" = 4 ] || echo "gpu_bundle: WARNING: only $n_idx of the 4 Fashion-MNIST files in" \
   "$FMNIST_DIR (apt-get install dataset-fashion-mnist); the training steps will fail" >&2
 cp recipes/*.yaml "$OUT/recipes/"
-cp bench/torch_train_bench.py tests/reference/timm_logits_check.py tests/reference/torch_vit.py \
-  bench/make_photo_jpegs.py bench/data_torch.py "$OUT/py/"
-cp scripts/gpu_check.sh "$OUT/gpu_check.sh"
-cp scripts/gpu_check_data.sh "$OUT/gpu_check_data.sh"
-cp scripts/gpu_check_report.py "$OUT/gpu_check_report.py"
-# The data phase's source photos (the device image may lack scikit-image): ~5 MB of PNGs.
-if ! /usr/bin/python3 bench/make_photo_jpegs.py --save-photos "$OUT/photos" >/dev/null; then
-  echo "gpu_bundle: WARNING: no source photos (apt-get install python3-skimage); the data" \
-    "phase's steps will fail" >&2
+cp bench/timm_bench.py bench/torch_train_bench.py tests/reference/torch_vit.py "$OUT/py/"
+cp scripts/gpu_check.sh scripts/gpu_check_report.py scripts/gpu_presets.tsv "$OUT/"
+if [ -f "$NCCL_XZ" ]; then
+  mkdir -p "$OUT/nccl" && cp "$NCCL_XZ" "$OUT/nccl/libnccl.so.2.xz"
+  cp "$(dirname "$NCCL_XZ")/README.md" "$OUT/nccl/" 2>/dev/null || true
+else
+  echo "gpu_bundle: WARNING: no $NCCL_XZ; the two-rank NCCL check will lack NCCL 2.30" >&2
 fi
 
 cat >"$OUT/env.sh" <<'EOF'
@@ -158,6 +133,8 @@ cat >"$OUT/env.sh" <<'EOF'
 #   VIT_LD_LIBRARY_PATH  what our binaries need in LD_LIBRARY_PATH; only for them: PyTorch must
 #                        keep its own (newer) libraries
 #   VIT_CUBLASLT_DIR     where libcublasLt.so.13 was found ("" if nowhere)
+#   VIT_NCCL_DIR         the folder of the bundled NCCL 2.30 libnccl.so.2 ("" if none): for the
+#                        two-rank check only, which puts it first in its LD_LIBRARY_PATH
 # Returns 2, with a message, when a bundled binary would not start.
 # The folder holding library $1: the CUDA toolkit's, else any copy on the machine (PyTorch's
 # pip wheels); "" if none.
@@ -172,7 +149,7 @@ vit_find_lib() {
 }
 vit_bundle_env() {
   VIT_BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" nccl="" cudnn="" b missing
+  local libs="${TMPDIR:-/tmp}/vitrain_gpu_libs" lt="" nccl="" b missing
   if ! { rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$VIT_BUNDLE/libs.tar.xz"; }; then
     echo "env.sh: cannot unpack $VIT_BUNDLE/libs.tar.xz" >&2
     return 2
@@ -191,13 +168,9 @@ vit_bundle_env() {
   fi
   lt=$(vit_find_lib libcublasLt.so.13)
   nccl=$(vit_find_lib libnccl.so.2)
-  # cuDNN: only VIT_CUDNN_ATTENTION loads it (dlopen, with its sub-libraries beside it); the
-  # binaries start without it.
-  cudnn=$(vit_find_lib libcudnn.so.9)
   VIT_CUBLASLT_DIR="$lt"
   VIT_LD_LIBRARY_PATH="$libs/lib${lt:+:$lt}"
   [ -n "$nccl" ] && [ "$nccl" != "$lt" ] && VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH:$nccl"
-  [ -n "$cudnn" ] && [ "$cudnn" != "$lt" ] && VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH:$cudnn"
   VIT_LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   missing=""
   for b in "$VIT_BUNDLE"/bin/*; do
@@ -208,8 +181,17 @@ vit_bundle_env() {
     VIT_LD_LIBRARY_PATH="$libs/lib/fallback:$VIT_LD_LIBRARY_PATH"
     echo "env.sh: using the bundled C++ runtime"
   fi
-  export VIT_BUNDLE VIT_LD_LIBRARY_PATH VIT_CUBLASLT_DIR
-  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}; libnccl: ${nccl:-NOT FOUND}; libcudnn: ${cudnn:-NOT FOUND}"
+  VIT_NCCL_DIR=""
+  if [ -f "$VIT_BUNDLE/nccl/libnccl.so.2.xz" ]; then
+    local nd="${TMPDIR:-/tmp}/vitrain_gpu_nccl"
+    mkdir -p "$nd" && xz -dc "$VIT_BUNDLE/nccl/libnccl.so.2.xz" >"$nd/libnccl.so.2" &&
+      VIT_NCCL_DIR="$nd"
+    # The unpacked file's sha256 as ../shared/nccl/README.md states it.
+    sha256sum "$nd/libnccl.so.2" 2>/dev/null | grep -q '^d16080ad9b0a9334' ||
+      echo "env.sh: WARNING: the bundled libnccl.so.2's sha256 is not NCCL 2.30.7's" >&2
+  fi
+  export VIT_BUNDLE VIT_LD_LIBRARY_PATH VIT_CUBLASLT_DIR VIT_NCCL_DIR
+  echo "env.sh: libcublasLt: ${lt:-NOT FOUND}; libnccl: ${nccl:-NOT FOUND}; NCCL 2.30: ${VIT_NCCL_DIR:-NOT BUNDLED}"
   for b in "$VIT_BUNDLE"/bin/*; do
     if LD_LIBRARY_PATH="$VIT_LD_LIBRARY_PATH" ldd "$b" 2>&1 | grep 'not found'; then
       echo "env.sh: $(basename "$b") misses the shared libraries above" >&2
@@ -253,7 +235,6 @@ chmod +x "$OUT/run.sh" "$OUT/gpu_check.sh"
   else
     echo "commit: (not a git checkout)"
   fi
-  [ -n "${BEFORE:-}" ] && echo "before (bin/vitrain_before): $(git rev-parse "$BEFORE")"
   echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -n 1)"
   echo "cuda code: $(grep -o -- '--generate-code=[^ ]*' "$BUILD/build.ninja" | sort -u | tr '\n' ' ')"
   echo "files:"

@@ -110,6 +110,8 @@ need_bin() {
   [ -x "$BIN/$1" ] || { note "$1 is not in the bundle" && exit 3; }
 }
 json_lines() { grep -E '^\{.*\}$' "$1" >>"$MET/$STEP_ID.jsonl"; }
+# No JSON line: a failed run's last log line says why (step's note); else say so.
+no_json() { [ "$1" != 0 ] || note "exit 0 but no JSON line"; return "$(($1 ? $1 : 3))"; }
 
 s_info() {
   echo "--- bundle"
@@ -155,7 +157,7 @@ s_gtest() {
   first=$(grep -m1 -E '^\[  FAILED  \] [A-Za-z]' "$out" | sed 's/^\[  FAILED  \] //')
   note "${passed:-0} passed${failed:+, $failed failed}${skipped:+, $skipped skipped}${errs:+, sanitizer: $errs errors}${first:+; first: $first}"
   [ "$rc" = 0 ] && [ "${skipped:-0}" != 0 ] && return 3 # VIT_REQUIRE_GPU=1 yet skipped
-  [ "$rc" = 0 ] && [ "${passed:-0}" = 0 ] && note "no test matched '$filter'" && return 3
+  [ "$rc" = 0 ] && [ "${passed:-0}" = 0 ] && note "no test ran${filter:+ (filter $filter)}" && return 3
   return "$rc"
 }
 # Args: binary, filter: s_gtest under compute-sanitizer memcheck; any report fails the step.
@@ -199,7 +201,7 @@ s_vbench() {
   vt bench --device "$DEVICE" --model "$model" -b "$batch" --steps "$steps" --warmup 10 \
     --kernels autotune=on --json "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
-  json_lines "$out" || { note "no JSON line" && return "$((rc ? rc : 3))"; }
+  json_lines "$out" || { no_json "$rc"; return; }
   kv figure "$name" && kv steps "$steps"
   return "$rc"
 }
@@ -210,7 +212,7 @@ s_timm() {
   PYTHONUNBUFFERED=1 $TIMM_RUN --model "$1" --batch "$2" --modes "$TIMM_MODES" --seconds 3 \
     --compile-cap "$COMPILE_CAP_S" --budget-s $((STEP_TIMEOUT - 20)) --json 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
-  json_lines "$out" || { note "no JSON line" && return "$((rc ? rc : 3))"; }
+  json_lines "$out" || { no_json "$rc"; return; }
   note "$(grep -oE '"(name|status)": ?"[^"]*"' "$MET/$STEP_ID.jsonl" | cut -d'"' -f4 |
     paste -sd' ' | sed 's/ ok//g')"
   return "$rc"
@@ -225,7 +227,7 @@ s_variants() {
   vt bench --device "$DEVICE" --model "$model" -b "$batch" --steps "$steps" --warmup 10 --json \
     --rounds "$ROUNDS" $flags "${args[@]}" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
-  json_lines "$out" || { note "no JSON line" && return "$((rc ? rc : 3))"; }
+  json_lines "$out" || { no_json "$rc"; return; }
   note "$(grep -oE 'variant [^ ]+ failed: .{0,80}' "$out" | head -n 3 | paste -sd';')"
   return "$rc"
 }
@@ -240,7 +242,7 @@ s_nccl() {
   [ -f "$d/results.json" ] && cp "$d/results.json" "$MET/$STEP_ID.nccl.json"
   return "$rc"
 }
-for f in $(compgen -A function | grep -E '^(s_|vt$|note$|kv$|need_bin$|json_lines$)'); do
+for f in $(compgen -A function | grep -E '^(s_|vt$|note$|kv$|need_bin$|json_lines$|no_json$)'); do
   export -f "${f?}"
 done
 
