@@ -8,7 +8,8 @@ Usage: gpu_check_report.py WORK PHASES START_S BUDGET_S FINAL(0|1) DRY(0|1)
 
 results.json: schema "vitrain-results/1" (scripts/results_tables.py reads it as it is) plus the
 device check's own keys. Keys:
-  schema, what, command, commit, date, device {kind, name, driver, cuda, memory, cc},
+  schema, what, command, commit, local_changes (files the bundle's build had changed
+  against the commit, from its MANIFEST.txt), date, device {kind, name, driver, cuda, memory, cc},
   versions {nvcc, cublaslt, torch, timm, cpu}, source, log_tail ("log_tails.txt"),
   dry (true: stub commands, made-up figures: never commit one), verdict (PASS | FAIL |
   INCOMPLETE: all that ran passed, some steps were SKIP), final (false: cut off or running),
@@ -28,6 +29,7 @@ device check's own keys. Keys:
   checks [{name, value, target, pass (true | false | null: not measured)}]: issues 46/48's
     acceptance points, figures timed over < 3 s, the recipe's top-1 vs GPU_CHECK_REF_TOP1,
   plan [{op, shape, variant, why}]: the device's kernels.json (p_plan's, else the recipe's),
+  bench_plans {model: [{op, shape, variant, why}]}: the plan of each model's vitrain figure,
   nccl: scripts/gpu_check_nccl.sh's own results.json, where it wrote one."""
 import csv, json, os, statistics, sys, time
 
@@ -35,7 +37,7 @@ work, phases, start, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sy
 final, dry = sys.argv[5] == "1", len(sys.argv) > 6 and sys.argv[6] == "1"
 logs, met, pack = (os.path.join(work, d) for d in ("logs", "metrics", "pack"))
 os.makedirs(pack, exist_ok=True)
-NUMERIC = {"top1", "passed", "failed", "skipped", "sanitizer_errors", "steps"}
+NUMERIC = {"top1", "local_changes", "passed", "failed", "skipped", "sanitizer_errors", "steps"}
 
 
 def read_kv(path):
@@ -75,14 +77,15 @@ def kernels_of(r):
     """The --kernels options a bench line ran with: the plan's "kernels" field, or the old
     lines' env / kernel_calls (which the plan replaces)."""
     k = r.get("kernels")
-    if isinstance(k, dict):
-        return k.get("options", "")
+    if isinstance(k, dict):  # the canonical k=v,... string: the keys not at their defaults
+        return ",".join(o for o in str(k.get("options", "")).split(",")
+                        if o and not o.endswith("=auto") and o not in ("gelu=erf", "autotune=off"))
     if r.get("env"):
         return ",".join(f"{a}={b}" for a, b in r["env"].items())
     return ", ".join(f"{a} {n}" for a, n in (r.get("kernel_calls") or {}).items() if n)
 
 
-figures, samples = [], {}
+figures, samples, bench_plans = [], {}, {}
 for s in steps:
     for r in read_jsonl(os.path.join(met, s["id"] + ".jsonl")):
         base = {"model": r.get("model"), "batch": r.get("batch"), "step": s["id"],
@@ -95,6 +98,8 @@ for s in steps:
                                 ratio_to={}, first_ratio=r.get("ratio_to_first")))
             continue
         name = s["metrics"].get("figure") or r.get("name") or "timm-" + str(r.get("mode"))
+        if name == "vitrain" and isinstance(r.get("kernels"), dict):
+            bench_plans.setdefault(r.get("model"), r["kernels"].get("plan", []))
         rate = r.get("median_img_per_s") or r.get("img_per_s")
         timed = r.get("timed_s")
         if timed is None and r.get("ms_per_step") and s["metrics"].get("steps"):
@@ -173,7 +178,7 @@ recipe = next((s for s in steps if s["id"] == "r_recipe"), None)
 top1 = recipe and recipe["metrics"].get("top1")
 if os.environ.get("GPU_CHECK_REF_TOP1") and recipe:
     ref = float(os.environ["GPU_CHECK_REF_TOP1"])
-    check(f"default recipe top-1 - (reference {ref} - 0.3)", None if top1 is None else
+    check(f"default recipe: top-1 - (reference {ref} - 0.3 points)", None if top1 is None else
           round(top1 - ref + 0.3, 2), 0.0)
 summ = os.path.join(logs, "r_recipe", "summary.csv")
 if top1 is not None and os.path.exists(summ):
@@ -208,6 +213,7 @@ started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))
 res = {"schema": "vitrain-results/1",
        "what": f"scripts/gpu_check.sh {phases}" + (" (DRY RUN: stub commands, made-up figures)" if dry else ""),
        "command": f"bash scripts/gpu_check.sh {phases}", "commit": info.get("commit") or None,
+       "local_changes": info.get("local_changes"),
        "date": started, "device": {"kind": "cuda", "name": info.get("gpu"), "driver": info.get("driver"),
                                    "cuda": info.get("cuda_driver"), "memory": info.get("gpu_memory"),
                                    "cc": info.get("cc")},
@@ -215,7 +221,7 @@ res = {"schema": "vitrain-results/1",
        "source": "scripts/gpu_check_report.py", "log_tail": "log_tails.txt", "dry": dry,
        "verdict": verdict, "final": final, "phases": phases, "budget_s": budget,
        "elapsed_s": round(time.time() - start, 1), "counts": counts, "steps": steps,
-       "figures": figures, "checks": checks, "plan": plan, "nccl": nccl}
+       "figures": figures, "checks": checks, "plan": plan, "bench_plans": bench_plans, "nccl": nccl}
 with open(os.path.join(pack, "results.json"), "w") as f:
     json.dump(res, f, indent=1)
     f.write("\n")

@@ -43,7 +43,8 @@ LINES = {
     # the plan-era line (kernels) and an old one (kernel_calls): the report takes both
     "s_vitrain_small_p16": [dict(S, impl="vitrain-cuda", img_per_s=14900.0, median_img_per_s=15000.0,
                                  ms_per_step=17.0, mfu=0.419,
-                                 kernels={"options": "autotune=on", "plan": PLAN})],
+                                 kernels={"options": "attention=auto,gelu=erf,autotune=on,"
+                                          "flash_warps=auto,embed=auto", "plan": PLAN})],
     "s_vitrain2_small_p16": [dict(S, impl="vitrain-cuda", img_per_s=14000.0, median_img_per_s=14000.0,
                                   ms_per_step=18.0, mfu=0.37, kernel_calls={"cudnn_forward": 24})],
     "s_local_small_p16": [dict(S, impl="vitrain-cuda", median_img_per_s=13000.0, ms_per_step=19.7,
@@ -147,9 +148,10 @@ def report_checks(expect):
            f"the acceptance checks: {by}")
     expect(any(c["name"].startswith("seconds of timed steps") and c["value"] == 2.04 and
                c["pass"] is False for c in res["checks"]), f"the 3 s check: {res['checks']}")
-    expect(any(c["name"].startswith("default recipe top-1") and c["value"] == 0.1 for c in res["checks"]),
+    expect(any(c["name"].startswith("default recipe: top-1") and c["value"] == 0.1 for c in res["checks"]),
            "the recipe's top-1 against GPU_CHECK_REF_TOP1")
     expect(res["plan"] == PLAN and kernels["plan"] == PLAN, "the plan and kernels.json")
+    expect(res["bench_plans"] == {"vit_small_patch16_224": PLAN}, f"bench plans: {res['bench_plans']}")
     old = [f for f in res["figures"] if f.get("name") == "old"]
     expect(old and old[0]["kernels"] == "cudnn_forward 24", f"an old line's kernel_calls: {old}")
     row = row_of(summary, "| gelufast |")
