@@ -19,8 +19,10 @@ results.json (schema "vitrain-results/1"):
   versions {name: version}, source (how the file was made), log_tail (a file beside it, or null),
   figures: [{kind: "train", run, model, recipe, device, epochs, top1_final, top1_best, wall_s,
              img_per_s, file} | {kind: "bench", model, batch, impl, img_per_s, device}]
-A gpu_check.sh results.json (keys "bench" and "system") is read too: its bench rows become
-figures. Python 3 standard library only.
+scripts/gpu_check.sh writes this schema with keys of its own (bench figures named "vitrain",
+"timm-eager", "timm-compile-<mode>", with ratio_to; variant figures); a "dry": true file (made-up
+figures) is refused. An older gpu_check results.json (keys "bench" and "system") is read too.
+Python 3 standard library only.
 """
 import argparse
 import csv
@@ -41,8 +43,10 @@ HEADLINES = [
     ("30-minute recipe", "fmnist_30m", {"kind": "train", "model": "vit_fmnist_local"}),
     ("Long recipe, mixup/cutmix (100 epochs)", "fmnist_long_gpu",
      {"kind": "train", "model": "vit_tiny_patch4_28", "run": "mixup_cutmix"}),
+    ("Default recipe on the GPU", "gpu-check", {"kind": "train", "model": "vit_fmnist_hybrid"}),
     ("Training step, synthetic batch", "gpu-check", {"kind": "bench", "model": "vit_small_patch16_224"}),
     ("Training step, synthetic batch", "gpu-check", {"kind": "bench", "model": "vit_base_patch16_224"}),
+    ("Training step, synthetic batch", "gpu-check", {"kind": "bench", "model": "vit_tiny_patch4_32"}),
 ]
 
 
@@ -144,6 +148,8 @@ def load_runs(root):
             d = json.load(open(p, encoding="utf-8"))
         except ValueError as e:
             fail(f"{p}: not JSON ({e})")
+        if d.get("dry"):
+            fail(f"{p}: a dry run's made-up figures (\"dry\": true) must not be committed")
         if d.get("schema") != SCHEMA:
             if "bench" in d and "system" in d:
                 d = from_gpu_check(d)
@@ -184,7 +190,7 @@ def readme_table(runs):
         run = runs.get(name)
         figs = [f for f in run["figures"] if matches(f, sel)] if run else []
         if sel["kind"] == "bench":
-            figs = [f for f in figs if f.get("impl") == "vitrain"]
+            figs = [f for f in figs if f.get("name", f.get("impl")) == "vitrain" and f.get("img_per_s")]
         model = sel["model"]
         if not figs:
             out.append(f"| {label} | `{model}` | | {NOT_MEASURED} | | | | | |")
@@ -199,12 +205,17 @@ def readme_table(runs):
         else:
             f = figs[0]
             def ratio(impl):
-                base = [g for g in run["figures"] if g.get("kind") == "bench" and
+                """vitrain over `impl` (the fastest figure named so), from the same artefact."""
+                if impl in f.get("ratio_to", {}):  # the device check's own, same run
+                    return f"{f['ratio_to'][impl]:.2f}"
+                base = [g["img_per_s"] for g in run["figures"] if g.get("kind") == "bench" and
                         g.get("model") == model and g.get("batch") == f.get("batch") and
-                        g.get("impl") == impl and g.get("img_per_s")]
-                return f"{f['img_per_s'] / base[0]['img_per_s']:.2f}" if base else NOT_MEASURED
+                        g.get("name", g.get("impl", "")).startswith(impl) and g.get("img_per_s")]
+                return f"{f['img_per_s'] / max(base):.2f}" if base else NOT_MEASURED
+            compiled = "timm-compile-best" if "timm-compile-best" in f.get("ratio_to", {}) \
+                else "timm-compile"
             out.append(f"| {label} | `{model}` | {device_text(run)} | {num(f['img_per_s'])} | "
-                       f"{ratio('timm-eager')} | {ratio('timm-compile')} | | | {link} |")
+                       f"{ratio('timm-eager')} | {ratio(compiled)} | | | {link} |")
     return out
 
 
@@ -225,13 +236,15 @@ def bench_train_table(runs):
 
 
 def bench_step_table(runs):
-    out = ["| artefact | model | batch | impl | device | img/s |", "|---|---|---:|---|---|---:|"]
+    out = ["| artefact | model | batch | what | device | img/s |", "|---|---|---:|---|---|---:|"]
     for name, run in runs.items():
         for f in run["figures"]:
-            if f.get("kind") == "bench":
+            if f.get("kind") in ("bench", "variant"):
+                what = f.get("name", f.get("impl", ""))
+                what = f"variant {what}" if f["kind"] == "variant" else what
+                rate = num(f.get("img_per_s")) if f.get("img_per_s") else f.get("status", "")
                 out.append(f"| [{name}](runs/{name}/results.json) | `{f['model']}` | "
-                           f"{f.get('batch', '')} | {f.get('impl', '')} | {device_text(run)} | "
-                           f"{num(f.get('img_per_s'))} |")
+                           f"{f.get('batch', '')} | {what} | {device_text(run)} | {rate} |")
     if len(out) == 2:
         out.append(f"| {NOT_MEASURED} | | | | | |")
     return out

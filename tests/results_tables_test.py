@@ -56,6 +56,27 @@ GPU_CHECK = {
     ],
     "steps": [],
 }
+# The schema as scripts/gpu_check.sh writes it now: figures with names and its own ratios.
+GPU_CHECK_NEW = {
+    "schema": "vitrain-results/1", "what": "gpu_check.sh session", "commit": "0123abc",
+    "date": "2000-01-01", "device": {"kind": "cuda", "name": "Made-up GPU", "driver": "1.2"},
+    "versions": {"torch": "2.0"}, "source": "scripts/gpu_check_report.py",
+    "log_tail": "log_tails.txt", "verdict": "PASS",
+    "figures": [
+        {"kind": "bench", "name": "vitrain", "impl": "vitrain", "model": "vit_small_patch16_224",
+         "batch": 256, "img_per_s": 9200.0, "status": "ok",
+         "ratio_to": {"timm-eager": 2.0, "timm-compile-default": 1.1, "timm-compile-best": 1.15}},
+        {"kind": "bench", "name": "timm-eager", "impl": "timm-eager",
+         "model": "vit_small_patch16_224", "batch": 256, "img_per_s": 4600.0, "status": "ok"},
+        {"kind": "bench", "name": "timm-compile-max-autotune-no-cudagraphs", "model": "vit_small_patch16_224",
+         "batch": 256, "img_per_s": None, "status": "not compiled within 150 s"},
+        {"kind": "variant", "name": "tuned", "model": "vit_small_patch16_224", "batch": 256,
+         "img_per_s": 9300.0, "status": "ok"},
+        {"kind": "train", "run": "r_recipe", "model": "vit_fmnist_hybrid", "recipe": "fmnist",
+         "device": "cuda", "epochs": 6, "top1_final": 91.5, "top1_best": 91.6, "wall_s": 7.9,
+         "img_per_s": 70000.0, "file": None},
+    ],
+}
 README = "# made up\n\n<!-- results:readme begin -->\nold text\n<!-- results:readme end -->\n\ntail\n"
 BENCH = "".join(f"<!-- results:{n} begin -->\n<!-- results:{n} end -->\n\n"
                 for n in ("train", "bench", "provenance"))
@@ -67,7 +88,7 @@ with tempfile.TemporaryDirectory() as root:
     write(os.path.join(runs, "fmnist_default", "seed1", "summary.csv"), SUMMARY)
     write(os.path.join(runs, "fmnist_default", "seed1", "args.yaml"), ARGS)
     write(os.path.join(runs, "1999-12-31-gpu-check", "results.json"), json.dumps(GPU_CHECK))
-    write(os.path.join(runs, "2000-01-01-gpu-check", "results.json"), json.dumps(GPU_CHECK))
+    write(os.path.join(runs, "2000-01-01-gpu-check", "results.json"), json.dumps(GPU_CHECK_NEW))
 
     rc, out = run("wrap", os.path.join(runs, "fmnist_default"), "--what", "made-up run",
                   "--device", "cpu", "--device-name", "Made-up CPU", "--commit", "feedbee")
@@ -93,16 +114,30 @@ with tempfile.TemporaryDirectory() as root:
     expect("| 850 |" in row and "| 90.25 |" in row and "Made-up CPU" in row and "142 s" in row,
            f"README train row: {row!r}")
     small = next((l for l in lines if "`vit_small_patch16_224`" in l), "")
-    # median of the three vitrain rounds 9,200 over timm eager 4,600 and compile 8,000
+    # the device check's own ratios: timm eager and the fastest torch.compile mode
     expect("| 9,200 | 2.00 | 1.15 |" in small, f"README bench row: {small!r}")
     expect("2000-01-01-gpu-check" in small, f"the newest gpu-check artefact: {small!r}")
+    gpu = next((l for l in lines if "Default recipe on the GPU" in l), "")
+    expect("| 91.50 |" in gpu and "Made-up GPU" in gpu, f"README GPU recipe row: {gpu!r}")
     base = next((l for l in lines if "`vit_base_patch16_224`" in l), "")
     expect(NOT_MEASURED in base, f"README row with no artefact: {base!r}")
     expect(NOT_MEASURED in next((l for l in lines if "30-minute" in l), ""), "30m row: no artefact")
     expect("old text" not in readme and readme.endswith("tail\n"), "README outside the block")
     bench = read(os.path.join(root, "docs", "benchmarks.md"))
-    expect("| vitrain-unfused |" not in bench and "| vitrain-cuda-unfused |" in bench,
-           "benchmarks: a variant keeps its name")
+    expect("| variant tuned |" in bench and "| not compiled within 150 s |" in bench,
+           "benchmarks: variants and a figure without img/s")
+
+    # The older gpu_check format: its rounds' median over timm eager and compile, same run.
+    os.rename(os.path.join(runs, "2000-01-01-gpu-check"), os.path.join(root, "newer"))
+    run("--write", "--root", root)
+    small = next((l for l in read(os.path.join(root, "README.md")).splitlines()
+                  if "`vit_small_patch16_224`" in l), "")
+    expect("| 9,200 | 2.00 | 1.15 |" in small and "1999-12-31-gpu-check" in small,
+           f"README bench row from the older format: {small!r}")
+    expect("| vitrain-cuda-unfused |" in read(os.path.join(root, "docs", "benchmarks.md")),
+           "benchmarks: an older-format variant keeps its name")
+    os.rename(os.path.join(root, "newer"), os.path.join(runs, "2000-01-01-gpu-check"))
+    run("--write", "--root", root)
     expect("feedbee" in bench and "0123abc" in bench, "benchmarks: provenance commits")
 
     # A stale number: the artefact changes, the committed text does not.
@@ -119,6 +154,12 @@ with tempfile.TemporaryDirectory() as root:
     row = next((l for l in read(os.path.join(root, "README.md")).splitlines()
                 if "Default recipe" in l), "")
     expect(rc == 0 and NOT_MEASURED in row and "90.25" not in row, f"missing artefact row: {row!r}")
+
+    # A dry run's made-up figures are refused.
+    write(os.path.join(runs, "dry", "results.json"), json.dumps(dict(GPU_CHECK_NEW, dry=True)))
+    rc, out = run("--check", "--root", root)
+    expect(rc == 2 and "dry" in out and "Traceback" not in out, f"dry artefact: {rc}, {out!r}")
+    os.remove(os.path.join(runs, "dry", "results.json"))
 
     # Bad input: one line and a non-zero exit, no traceback.
     write(os.path.join(runs, "broken", "results.json"), "{not json")
