@@ -186,7 +186,7 @@ if top1 is not None and os.path.exists(summ):
     evals = [float(r["eval_top1"]) for r in rows if r.get("eval_top1")]
     last = rows[-1] if rows else {}
     args = os.path.join(logs, "r_recipe", "args.yaml")
-    model = next((l.split(":", 1)[1].strip() for l in (open(args) if os.path.exists(args) else [])
+    model = next((l.split(":", 1)[1].strip().strip('"') for l in (open(args) if os.path.exists(args) else [])
                   if l.startswith("model:")), "")
     figures.append({"kind": "train", "run": "r_recipe", "model": model,
                     "recipe": "recipes/fmnist.yaml", "device": "cuda", "epochs": len(rows),

@@ -60,6 +60,7 @@ case "$cmd" in
       run="$(arg --output "$@")/$(arg --experiment "$@")"
       mkdir -p "$run"
       echo "{\"options\":\"$(arg --kernels "$@")\",\"plan\":$plan}" >"$run/kernels.json"
+      echo 'model: "vit_fmnist_hybrid"' >"$run/args.yaml"
       printf 'epoch,train_loss,eval_loss,eval_top1,eval_top5,lr,img_size,seconds,img_per_s\n' \
         >"$run/summary.csv"
       printf '0,0.9,0.5,88.10,99.5,1e-3,28,11.2,5357.1\n' >>"$run/summary.csv"

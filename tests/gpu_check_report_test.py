@@ -217,6 +217,9 @@ def dry_checks(expect):
            ("vit_small_patch16_224", "dwone", "dwconv_forward=1") in variants,
            f"the presets' variants: {sorted(variants)}")
     expect(res["plan"] and res["device"]["name"] == "NVIDIA Dry-Run GPU", "the plan and device")
+    train = [f for f in res["figures"] if f["kind"] == "train"]
+    expect(len(train) == 1 and train[0]["model"] == "vit_fmnist_hybrid" and train[0]["top1_final"] == 88.1,
+           f"the recipe's train figure: {train}")
     with tempfile.TemporaryDirectory() as dest:
         rc, out, res = dry_run(dest, GPU_CHECK_BUDGET_S="45")
     st = {s["id"]: (s["status"], s["note"]) for s in res["steps"]}
