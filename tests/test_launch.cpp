@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,6 +54,36 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(e.local_rank, 5);
   EXPECT_EQ(e.master_addr, "node0");
   EXPECT_EQ(e.master_port, 29500);
+  EXPECT_EQ(e.exchange_port, 29501) << "never MASTER_PORT: torchrun's agent store holds it";
+  EXPECT_EQ(e.local_size, 0) << "LOCAL_WORLD_SIZE not given";
+}
+
+TEST(LaunchEnv, ExchangePortAndLocalSize) {
+  Vars v = {{"RANK", "1"},
+            {"WORLD_SIZE", "3"},
+            {"LOCAL_RANK", "1"},
+            {"LOCAL_WORLD_SIZE", "3"},
+            {"MASTER_ADDR", "127.0.0.1"},
+            {"MASTER_PORT", "65535"}};
+  vit::LaunchEnv e = vit::read_launch_env(&v);
+  EXPECT_EQ(e.exchange_port, 65534);
+  EXPECT_EQ(e.local_size, 3);
+  v["VIT_EXCHANGE_PORT"] = "4000";
+  EXPECT_EQ(vit::read_launch_env(&v).exchange_port, 4000);
+  v["VIT_EXCHANGE_PORT"] = "65535";
+  EXPECT_NE(error_of(v).find("VIT_EXCHANGE_PORT=65535 is not a port (1-65535) other than "
+                             "MASTER_PORT"),
+            std::string::npos)
+      << error_of(v);
+  const Vars slurm = {{"SLURM_PROCID", "0"},
+                      {"SLURM_NTASKS", "4"},
+                      {"SLURM_NTASKS_PER_NODE", "2"},
+                      {"MASTER_ADDR", "h"},
+                      {"MASTER_PORT", "100"}};
+  EXPECT_EQ(vit::read_launch_env(&slurm).local_size, 2);
+  Vars uneven = slurm;
+  uneven["SLURM_NTASKS_PER_NODE"] = "2(x2)";
+  EXPECT_EQ(vit::read_launch_env(&uneven).local_size, 0) << "not a plain count: unknown";
 }
 
 TEST(LaunchEnv, SlurmAndMpiPrecedence) {
@@ -118,7 +149,8 @@ vit::LaunchEnv rank_env(int rank, int size, int port) {
   e.rank = rank;
   e.size = size;
   e.master_addr = "127.0.0.1";
-  e.master_port = port;
+  e.master_port = port == 1 ? 2 : port - 1;
+  e.exchange_port = port;
   return e;
 }
 
@@ -199,6 +231,62 @@ TEST(TcpExchange, StrayConnectionsAreIgnored) {
   EXPECT_EQ(r0[0].error, "");
   EXPECT_EQ(r1[0].error, "");
   EXPECT_EQ(r1[0].blob, "abc");
+}
+
+// A free port whose successor is free too (MASTER_PORT and the exchange's MASTER_PORT + 1).
+int free_port_pair() {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int p = free_port();
+    if (p >= 65535) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(uint16_t(p + 1));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return p;
+  }
+  return free_port();
+}
+
+// torchrun's elastic agent listens on MASTER_PORT (its TCP store, TORCHELASTIC_USE_AGENT_STORE)
+// on rank 0's host for the whole job: the ranks' exchange must go elsewhere, and never touch it.
+TEST(TcpExchange, WorksWhileTorchrunsAgentHoldsMasterPort) {
+  const int master_port = free_port_pair();
+  const int agent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(uint16_t(master_port));
+  ASSERT_EQ(::bind(agent, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(agent, 16), 0);
+  const int size = 3;
+  std::vector<std::string> blob(size), error(size);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < size; ++r)
+    ranks.emplace_back([&, r] {
+      const Vars v = {{"RANK", std::to_string(r)},
+                      {"WORLD_SIZE", std::to_string(size)},
+                      {"LOCAL_RANK", std::to_string(r)},
+                      {"MASTER_ADDR", "127.0.0.1"},
+                      {"MASTER_PORT", std::to_string(master_port)},
+                      {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+      try {
+        blob[size_t(r)] =
+            vit::tcp_share_from_rank0(vit::read_launch_env(&v), r == 0 ? "the-id" : "", 20.0);
+      } catch (const std::exception& e) {
+        error[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < size; ++r) {
+    EXPECT_EQ(error[size_t(r)], "") << "rank " << r;
+    EXPECT_EQ(blob[size_t(r)], "the-id") << "rank " << r;
+  }
+  pollfd p{agent, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "no rank connected to the agent's store";
+  ::close(agent);
 }
 
 // On the CPU a torchrun job of several ranks stops at once with one line that says how to

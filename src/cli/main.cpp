@@ -17,6 +17,7 @@
 #include "cli/bench.h"
 #include "cli/bench_data.h"
 #include "cli/eval_export.h"
+#include "cli/launch_check.h"
 #include "cli/prepare.h"
 #include "cli/train_args.h"
 #include "core/common.h"
@@ -37,6 +38,7 @@ constexpr const char* kUsage =
     "  export   write a timm-loadable folder (model.safetensors + config.json)\n"
     "  prepare  pack an ImageFolder into train.vitpack + val.vitpack for fast loading\n"
     "  bench    training throughput on synthetic data; bench-data: input-pipeline img/s\n"
+    "  launch-check  whether the ranks of a mpirun / torchrun / srun job find each other\n"
     "run 'vitrain <command> --help' for the options of a command\n";
 
 // The one error line, and exit status 1. A rank of a multi-process job ends at once: exit
@@ -112,6 +114,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return vit::run_bench(argc - 1, argv + 1);
     if (cmd == "prepare") return vit::run_prepare(argc - 1, argv + 1);
     if (cmd == "bench-data") return vit::run_bench_data(argc - 1, argv + 1);
+    if (cmd == "launch-check") return vit::run_launch_check(argc - 1, argv + 1);
     if (cmd == "" || cmd == "-h" || cmd == "--help") {
       fmt::print("{}", kUsage);
       return cmd.empty() ? 2 : 0;

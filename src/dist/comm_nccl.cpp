@@ -1,10 +1,15 @@
 // The NCCL world: collectives for GPU data parallelism, on device buffers, on a stream of its
 // own that is ordered after the op stream's work with events (no host sync for device data).
-// Host buffers (the run folder's name, evaluation sums) are staged through device memory and
-// waited for. Rank 0 makes NCCL's unique id; it reaches the other ranks through MPI under
-// mpirun, or through the TCP meeting point under torchrun / srun (tcp_exchange.h). The local
-// rank picks the device. A collective still unfinished after --dist-timeout ends the rank with
-// one message naming it (a watchdog thread polls the last collective's event).
+// Host buffers (the run folder's name, evaluation sums, the budget's verdict) are copied into
+// pinned memory and staged through device memory; the caller polls their end. Rank 0 makes
+// NCCL's unique id; it reaches the other ranks through MPI under mpirun (joined here, after the
+// device is chosen), or through the TCP exchange under torchrun / srun (dist/bootstrap.h).
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): init, and an enqueue that sets
+// up connections lazily, return at once and are polled, so --dist-timeout bounds them too. A
+// watchdog (dist/watchdog.h) watches each collective from before it is enqueued: it polls the
+// collective's event and NCCL's async error on a thread that has selected this rank's device,
+// and past the timeout prints one line naming the operation, aborts the communicator under a
+// hard deadline and ends the process.
 // Built into the CUDA library where CMake found NCCL (VIT_HAS_NCCL).
 #ifdef VIT_HAS_NCCL
 #include "dist/comm_nccl.h"
@@ -13,6 +18,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -20,13 +26,14 @@
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/common.h"
+#include "dist/bootstrap.h"
 #include "dist/comm.h"
-#include "dist/tcp_exchange.h"
+#include "dist/watchdog.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops.h"
 
@@ -57,26 +64,56 @@ ncclDataType_t nccl_type() {
   return sizeof(T) == sizeof(double) ? ncclFloat64 : ncclFloat32;
 }
 
+// The state of a non-blocking communicator: Pending while NCCL works in the background.
+PollState comm_state(ncclComm_t comm, std::string* why) {
+  ncclResult_t a = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(comm, &a);
+  if (rc != ncclSuccess) a = rc;
+  if (a == ncclInProgress) return PollState::Pending;
+  if (a == ncclSuccess) return PollState::Done;
+  if (why) *why = fmt::format("NCCL reports {}", ncclGetErrorString(a));
+  return PollState::Failed;
+}
+
+bool env_is_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+
 class NcclComm : public Comm {
  public:
-  NcclComm(int rank, int size, const ncclUniqueId& id) : rank_(rank), size_(size) {
+  NcclComm(const LaunchEnv& env, int device, const ncclUniqueId& id, double timeout_s,
+           std::shared_ptr<Comm> mpi)
+      : rank_(env.rank), size_(env.size), device_(device), mpi_(std::move(mpi)) {
     cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
     cuda_ok(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event");
     cuda_ok(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
-    nccl_ok(ncclCommInitRank(&comm_, size, id, rank), "init");
-    watchdog_ = std::thread([this] { watch(); });
+    init(id, timeout_s);
+    Watchdog::Hooks hooks;
+    hooks.on_thread_start = [d = device_] { cudaSetDevice(d); };  // no context on GPU 0
+    hooks.poll = [this](std::string* why) { return pending_state(why); };
+    hooks.abort = [c = comm_] { ncclCommAbort(c); };
+    watchdog_ = std::make_unique<Watchdog>(rank_, "NCCL", std::move(hooks), real_clock(), 0.1,
+                                           kAbortGraceS);
+    watchdog_->set_timeout(timeout_s);
+    timeout_s_ = timeout_s;
   }
   // Unwinding from an error, the other ranks may wait in a collective for this one, which a
-  // stream synchronisation and ncclCommDestroy would wait for too: abort instead.
+  // stream synchronisation and a finalize would wait for too: abort instead, under a deadline.
   ~NcclComm() override {
-    stop_ = true;
-    watchdog_.join();
-    if (std::uncaught_exceptions() > 0) {
-      ncclCommAbort(comm_);
-    } else {
-      cudaStreamSynchronize(stream_);
+    watchdog_.reset();
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    bool clean = false;
+    if (!unwinding && cudaStreamSynchronize(stream_) == cudaSuccess &&
+        ncclCommFinalize(comm_) != ncclInternalError)
+      clean = poll_until([&] { return comm_state(comm_, nullptr); }, timeout_s_, real_clock()) ==
+              PollState::Done;
+    if (clean)
       ncclCommDestroy(comm_);
-    }
+    else
+      run_with_deadline([c = comm_] { ncclCommAbort(c); }, kAbortGraceS, real_clock());
+    if (pinned_) cudaFreeHost(pinned_);
+    if (staging_) cudaFree(staging_);
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(stream_);
@@ -85,7 +122,10 @@ class NcclComm : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
-  void set_timeout(double seconds) override { timeout_ms_ = int64_t(seconds * 1000); }
+  void set_timeout(double seconds) override {
+    timeout_s_ = seconds;
+    watchdog_->set_timeout(seconds);
+  }
 
   void allreduce_sum(float* data, size_t n) override { allreduce(data, n, ncclSum); }
   void allreduce_sum(double* data, size_t n) override { allreduce(data, n, ncclSum); }
@@ -109,15 +149,60 @@ class NcclComm : public Comm {
   void allgather(double* data, const std::vector<size_t>& counts) override { gather(data, counts); }
   void broadcast(void* data, size_t n, int root) override {
     run("broadcast", data, n, [&](void* d) {
-      nccl_ok(ncclBroadcast(d, d, n, ncclUint8, root, comm_, stream_), "broadcast");
+      enqueued(ncclBroadcast(d, d, n, ncclUint8, root, comm_, stream_), "broadcast");
     });
   }
 
  private:
+  static constexpr double kAbortGraceS = 10.0;  // ncclCommAbort's time before a hard exit
+
+  // Non-blocking init, bounded by the timeout: a rank that never joins would hold it forever.
+  void init(const ncclUniqueId& id, double timeout_s) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t rc = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (rc != ncclInProgress) nccl_ok(rc, "init");
+    std::string why;
+    const PollState s =
+        poll_until([&] { return comm_state(comm_, &why); }, timeout_s, real_clock());
+    if (s == PollState::Done) return;
+    run_with_deadline([c = comm_] { ncclCommAbort(c); }, kAbortGraceS, real_clock());
+    throw Error(s == PollState::Failed
+                    ? fmt::format("NCCL init failed: {}", why)
+                    : fmt::format("NCCL init did not finish within {:g} s (--dist-timeout): a "
+                                  "rank did not join, or two ranks share a GPU with an NCCL "
+                                  "older than 2.30",
+                                  timeout_s));
+  }
+  // A non-blocking communicator's call may return ncclInProgress: its work goes on in the
+  // background (e.g. the first collective's connection set-up), watched by the watchdog, and
+  // the next call waits until it is done.
+  void enqueued(ncclResult_t rc, const char* what) {
+    if (rc == ncclInProgress) {
+      std::string why;
+      const PollState s = poll_until([&] { return comm_state(comm_, &why); }, 0, real_clock());
+      if (s == PollState::Failed) throw Error(fmt::format("NCCL {}: {}", what, why));
+      return;
+    }
+    nccl_ok(rc, what);
+  }
+  // The pending collective, for the watchdog: NCCL's async error first, then its event once
+  // it is enqueued.
+  PollState pending_state(std::string* why) {
+    const PollState c = comm_state(comm_, why);
+    if (c == PollState::Failed) return c;
+    if (!enqueued_) return PollState::Pending;
+    const cudaError_t e = cudaEventQuery(done_);
+    if (e == cudaSuccess) return PollState::Done;
+    if (e == cudaErrorNotReady) return PollState::Pending;
+    *why = fmt::format("CUDA reports {}", cudaGetErrorString(e));
+    return PollState::Failed;
+  }
+
   template <typename T>
   void allreduce(T* data, size_t n, ncclRedOp_t op) {
     run("all-reduce", data, n * sizeof(T), [&](void* d) {
-      nccl_ok(ncclAllReduce(d, d, n, nccl_type<T>(), op, comm_, stream_), "all-reduce");
+      enqueued(ncclAllReduce(d, d, n, nccl_type<T>(), op, comm_, stream_), "all-reduce");
     });
   }
   template <typename T>
@@ -127,8 +212,8 @@ class NcclComm : public Comm {
     run(
         "all-reduce (overlapped)", data, n * sizeof(T),
         [&](void* d) {
-          nccl_ok(ncclAllReduce(d, d, n, nccl_type<T>(), ncclSum, comm_, stream_),
-                  "all-reduce (overlapped)");
+          enqueued(ncclAllReduce(d, d, n, nccl_type<T>(), ncclSum, comm_, stream_),
+                   "all-reduce (overlapped)");
         },
         /*op_stream_waits=*/false);
     started_ = true;
@@ -140,17 +225,16 @@ class NcclComm : public Comm {
   template <typename T>
   void reduce_scatter(T* data, const std::vector<size_t>& counts) {
     run("reduce-scatter", data, total(counts) * sizeof(T), [&](void* d) {
-      per_block(static_cast<T*>(d), counts, [&](T* block, size_t n, int r) {
-        nccl_ok(ncclReduce(block, block, n, nccl_type<T>(), ncclSum, r, comm_, stream_),
-                "reduce-scatter");
+      per_block(static_cast<T*>(d), counts, "reduce-scatter", [&](T* block, size_t n, int r) {
+        return ncclReduce(block, block, n, nccl_type<T>(), ncclSum, r, comm_, stream_);
       });
     });
   }
   template <typename T>
   void gather(T* data, const std::vector<size_t>& counts) {
     run("all-gather", data, total(counts) * sizeof(T), [&](void* d) {
-      per_block(static_cast<T*>(d), counts, [&](T* block, size_t n, int r) {
-        nccl_ok(ncclBroadcast(block, block, n, nccl_type<T>(), r, comm_, stream_), "all-gather");
+      per_block(static_cast<T*>(d), counts, "all-gather", [&](T* block, size_t n, int r) {
+        return ncclBroadcast(block, block, n, nccl_type<T>(), r, comm_, stream_);
       });
     });
   }
@@ -162,114 +246,120 @@ class NcclComm : public Comm {
   }
   // f(block start, its length, its rank) for every non-empty block, in one NCCL group.
   template <typename T, typename F>
-  void per_block(T* all, const std::vector<size_t>& counts, F&& f) {
+  void per_block(T* all, const std::vector<size_t>& counts, const char* what, F&& f) {
     nccl_ok(ncclGroupStart(), "group start");
     size_t off = 0;
     for (int r = 0; r < size_; ++r) {
-      if (counts[size_t(r)] > 0) f(all + off, counts[size_t(r)], r);
+      if (counts[size_t(r)] > 0) {
+        const ncclResult_t rc = f(all + off, counts[size_t(r)], r);
+        if (rc != ncclSuccess && rc != ncclInProgress) {
+          ncclGroupEnd();
+          nccl_ok(rc, what);
+        }
+      }
       off += counts[size_t(r)];
     }
-    nccl_ok(ncclGroupEnd(), "group end");
+    enqueued(ncclGroupEnd(), what);
   }
 
-  // f enqueues the collective on stream_ over device memory. Device data: after the op
-  // stream's work so far, and the op stream waits for it (unless op_stream_waits is false:
-  // wait_all() does, later). Host data: staged through device scratch, and waited for.
+  // f enqueues the collective on stream_ over device memory. The watchdog watches `op` from
+  // here on. Device data: after the op stream's work so far, and the op stream waits for it
+  // (unless op_stream_waits is false: wait_all() does, later). Host data: copied into pinned
+  // memory, staged through device scratch, and polled until done.
   template <typename F>
   void run(const char* op, void* data, size_t bytes, F&& f, bool op_stream_waits = true) {
     if (bytes == 0) return;
     const bool device = on_device(data);
+    enqueued_ = false;
+    watchdog_->begin(op);
     void* d = data;
     if (!device) {
       grow_staging(bytes);
+      std::memcpy(pinned_, data, bytes);
+      cuda_ok(cudaMemcpyAsync(staging_, pinned_, bytes, cudaMemcpyHostToDevice, stream_),
+              "copy in");
       d = staging_;
-      cuda_ok(cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in");
     }
     cuda_ok(cudaEventRecord(ready_, cuda::stream()), "record");
     cuda_ok(cudaStreamWaitEvent(stream_, ready_, 0), "wait");
     f(d);
     if (!device)
-      cuda_ok(cudaMemcpyAsync(data, d, bytes, cudaMemcpyDeviceToHost, stream_), "copy out");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cuda_ok(cudaEventRecord(done_, stream_), "record");
-      op_ = op;
-      start_ms_ = now_ms();
-    }
+      cuda_ok(cudaMemcpyAsync(pinned_, staging_, bytes, cudaMemcpyDeviceToHost, stream_),
+              "copy out");
+    cuda_ok(cudaEventRecord(done_, stream_), "record");
+    enqueued_ = true;
     if (op_stream_waits) cuda_ok(cudaStreamWaitEvent(cuda::stream(), done_, 0), "wait");
-    if (!device) cuda_ok(cudaStreamSynchronize(stream_), "synchronize");
+    if (device) return;
+    cudaError_t e;
+    while ((e = cudaEventQuery(done_)) == cudaErrorNotReady)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    cuda_ok(e, op);
+    std::memcpy(data, pinned_, bytes);
+    watchdog_->end();
   }
+  // Pinned host and device scratch of at least `bytes` (grown by doubling, kept).
   void grow_staging(size_t bytes) {
     if (bytes <= staging_bytes_) return;
     cuda_ok(cudaStreamSynchronize(stream_), "synchronize");
     if (staging_) cudaFree(staging_);
-    cuda_ok(cudaMalloc(&staging_, bytes), "staging buffer");
-    staging_bytes_ = bytes;
+    if (pinned_) cudaFreeHost(pinned_);
+    staging_ = pinned_ = nullptr;
+    const size_t n = std::max(bytes, 2 * staging_bytes_);
+    cuda_ok(cudaMalloc(&staging_, n), "staging buffer");
+    cuda_ok(cudaMallocHost(&pinned_, n), "pinned staging buffer");
+    staging_bytes_ = n;
   }
 
-  static int64_t now_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  // Ends the rank when the last collective has been pending longer than the timeout: NCCL would
-  // otherwise wait forever for a dead or hung rank.
-  void watch() {
-    while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      std::lock_guard<std::mutex> lock(mu_);
-      const int64_t t0 = start_ms_, limit = timeout_ms_;
-      if (t0 == 0 || limit <= 0) continue;
-      if (cudaEventQuery(done_) == cudaSuccess) {
-        start_ms_ = 0;
-        continue;
-      }
-      if (now_ms() - t0 <= limit) continue;
-      std::fprintf(stderr,
-                   "vitrain: rank %d: NCCL %s did not finish within %.0f s (--dist-timeout): "
-                   "another rank died or hangs; ending this rank\n",
-                   rank_, op_, double(limit) / 1000.0);
-      std::fflush(stderr);
-      ncclCommAbort(comm_);
-      std::_Exit(3);
-    }
-  }
-
-  const int rank_, size_;
+  const int rank_, size_, device_;
+  std::shared_ptr<Comm> mpi_;  // under mpirun: MPI outlives the NCCL world (finalized after)
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
-  void* staging_ = nullptr;
+  void* staging_ = nullptr;  // device scratch of host-buffer collectives (bytes)
+  void* pinned_ = nullptr;   // its pinned host twin (bytes)
   size_t staging_bytes_ = 0;
-  std::mutex mu_;  // done_, op_, start_ms_ between the caller and the watchdog
-  const char* op_ = "";
-  int64_t start_ms_ = 0;
-  std::atomic<int64_t> timeout_ms_{0};
-  std::atomic<bool> stop_{false};
-  bool started_ = false;  // sums started that the op stream has not waited for
-  std::thread watchdog_;
+  std::atomic<bool> enqueued_{false};  // the watched collective's done_ is recorded
+  bool started_ = false;               // sums started that the op stream has not waited for
+  double timeout_s_ = 0;
+  std::unique_ptr<Watchdog> watchdog_;
 };
+
+// This rank's GPU: its local rank's, when there are enough for every local rank. Several ranks
+// on one GPU only on request (NCCL 2.30's NCCL_MULTI_RANK_GPU_ENABLE=1; older NCCL refuses it),
+// or where Slurm binds a GPU per task (each rank then sees its own).
+int choose_device(const LaunchEnv& env) {
+  int devices = 0;
+  cuda_ok(cudaGetDeviceCount(&devices), "device count");
+  VIT_CHECK(devices > 0, "NCCL: no CUDA device");
+  const int local = std::max(env.local_size, env.local_rank + 1);
+  const bool allowed = env_is_one("NCCL_MULTI_RANK_GPU_ENABLE") ||
+                       (env.launcher == Launcher::Slurm && std::getenv("SLURM_GPUS_PER_TASK"));
+  VIT_CHECK(local <= devices || allowed,
+            fmt::format("rank {}: {} ranks on this host and {} GPU{}: launch one rank per GPU, "
+                        "or set NCCL_MULTI_RANK_GPU_ENABLE=1 to run several on one GPU (needs "
+                        "NCCL >= 2.30; experimental)",
+                        env.rank, local, devices, devices == 1 ? "" : "s"));
+  return env.local_rank % devices;
+}
 
 }  // namespace
 
 std::shared_ptr<Comm> make_nccl_comm(const LaunchEnv& env, Comm* bootstrap, double timeout_s) {
-  int devices = 0;
-  cuda_ok(cudaGetDeviceCount(&devices), "device count");
-  VIT_CHECK(devices > 0, "NCCL: no CUDA device");
-  cuda_ok(cudaSetDevice(env.local_rank % devices), "set device");
+  // The device first: MPI_Init and NCCL then open their context on it, not on GPU 0.
+  const int device = choose_device(env);
+  cuda_ok(cudaSetDevice(device), "set device");
+  std::shared_ptr<Comm> mpi;
+  if (!bootstrap && env.launcher == Launcher::Mpi && env.size > 1) {
+    mpi = make_comm();
+    bootstrap = mpi.get();
+  }
   ncclUniqueId id{};
   if (env.rank == 0) nccl_ok(ncclGetUniqueId(&id), "unique id");
-  if (bootstrap && bootstrap->size() > 1) {
-    bootstrap->broadcast(&id, sizeof id, 0);  // mpirun: MPI carries the id
-  } else {
-    const std::string blob = tcp_share_from_rank0(
-        env, std::string(reinterpret_cast<const char*>(&id), sizeof id), timeout_s);
-    VIT_CHECK(blob.size() == sizeof id, "NCCL: rank 0 sent an id of the wrong size");
-    std::memcpy(&id, blob.data(), sizeof id);
-  }
-  auto comm = std::make_shared<NcclComm>(env.rank, env.size, id);
-  comm->set_timeout(timeout_s);
-  return comm;
+  const std::string blob = share_from_rank0(
+      env, bootstrap, std::string(reinterpret_cast<const char*>(&id), sizeof id), timeout_s);
+  VIT_CHECK(blob.size() == sizeof id, "NCCL: rank 0 sent an id of the wrong size");
+  std::memcpy(&id, blob.data(), sizeof id);
+  return std::make_shared<NcclComm>(env, device, id, timeout_s, std::move(mpi));
 }
 
 }  // namespace vit

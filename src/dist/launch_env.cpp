@@ -59,6 +59,12 @@ void read_master(LaunchEnv& e, const Env& env) {
   VIT_CHECK(
       e.master_port >= 1 && e.master_port <= 65535,
       fmt::format("launcher environment: MASTER_PORT={} is not a port (1-65535)", e.master_port));
+  e.exchange_port = e.master_port < 65535 ? e.master_port + 1 : e.master_port - 1;
+  e.exchange_port = env.integer("VIT_EXCHANGE_PORT", false, e.exchange_port);
+  VIT_CHECK(e.exchange_port >= 1 && e.exchange_port <= 65535 && e.exchange_port != e.master_port,
+            fmt::format("launcher environment: VIT_EXCHANGE_PORT={} is not a port (1-65535) "
+                        "other than MASTER_PORT",
+                        e.exchange_port));
 }
 
 }  // namespace
@@ -85,12 +91,14 @@ LaunchEnv read_launch_env(const std::map<std::string, std::string>* vars) {
     e.size = env.integer("OMPI_COMM_WORLD_SIZE", true);
     e.rank = env.integer("OMPI_COMM_WORLD_RANK", true);
     e.local_rank = env.integer("OMPI_COMM_WORLD_LOCAL_RANK", false, e.rank);
+    e.local_size = env.integer("OMPI_COMM_WORLD_LOCAL_SIZE", false, 0);
     check_ranks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
   } else if (env.has("WORLD_SIZE")) {
     e.launcher = Launcher::Torchrun;
     e.size = env.integer("WORLD_SIZE", true);
     e.rank = env.integer("RANK", true);
     e.local_rank = env.integer("LOCAL_RANK", false, e.rank);
+    e.local_size = env.integer("LOCAL_WORLD_SIZE", false, 0);
     check_ranks(e, "RANK", "WORLD_SIZE");
     read_master(e, env);
   } else if (env.has("SLURM_NTASKS") && env.has("SLURM_PROCID")) {
@@ -98,6 +106,11 @@ LaunchEnv read_launch_env(const std::map<std::string, std::string>* vars) {
     e.size = env.integer("SLURM_NTASKS", true);
     e.rank = env.integer("SLURM_PROCID", true);
     e.local_rank = env.integer("SLURM_LOCALID", false, 0);
+    // SLURM_NTASKS_PER_NODE may read "2(x3)"; only a plain count is taken.
+    const char* per_node = env.get("SLURM_NTASKS_PER_NODE");
+    if (per_node && *per_node &&
+        std::string(per_node).find_first_not_of("0123456789") == std::string::npos)
+      e.local_size = env.integer("SLURM_NTASKS_PER_NODE", false, 0);
     check_ranks(e, "SLURM_PROCID", "SLURM_NTASKS");
     read_master(e, env);
   }

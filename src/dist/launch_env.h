@@ -3,8 +3,10 @@
 //  * torchrun (--no-python): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
 //  * Slurm srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; MASTER_ADDR / MASTER_PORT from the
 //    environment (the batch script exports them, as for torchrun under Slurm).
-// torchrun and srun jobs have no MPI: the ranks meet over TCP at MASTER_ADDR:MASTER_PORT
-// (tcp_exchange.h). The local rank picks the GPU.
+// torchrun and srun jobs have no MPI: the ranks meet over TCP at MASTER_ADDR, on the exchange
+// port (tcp_exchange.h): MASTER_PORT + 1 (MASTER_PORT - 1 when that is 65535), or
+// VIT_EXCHANGE_PORT when set. Never MASTER_PORT itself: torchrun's elastic agent already listens
+// there with its TCP store on rank 0's host. The local rank picks the GPU.
 #pragma once
 #include <map>
 #include <string>
@@ -16,8 +18,10 @@ enum class Launcher { None, Mpi, Torchrun, Slurm };
 struct LaunchEnv {
   Launcher launcher = Launcher::None;
   int rank = 0, size = 1, local_rank = 0;
+  int local_size = 0;       // ranks on this host; 0 = the launcher does not say
   std::string master_addr;  // torchrun / Slurm only
   int master_port = 0;
+  int exchange_port = 0;  // where rank 0 listens for the others (see above)
 };
 
 const char* launcher_name(Launcher l);

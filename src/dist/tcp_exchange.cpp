@@ -97,7 +97,7 @@ uint32_t get_u32(const char* p) {
 }
 
 std::string where(const LaunchEnv& e) {
-  return fmt::format("{}:{}", e.master_addr, e.master_port);
+  return fmt::format("{}:{}", e.master_addr, e.exchange_port);
 }
 
 Socket listen_on(const LaunchEnv& e) {
@@ -113,18 +113,19 @@ Socket listen_on(const LaunchEnv& e) {
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_addr = in6addr_any;
-    a.sin6_port = htons(uint16_t(e.master_port));
+    a.sin6_port = htons(uint16_t(e.exchange_port));
     rc = ::bind(s.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a);
   } else {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(uint16_t(e.master_port));
+    a.sin_port = htons(uint16_t(e.exchange_port));
     rc = ::bind(s.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
   VIT_CHECK(rc == 0 && ::listen(s.fd(), 128) == 0,
-            fmt::format("rank 0: cannot listen on port {} (MASTER_PORT): {}", e.master_port,
-                        std::strerror(errno)));
+            fmt::format("rank 0: cannot listen on port {} (the id exchange's: MASTER_PORT + 1, "
+                        "or VIT_EXCHANGE_PORT): {}",
+                        e.exchange_port, std::strerror(errno)));
   return s;
 }
 
@@ -142,7 +143,7 @@ void serve(const LaunchEnv& e, const std::string& blob, Clock::time_point deadli
       throw Error(fmt::format(
           "rank 0: ranks {} did not connect to port {} within {} s (--dist-timeout); did they "
           "start, and can they reach MASTER_ADDR={}?",
-          missing, e.master_port, timeout_s, e.master_addr));
+          missing, e.exchange_port, timeout_s, e.master_addr));
     }
     Socket c(::accept(listener.fd(), nullptr, nullptr));
     if (c.fd() < 0) continue;
@@ -155,8 +156,8 @@ void serve(const LaunchEnv& e, const std::string& blob, Clock::time_point deadli
     const uint32_t r = get_u32(hello + 8), n = get_u32(hello + 12);
     VIT_CHECK(n == uint32_t(e.size),
               fmt::format("rank 0: a rank launched with world size {} connected to port {}, this "
-                          "job has {} (another job on the same MASTER_PORT?)",
-                          n, e.master_port, e.size));
+                          "job has {} (another job on the same port?)",
+                          n, e.exchange_port, e.size));
     VIT_CHECK(r >= 1 && r < n && peers[r].fd() < 0,
               fmt::format("rank 0: rank {} connected twice or is out of range", r));
     peers[r] = std::move(c);
@@ -177,7 +178,7 @@ std::string join(const LaunchEnv& e, Clock::time_point deadline, double timeout_
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const std::string port = std::to_string(e.master_port);
+  const std::string port = std::to_string(e.exchange_port);
   const int gai = ::getaddrinfo(e.master_addr.c_str(), port.c_str(), &hints, &found);
   VIT_CHECK(gai == 0, fmt::format("rank {}: cannot resolve MASTER_ADDR={}: {}", e.rank,
                                   e.master_addr, ::gai_strerror(gai)));

@@ -1,5 +1,6 @@
 // The meeting point of a torchrun or srun job, which has no MPI: rank 0 hands a blob (NCCL's
-// unique id) to every other rank over TCP at MASTER_ADDR:MASTER_PORT. Rank 0 listens; each
+// unique id) to every other rank over TCP at MASTER_ADDR, on LaunchEnv::exchange_port (never
+// MASTER_PORT, which torchrun's agent store holds). Rank 0 listens; each
 // other rank connects (retrying while rank 0 is not up yet) and says who it is; once all have
 // come, rank 0 sends the blob to each. So it is also a barrier: it returns on every rank only
 // when the whole job has started.

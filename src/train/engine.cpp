@@ -40,10 +40,8 @@ std::shared_ptr<Comm> make_run_comm(const std::string& device, double timeout_s)
                         "without NCCL (it comes with the CUDA toolkit: rebuild where "
                         "/usr/local/cuda has nccl.h)",
                         launcher_name(env.launcher), env.size));
-  // Under mpirun, MPI carries NCCL's id; it must outlive the NCCL world, so it stays.
-  static std::shared_ptr<Comm> mpi;
-  if (env.launcher == Launcher::Mpi && !mpi) mpi = make_comm();
-  return g_cuda.make_nccl_comm(env, mpi.get(), timeout_s);
+  // Under mpirun the NCCL world joins MPI itself, after it has chosen the device.
+  return g_cuda.make_nccl_comm(env, nullptr, timeout_s);
 }
 
 std::string format_state_memory(const StateMemory& mem, bool on_gpu, int shards) {
