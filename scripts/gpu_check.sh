@@ -86,7 +86,7 @@ if [ "$DRY" = 1 ]; then
   if [ -n "${GPU_CHECK_DRY_VITRAIN:-}" ]; then
     rm -f "$BIN/vitrain" && ln -s "$(realpath "$GPU_CHECK_DRY_VITRAIN")" "$BIN/vitrain"
     SPEED_MODELS="${GPU_CHECK_SPEED_MODELS:-vit_bench_cpu:8:3}" DATA=/usr/share/datasets/fashion-mnist
-    TRAIN_FLAGS="--epochs 1 --stop-after-updates 20"
+    TRAIN_FLAGS="--budget 15s"
   fi
   export PATH="$BIN:$PATH"
   echo "gpu_check: DRY RUN (stub commands in $BIN): the figures are made up" | tee "$LOGS/env.log"

@@ -114,7 +114,8 @@ for s in steps:
                 fig["mfu"] = round(statistics.median(fig["mfus"]), 4)
             continue
         status = r.get("status") or ("error: " + str(r["error"]) if r.get("error") else "ok")
-        fig = dict(base, kind="bench", name=name, impl=name, device="cuda", status=status,
+        fig = dict(base, kind="bench", name=name, impl=name, status=status,
+                   device=os.environ.get("DEVICE", "cuda"),
                    img_per_s=rate, timed_s=timed, samples=1 if rate else 0, ratio_to={},
                    all=[rate] if rate else [], mfus=[r["mfu"]] if r.get("mfu") is not None else [])
         samples[key] = fig
@@ -189,7 +190,7 @@ if top1 is not None and os.path.exists(summ):
     model = next((l.split(":", 1)[1].strip().strip('"') for l in (open(args) if os.path.exists(args) else [])
                   if l.startswith("model:")), "")
     figures.append({"kind": "train", "run": "r_recipe", "model": model,
-                    "recipe": "recipes/fmnist.yaml", "device": "cuda", "epochs": len(rows),
+                    "recipe": "recipes/fmnist.yaml", "device": os.environ.get("DEVICE", "cuda"), "epochs": len(rows),
                     "top1_final": top1, "top1_best": max(evals + [top1]),
                     "wall_s": float(last.get("seconds") or 0),
                     "img_per_s": float(last.get("img_per_s") or 0), "file": "r_recipe/summary.csv"})
