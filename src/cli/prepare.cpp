@@ -9,6 +9,7 @@
 #include "core/common.h"
 #include "data/image_folder.h"
 #include "data/packed.h"
+#include "io/atomic_file.h"
 
 namespace vit {
 
@@ -59,6 +60,12 @@ int run_prepare(int argc, char** argv) {
   VIT_CHECK(!ec && fs::is_directory(out),
             fmt::format("prepare: cannot create output folder '{}': {}", out,
                         ec ? ec.message() : "a file of that name exists"));
+  // A prepare killed mid-write leaves only "<pack>.tmp.<pid>" (the pack is renamed into place
+  // when complete), so a re-run redoes the splits; it first removes those dead writers' files,
+  // which at ImageNet's scale are gigabytes each.
+  if (const int stale = io::remove_stale_temp_files(out))
+    fmt::print(stderr, "prepare: removed {} temp file(s) of an interrupted run in {}\n", stale,
+               out);
   const bool jpeg = format == "jpeg";
   const data::PackStats tr =
       data::write_packed(out + "/train.vitpack", train, max_side, jpeg, quality, workers);
