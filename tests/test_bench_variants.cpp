@@ -1,8 +1,7 @@
 // `vitrain bench --variant`'s pieces (cli/bench_variants.h): the spec's parsing and its errors,
-// the rounds' rotated orders, and the environment a variant sets and gives back.
+// and the rounds' rotated orders.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "cli/bench_variants.h"
@@ -12,17 +11,15 @@ namespace {
 
 using vit::BenchVariant;
 
-TEST(BenchVariants, ParsesANameAndItsAssignmentsInOrder) {
-  const BenchVariant v = vit::parse_bench_variant("sm90dgrad:VIT_SM90_GEMM=fwd,dgrad  VIT_X=");
-  EXPECT_EQ(v.name, "sm90dgrad");
-  ASSERT_EQ(v.env.size(), 2u);
-  EXPECT_EQ(v.env[0].first, "VIT_SM90_GEMM");
-  EXPECT_EQ(v.env[0].second, "fwd,dgrad");  // commas belong to the value
-  EXPECT_EQ(v.env[1].first, "VIT_X");
-  EXPECT_EQ(v.env[1].second, "");  // set, but empty
+TEST(BenchVariants, ParsesANameAndItsKernelOptions) {
+  const BenchVariant v = vit::parse_bench_variant("tuned:autotune=on,attention=unfused");
+  EXPECT_EQ(v.name, "tuned");
+  EXPECT_EQ(v.kernels, "autotune=on,attention=unfused");
+  EXPECT_TRUE(v.options.autotune);
+  EXPECT_EQ(v.options.attention, vit::AttentionOption::kUnfused);
   const BenchVariant none = vit::parse_bench_variant("default:");
   EXPECT_EQ(none.name, "default");
-  EXPECT_TRUE(none.env.empty());
+  EXPECT_EQ(none.options, vit::KernelOptions{});
 }
 
 // Each malformed spec is one clear error naming what is wrong.
@@ -35,13 +32,16 @@ TEST(BenchVariants, RejectsMalformedSpecsWithOneLine) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_of("sm90").find("expected NAME:VAR=VALUE"), std::string::npos);
-  EXPECT_NE(error_of(":VIT_X=1").find("expected NAME:VAR=VALUE"), std::string::npos);
-  EXPECT_NE(error_of("a:VIT_X").find("'VIT_X' is not VAR=VALUE"), std::string::npos);
-  EXPECT_NE(error_of("a:=1").find("'=1' is not VAR=VALUE"), std::string::npos);
-  EXPECT_NE(error_of("a:VIT_X=1 VIT_X=2").find("VIT_X is set twice"), std::string::npos);
-  EXPECT_THROW(vit::check_bench_variants({{"a", {}}, {"b", {}}, {"a", {{"X", "1"}}}}), vit::Error);
-  EXPECT_NO_THROW(vit::check_bench_variants({{"a", {}}, {"b", {}}}));
+  EXPECT_NE(error_of("tuned").find("expected NAME:k=v"), std::string::npos);
+  EXPECT_NE(error_of(":autotune=on").find("expected NAME:k=v"), std::string::npos);
+  EXPECT_NE(error_of("a:VIT_X=1").find("unknown key 'VIT_X'"), std::string::npos);
+  EXPECT_NE(error_of("a:gelu=tanh").find("gelu=tanh: expected one of erf, fast"),
+            std::string::npos);
+  EXPECT_NE(error_of("a:pool=wide,pool=narrow").find("given twice"), std::string::npos);
+  EXPECT_EQ(error_of("a:pool=wide,pool=narrow").find('\n'), std::string::npos);
+  const auto v = [](const char* spec) { return vit::parse_bench_variant(spec); };
+  EXPECT_THROW(vit::check_bench_variants({v("a:"), v("b:"), v("a:gelu=fast")}), vit::Error);
+  EXPECT_NO_THROW(vit::check_bench_variants({v("a:"), v("b:gelu=fast")}));
 }
 
 // Round r starts at variant r: each is first once in n rounds, and each round runs all of them.
@@ -51,45 +51,6 @@ TEST(BenchVariants, RoundsRotateTheOrder) {
   EXPECT_EQ(vit::bench_round_order(3, 2), (std::vector<int>{2, 0, 1}));
   EXPECT_EQ(vit::bench_round_order(3, 3), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(vit::bench_round_order(1, 5), (std::vector<int>{0}));
-}
-
-// A variant's variables hold while it is applied; after, each has its earlier value again, and
-// one that was unset is unset again (not set to "").
-TEST(BenchVariants, TheEnvironmentComesBackAsItWas) {
-  setenv("VIT_TEST_VARIANT_SET", "outer", 1);
-  unsetenv("VIT_TEST_VARIANT_UNSET");
-  {
-    const vit::ScopedVariantEnv env(
-        vit::parse_bench_variant("v:VIT_TEST_VARIANT_SET=inner VIT_TEST_VARIANT_UNSET=1"));
-    EXPECT_STREQ(std::getenv("VIT_TEST_VARIANT_SET"), "inner");
-    EXPECT_STREQ(std::getenv("VIT_TEST_VARIANT_UNSET"), "1");
-  }
-  EXPECT_STREQ(std::getenv("VIT_TEST_VARIANT_SET"), "outer");
-  EXPECT_EQ(std::getenv("VIT_TEST_VARIANT_UNSET"), nullptr);
-  unsetenv("VIT_TEST_VARIANT_SET");
-}
-
-// A variant's opt-in kernel calls: the difference of two readings by route name (a route new in
-// the second reading counts from 0), summed over its rounds, and the JSON and text of the result.
-TEST(BenchVariants, RouteCallsAreDifferencesByNameSummedOverRounds) {
-  const vit::KernelCalls before{{"sm90_gemm", 10}, {"cudnn_forward", 4}};
-  const vit::KernelCalls after{{"sm90_gemm", 58}, {"cudnn_forward", 4}, {"cudnn_backward", 2}};
-  const vit::KernelCalls since = vit::route_calls_since(before, after);
-  EXPECT_EQ(since,
-            (vit::KernelCalls{{"sm90_gemm", 48}, {"cudnn_forward", 0}, {"cudnn_backward", 2}}));
-  vit::KernelCalls total;
-  vit::add_route_calls(total, since);
-  vit::add_route_calls(total, {{"cudnn_backward", 3}, {"flash_fused_backward", 1}});
-  EXPECT_EQ(total, (vit::KernelCalls{{"sm90_gemm", 48},
-                                     {"cudnn_forward", 0},
-                                     {"cudnn_backward", 5},
-                                     {"flash_fused_backward", 1}}));
-  EXPECT_EQ(vit::route_calls_json(total).dump(),
-            "{\"sm90_gemm\":48,\"cudnn_forward\":0,\"cudnn_backward\":5,"
-            "\"flash_fused_backward\":1}");
-  EXPECT_EQ(vit::route_calls_text(total), "sm90_gemm 48, cudnn_backward 5, flash_fused_backward 1");
-  EXPECT_EQ(vit::route_calls_text(vit::route_calls_since(after, after)), "");
-  EXPECT_EQ(vit::route_calls_json({}).dump(), "{}");  // the host backends have no routes
 }
 
 }  // namespace

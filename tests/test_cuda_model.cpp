@@ -34,6 +34,7 @@
 #include "gpu_test_util.h"
 #include "residual_share_util.h"
 #include "train/engine.h"
+#include "ops/kernel_options.h"
 #include "train/engine_cuda.h"
 
 namespace {
@@ -80,13 +81,15 @@ TEST_P(CudaModel, Fp32MatchesTheCpuReference) {
   vit::test::expect_three_steps_match(g, a, cpu->table(), c);
 }
 
-// Both engines make the same fused/unfused attention choice (src/ops/attention_choice.h):
-// these models have D = 32, so fused unless VIT_FLASH_ATTENTION=0. fp32_residual: both keep the
+// Both engines make the same fused/unfused attention choice (their kernel plans: these models
+// have D = 32, so fused unless the options say attention=unfused). fp32_residual: both keep the
 // residual stream in fp32 (--fp32-residual).
-void expect_bf16_matches_emulation(const vit::ModelConfig& c, bool fp32_residual = false) {
+void expect_bf16_matches_emulation(const vit::ModelConfig& c, bool fp32_residual = false,
+                                   const char* kernels = "") {
   const Index B = 5;
   vit::EngineOptions o = vit::test::engine_options("emu", "bf16", c, B);
   o.fp32_residual = fp32_residual;
+  o.kernels = vit::parse_kernel_options(kernels);
   auto emu = vit::make_engine(o);
   o.device = "cuda";
   auto gpu = vit::make_engine(o);
@@ -114,18 +117,14 @@ void expect_bf16_matches_emulation(const vit::ModelConfig& c, bool fp32_residual
 }
 
 TEST_P(CudaModel, Bf16MatchesTheEmulation) {
-  ::unsetenv("VIT_FLASH_ATTENTION");
   expect_bf16_matches_emulation(config_of(GetParam()));
 }
 
 TEST_P(CudaModel, Bf16MatchesTheEmulationUnfusedAttention) {
-  ::setenv("VIT_FLASH_ATTENTION", "0", 1);
-  expect_bf16_matches_emulation(config_of(GetParam()));
-  ::unsetenv("VIT_FLASH_ATTENTION");
+  expect_bf16_matches_emulation(config_of(GetParam()), false, "attention=unfused");
 }
 
 TEST_P(CudaModel, Bf16Fp32ResidualMatchesTheEmulation) {
-  ::unsetenv("VIT_FLASH_ATTENTION");
   expect_bf16_matches_emulation(config_of(GetParam()), true);
 }
 
@@ -164,9 +163,11 @@ TEST(CudaFp32Residual, KeepsTheBlocksShareOfTheStreamGradient) {
 // scales are uploaded outside the graph), and a partial batch in the fifth update (a key of
 // its own: eager, once). The counts check that the graphs ran: captured at each key's second
 // pass, replayed after.
-void expect_graphs_replay_the_eager_pass(const vit::ModelConfig& c, const std::string& precision) {
+void expect_graphs_replay_the_eager_pass(const vit::ModelConfig& c, const std::string& precision,
+                                         const char* kernels = "") {
   const Index B = 8;
   vit::EngineOptions o = vit::test::engine_options("cuda", precision, c, B);
+  o.kernels = vit::parse_kernel_options(kernels);
   auto eager = vit::make_engine(o);
   o.cuda_graph = true;
   auto graphed = vit::make_engine(o);
@@ -208,65 +209,42 @@ void expect_graphs_replay_the_eager_pass(const vit::ModelConfig& c, const std::s
 // Every comparison model (locality FFN, pooled classifier, conv stem, drop path), bf16 with the
 // fused attention and with the unfused one.
 TEST_P(CudaModel, Bf16GraphsReplayTheEagerPassBitwise) {
-  ::unsetenv("VIT_FLASH_ATTENTION");
   expect_graphs_replay_the_eager_pass(config_of(GetParam()), "bf16");
 }
 
 TEST_P(CudaModel, Bf16GraphsReplayTheEagerPassBitwiseUnfusedAttention) {
-  ::setenv("VIT_FLASH_ATTENTION", "0", 1);
-  expect_graphs_replay_the_eager_pass(config_of(GetParam()), "bf16");
-  ::unsetenv("VIT_FLASH_ATTENTION");
+  expect_graphs_replay_the_eager_pass(config_of(GetParam()), "bf16", "attention=unfused");
+}
+
+// A bit-changing option reaches the kernels the graphs capture: gelu=fast, graphed and eager,
+// the same bits (expect_graphs_replay_the_eager_pass), and other bits than the exact GELU's.
+TEST(CudaGraphs, AFastGeluPlanIsCapturedAndDiffersFromTheExactOne) {
+  vit::register_cuda_backend();
+  VIT_GPU_TEST_PRECONDITION();
+  const vit::ModelConfig c = config_of(vit::test::kComparisonCases[0]);  // mlp: GELU
+  expect_graphs_replay_the_eager_pass(c, "bf16", "gelu=fast");
+  const Index B = 8;
+  std::vector<float> after[2];
+  for (const int fast : {0, 1}) {
+    vit::EngineOptions o = vit::test::engine_options("cuda", "bf16", c, B);
+    o.kernels = vit::parse_kernel_options(fast ? "gelu=fast" : "gelu=erf");
+    auto e = vit::make_engine(o);
+    std::vector<float> p0(size_t(e->table().total));
+    vit::init_params(p0.data(), e->table(), c, 5);
+    e->write_params(p0);
+    const Batch b = batch_of(c, B, 6);
+    e->zero_grad();
+    e->forward_backward(b.images.data(), b.targets.data(), B, 1.0f / float(B), 0);
+    e->step(1e-3);
+    after[fast] = e->read_params();
+  }
+  EXPECT_NE(after[0], after[1]) << "gelu=fast ran the exact GELU";
 }
 
 TEST(CudaGraphs, Fp32ReplayTheEagerPassBitwise) {
   vit::register_cuda_backend();
   VIT_GPU_TEST_PRECONDITION();
-  ::unsetenv("VIT_FLASH_ATTENTION");
   expect_graphs_replay_the_eager_pass(config_of(vit::test::kComparisonCases[2]), "fp32");
-}
-
-// bench --variant flips a kernel switch between runs and drops the graphs (Engine::
-// drop_graphs): the next passes must be captured anew with the switch's kernels. Three updates,
-// then VIT_GELU_FAST=1 (another GELU formula: other bits) and three more, with graphs and
-// eagerly: the same weights only if the graphed engine ran the new GELU after the drop (its old
-// graphs would replay the exact one); its graphs were captured twice as often.
-TEST(CudaGraphs, DroppedGraphsAreCapturedAnewWithTheSwitchesOfTheMoment) {
-  vit::register_cuda_backend();
-  VIT_GPU_TEST_PRECONDITION();
-  ::unsetenv("VIT_FLASH_ATTENTION");
-  ::unsetenv("VIT_GELU_FAST");
-  const vit::ModelConfig c = config_of(vit::test::kComparisonCases[0]);  // mlp: GELU
-  const Index B = 8;
-  vit::EngineOptions o = vit::test::engine_options("cuda", "bf16", c, B);
-  auto eager = vit::make_engine(o);
-  o.cuda_graph = true;
-  auto graphed = vit::make_engine(o);
-  std::vector<float> p0(size_t(eager->table().total));
-  vit::init_params(p0.data(), eager->table(), c, 5);
-  const Batch batches[2] = {batch_of(c, B, 6), batch_of(c, B, 7)};
-  int64_t captures_before_drop = 0;
-  for (vit::Engine* e : {eager.get(), graphed.get()}) {
-    e->write_params(p0);
-    for (int step = 0; step < 6; ++step) {
-      if (step == 3) {
-        captures_before_drop = e->graph_stats().captures;
-        ::setenv("VIT_GELU_FAST", "1", 1);
-        e->drop_graphs();
-      }
-      e->zero_grad();
-      for (int a = 0; a < 2; ++a)
-        e->forward_backward(batches[a].images.data(), batches[a].targets.data(), B,
-                            1.0f / float(2 * B), uint64_t(step));
-      e->step(1e-3);
-    }
-    e->read_stats();
-    ::unsetenv("VIT_GELU_FAST");
-  }
-  vit::test::expect_same_bits("weights", graphed->read_params(), eager->read_params());
-  const vit::GraphStats gs = graphed->graph_stats();
-  EXPECT_TRUE(gs.on) << gs.off_reason;
-  EXPECT_EQ(captures_before_drop, 2);
-  EXPECT_EQ(gs.captures, 4) << "the two slots' passes captured again after the drop";
 }
 
 TEST(CudaEngine, BenchShapeStepRunsAndReportsMemory) {
@@ -291,45 +269,6 @@ TEST(CudaEngine, BenchShapeStepRunsAndReportsMemory) {
   EXPECT_EQ(ts.updates, 3);
   EXPECT_TRUE(std::isfinite(ts.loss_sum) && std::isfinite(ts.grad_norm));
   EXPECT_LT(ts.last_loss, ts.loss_sum / 3 + 1.0);  // trains on one batch: the loss does not blow up
-}
-
-// Engine::kernel_calls (what `bench` reports a variant ran): all routes at 0 calls by default,
-// and a switch's route counted once an op call (VIT_FLASH_FWD_ROWS=32: the forward's two row
-// tiles, one call a layer a pass, at ViT-S/16's head dim 64).
-TEST(CudaEngine, KernelCallsCountTheOptInRoutesThatRan) {
-  vit::register_cuda_backend();
-  VIT_GPU_TEST_PRECONDITION();
-  ::unsetenv("VIT_FLASH_FWD_ROWS");
-  vit::ModelConfig c = vit::model_preset("vit_small_patch16_224");
-  c.depth = 2;
-  const Index B = 4;
-  auto gpu = engine_on("cuda", "bf16", c, B);
-  const auto calls_of = [&](const std::string& route) {
-    for (const auto& [name, calls] : gpu->kernel_calls())
-      if (name == route) return calls;
-    ADD_FAILURE() << "no route " << route;
-    return int64_t(-1);
-  };
-  std::vector<float> p0(size_t(gpu->table().total), 0.0f);
-  vit::init_params(p0.data(), gpu->table(), c, 1);
-  gpu->write_params(p0);
-  const Batch b = batch_of(c, B, 4);
-  const auto pass = [&] {
-    gpu->zero_grad();
-    gpu->forward_backward(b.images.data(), b.targets.data(), B, 1.0f / B, 0);
-  };
-  const int64_t before = calls_of("flash_forward_two_tiles");
-  pass();
-  EXPECT_EQ(calls_of("flash_forward_two_tiles"), before) << "not asked for";
-  ::setenv("VIT_FLASH_FWD_ROWS", "32", 1);
-  pass();
-  pass();
-  ::unsetenv("VIT_FLASH_FWD_ROWS");
-  EXPECT_EQ(calls_of("flash_forward_two_tiles"), before + 2 * c.depth);
-  for (const char* route : {"sm90_gemm", "cudnn_forward", "cudnn_backward", "flash_fused_backward",
-                            "bias_grad_epilogue", "gemm_simt_fallback", "epilogue_miss"})
-    EXPECT_GE(calls_of(route), 0) << route;
-  gpu->read_stats();
 }
 
 }  // namespace

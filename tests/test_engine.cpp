@@ -105,18 +105,18 @@ TEST_P(EngineTest, Bf16EmulationTrainsCloseToFp32) {
 }
 
 // The emulation, like the CUDA backend, runs the fused attention for head dims the kernels
-// support (here D = 32) unless VIT_FLASH_ATTENTION=0; other head dims run unfused. Fused and
+// support (here D = 32) unless its kernel plan says attention=unfused; other head dims run
+// unfused. Fused and
 // unfused are the same attention rounded at different points: three updates agree within the
 // bf16 tolerance of the test above, and the fused arena holds no (B, H, N, N) probabilities.
 TEST(Engine, EmulationFusedAttentionTrainsLikeUnfused) {
   const auto c = small_config(vit::Ffn::Local, vit::Classifier::Token);
   ASSERT_EQ(c.head_dim(), 32);
   const Index B = 6;
-  ::unsetenv("VIT_FLASH_ATTENTION");
   vit::ModelEngine<vit::EmuBackend> fused(options("emu", c, B));
-  ::setenv("VIT_FLASH_ATTENTION", "0", 1);
-  vit::ModelEngine<vit::EmuBackend> unfused(options("emu", c, B));
-  ::unsetenv("VIT_FLASH_ATTENTION");
+  vit::EngineOptions unfused_options = options("emu", c, B);
+  unfused_options.kernels = vit::parse_kernel_options("attention=unfused");
+  vit::ModelEngine<vit::EmuBackend> unfused(unfused_options);
   EXPECT_TRUE(fused.model().fused_attention());
   EXPECT_FALSE(unfused.model().fused_attention());
   const Index N = c.num_tokens(), H = c.num_heads;

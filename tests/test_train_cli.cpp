@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli_harness.h"
+#include "ops/kernel_options.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -251,22 +252,29 @@ TEST_F(TrainCli, BenchReportsTheRateOfEachChunkOfItsSteps) {
   EXPECT_EQ(one["chunk_img_per_s"].size(), 1u);
 }
 
-// bench --variant times kernel switches against each other in one process: a JSON line a
-// variant, in the order given, with one rate a round, their median, the variables it set, and
-// its median over the first's (the first's is 1). A malformed spec is one error line.
+// bench --variant times kernel-plan presets against each other in one process: a JSON line a
+// variant, in the order given, with one rate a round, their median, its options and resolved
+// plan, and its median over the first's (the first's is 1). A malformed spec is one error line.
 TEST_F(TrainCli, BenchTimesVariantsInInterleavedRounds) {
   const RunResult r = run_vitrain(
-      "bench --model vit_fmnist_tiny -b 2 --steps 2 --warmup 1 --json --rounds 3 "
-      "--variant default: --variant 'both:VIT_SM90_GEMM=fwd,dgrad VIT_GELU_FAST=1'",
+      "bench --model vit_fmnist_tiny -b 2 --steps 2 --warmup 1 --json --rounds 3 --device emu "
+      "--variant default: --variant unfused:attention=unfused,flash_warps=2",
       dir_.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<nlohmann::json> rows = json_lines(r.out);
   ASSERT_EQ(rows.size(), 2u) << r.out;
   EXPECT_EQ(rows[0].value("variant", ""), "default");
-  EXPECT_EQ(rows[1].value("variant", ""), "both");
-  EXPECT_TRUE(rows[0]["env"].empty());
-  EXPECT_EQ(rows[1]["env"].value("VIT_SM90_GEMM", ""), "fwd,dgrad");
-  EXPECT_EQ(rows[1]["env"].value("VIT_GELU_FAST", ""), "1");
+  EXPECT_EQ(rows[1].value("variant", ""), "unfused");
+  EXPECT_EQ(rows[0]["kernels"].value("options", ""), vit::to_string(vit::KernelOptions{}));
+  EXPECT_NE(rows[1]["kernels"].value("options", "").find("attention=unfused"), std::string::npos);
+  // The plan says what each ran: the emulation fuses attention by default, not when told not to.
+  const auto attention_of = [](const nlohmann::json& row) {
+    for (const auto& e : row["kernels"]["plan"])
+      if (e.value("op", "") == "attention") return e.value("variant", "");
+    return std::string("none");
+  };
+  EXPECT_EQ(attention_of(rows[0]), "flash");
+  EXPECT_EQ(attention_of(rows[1]), "unfused");
   for (const nlohmann::json& row : rows) {
     std::vector<double> rates = row["img_per_s_rounds"].get<std::vector<double>>();
     ASSERT_EQ(rates.size(), 3u) << row;
@@ -279,23 +287,23 @@ TEST_F(TrainCli, BenchTimesVariantsInInterleavedRounds) {
               rows[1].value("median_img_per_s", 0.0) / rows[0].value("median_img_per_s", 1.0),
               1e-3);
   const RunResult bad =
-      run_vitrain("bench --model vit_fmnist_tiny --variant a:VIT_X", dir_.string());
+      run_vitrain("bench --model vit_fmnist_tiny --variant a:VIT_X=1", dir_.string());
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("error: bench: --variant 'a:VIT_X': 'VIT_X' is not VAR=VALUE"),
+  EXPECT_NE(bad.err.find("error: bench: --variant 'a:VIT_X=1': --kernels: unknown key 'VIT_X'"),
             std::string::npos)
       << bad.err;
 }
 
 // A variant whose run throws (a new kernel's first failure) is left out of the later rounds and
 // its line says why, while the others are timed in every round: the exit code is 1, and every
-// variant still has its line.
+// variant still has its line. VIT_TEST_BENCH_VARIANT_FAILS names the variant that fails.
 TEST_F(TrainCli, BenchGoesOnPastAFailingVariant) {
   const RunResult r = run_vitrain(
       "bench --model vit_fmnist_tiny -b 2 --steps 1 --warmup 1 --json --rounds 2 "
-      "--variant a: --variant b:VIT_TEST_BENCH_VARIANT_FAILS=1 --variant c:",
-      dir_.string());
+      "--variant a: --variant b:gelu=fast --variant c:",
+      dir_.string(), "VIT_TEST_BENCH_VARIANT_FAILS=b");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("error: bench: variant b failed: VIT_TEST_BENCH_VARIANT_FAILS is set"),
+  EXPECT_NE(r.err.find("error: bench: variant b failed: VIT_TEST_BENCH_VARIANT_FAILS names it"),
             std::string::npos)
       << r.err;
   const std::vector<nlohmann::json> rows = json_lines(r.out);
@@ -444,6 +452,65 @@ TEST_F(TrainCli, Bf16EmulationLearnsAndResumesBitwise) {
   ASSERT_EQ(ref.size(), 32u);
   ASSERT_EQ(got.size(), ref.size());
   for (const auto& [step, loss] : ref) EXPECT_EQ(got.at(step), loss) << "step " << step;
+}
+
+// The run folder records the kernel plan (kernels.json, named by log.jsonl's first record); a
+// resumed run replays it whatever the autotune cache or the same-bits options say then, and
+// stays bitwise; a resume that would change results (another GELU) is one error line that
+// leaves the run as it was.
+TEST_F(TrainCli, KernelPlanIsRecordedAndReplayedOnResume) {
+  const std::string emu = "--device emu --epochs 2";
+  const std::string cache_a = "XDG_CACHE_HOME=" + (dir_ / "cache_a").string();
+  const std::string cache_b = "XDG_CACHE_HOME=" + (dir_ / "cache_b").string();
+  ASSERT_EQ(run_vitrain(train_flags("k_straight", emu), dir_.string(), cache_a).exit_code, 0);
+  ASSERT_EQ(run_vitrain(train_flags("k_split", emu + " --stop-after-updates 21"), dir_.string(),
+                        cache_a)
+                .exit_code,
+            0);
+  const fs::path run = dir_ / "out" / "k_split";
+  std::ifstream log(run / "log.jsonl");
+  std::string first;
+  std::getline(log, first);
+  const auto record = nlohmann::json::parse(first);
+  EXPECT_EQ(record.value("type", ""), "kernels") << first;
+  EXPECT_EQ(record.value("file", ""), "kernels.json") << first;
+  const auto plan_of = [&] {
+    std::ifstream f(run / "kernels.json");
+    return nlohmann::json::parse(f);
+  };
+  const nlohmann::json before = plan_of();
+  EXPECT_EQ(before.value("options", ""), vit::to_string(vit::KernelOptions{}));
+  std::map<std::string, std::string> variant_of;  // "op shape" -> variant
+  for (const auto& e : before["plan"]) {
+    EXPECT_EQ(e.value("why", ""), "rule") << e;
+    variant_of[e.value("op", "") + " " + e.value("shape", "")] = e.value("variant", "");
+  }
+  EXPECT_EQ(variant_of.count("attention B=32 N=4 H=3 D=32 bf16"), 1u) << before.dump();
+
+  const RunResult refused = run_vitrain(
+      "train --resume " + run.string() + " --kernels gelu=fast", dir_.string(), cache_a);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("the run was trained with other kernels (gelu: erf -> fast)"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(plan_of(), before) << "a refused resume rewrote kernels.json";
+
+  const RunResult resumed =
+      run_vitrain("train --resume " + run.string() + " --kernels autotune=on,flash_warps=3",
+                  dir_.string(), cache_b);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto ref = losses("k_straight"), got = losses("k_split");
+  ASSERT_EQ(ref.size(), 32u);
+  ASSERT_EQ(got.size(), ref.size());
+  for (const auto& [step, loss] : ref) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  // The recorded picks stand (the forced height did not replace them).
+  for (const auto& e : plan_of()["plan"]) {
+    const std::string key = e.value("op", "") + " " + e.value("shape", "");
+    if (!variant_of.count(key)) continue;
+    EXPECT_EQ(e.value("why", ""), "recorded") << e;
+    EXPECT_EQ(e.value("variant", ""), variant_of.at(key)) << e;
+    EXPECT_EQ(e.value("param", -1), 0) << e;
+  }
 }
 
 // The non-finite guard end to end, by injection (VIT_TEST_NONFINITE_UPDATES gives the listed

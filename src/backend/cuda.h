@@ -30,8 +30,7 @@ struct CudaBackend {
            (fp32_residual ? ", fp32 residual" : "") + " (" + cuda::device_name() + ")";
   }
   static double peak_bytes() { return double(cuda::device_peak_bytes()); }
-  // The opt-in kernel routes' op calls (Engine::kernel_calls).
-  static KernelCalls kernel_route_counts() { return cuda::kernel_route_counts(); }
+  static DeviceProps device_props() { return cuda::device_props(); }
   // CUDA graphs of the training pass (train/pass_graphs.h).
   struct GraphOps {
     using Graph = cuda::StreamGraph;

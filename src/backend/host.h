@@ -22,9 +22,9 @@
 
 #include "core/bf16.h"
 #include "core/common.h"
-#include "core/kernel_calls.h"
 #include "dist/comm.h"
 #include "ops/attention_choice.h"
+#include "ops/kernel_plan.h"
 #include "ops/cpu/adamw.h"
 #include "ops/cpu/ema.h"
 #include "ops/cpu/ops.h"
@@ -89,6 +89,8 @@ class HostMarks {
 // Memory of the host backends: plain host arrays, copies are memcpy or elementwise conversion.
 struct HostMemory {
   static constexpr bool kHost = true;
+  // What the kernel plan's rules see (a host: the emulation chooses as the GPU does).
+  static DeviceProps device_props() { return {}; }
   template <class U>
   using Buffer = std::vector<U>;
 
@@ -115,8 +117,6 @@ struct HostMemory {
   }
   static void synchronize() {}
   using Marks = HostMarks;
-  // No opt-in kernel routes on the host (Engine::kernel_calls).
-  static KernelCalls kernel_route_counts() { return {}; }
 
   // The engine's loss bookkeeping in its step statistics (StepStat, fp64): the micro-batch's
   // mean loss (B) adds to the pending update's.

@@ -18,7 +18,7 @@
 #include "core/omp_wait.h"
 #include "core/profile.h"
 #include "core/rng.h"
-#include "ops/attention_choice.h"
+#include "ops/kernel_options.h"
 #include "train/engine.h"
 
 namespace vit {
@@ -31,6 +31,7 @@ struct BenchArgs {
   int batch = 128, steps = 10, warmup = 2, img_size = 0, threads = 0, rounds = 3;
   bool json = false, profile = false, fp32_residual = false, cuda_graph = true;
   bool cuda_graph_given = false;  // --cuda-graph on the command line, not the default
+  std::string kernels;
   std::vector<std::string> variant_specs;
 };
 
@@ -63,13 +64,14 @@ bool parse_bench_args(int argc, char** argv, BenchArgs& a) {
                "warm-up is then at least 4 steps, so both input slots' graphs are captured "
                "before the timing");
   app.add_flag("--json", a.json, "print one JSON line instead of text");
+  app.add_option("--kernels", a.kernels,
+                 "kernel options k=v,... (the plan chooses the rest; --json reports it):\n" +
+                     kernel_options_help());
   app.add_option("--variant", a.variant_specs,
-                 "NAME:VAR=VALUE ... (repeatable; NAME: for the environment as it is): time "
-                 "these kernel switches against each other in this process, interleaved over "
-                 "--rounds rounds, each run after its own warm-up (graphs captured anew); one "
-                 "line a variant with its median over the first's. Only switches an op reads at "
-                 "each call vary (not VIT_GEMM_AUTOTUNE, VIT_GEMM_FALLBACK, VIT_PROFILE, "
-                 "VIT_FLASH_ATTENTION)");
+                 "NAME:k=v,... (repeatable; a --kernels string, NAME: for the defaults): time "
+                 "these kernel-plan presets against each other in this process, interleaved "
+                 "over --rounds rounds, each run on an engine of its own after its own warm-up; "
+                 "one line a variant with its median over the first's and its plan");
   app.add_option("--rounds", a.rounds, "with --variant: rounds over the variants")
       ->check(CLI::PositiveNumber);
   app.add_flag("--profile", a.profile,
@@ -123,7 +125,15 @@ std::string arch_text(const ModelConfig& cfg) {
   return arch;
 }
 
-// The run's one line (JSON or text; the text adds the state's memory and the opt-in kernels).
+// "fused" where the plan runs attention fused (the GPU and its emulation, at the head dims
+// that have flash kernels), else "unfused".
+std::string attention_kind(const Engine& engine) {
+  for (const auto& e : engine.kernel_plan().at("plan"))
+    if (e.at("op") == "attention") return e.at("variant") == "flash" ? "fused" : "unfused";
+  return "unfused";  // the CPU reference plans nothing: one kernel an op
+}
+
+// The run's one line (JSON or text; the text adds the state's memory).
 void print_single_run(const Engine& engine, const BenchArgs& a, const EngineOptions& eo,
                       const BenchRun& run) {
   const ModelConfig& cfg = eo.cfg;
@@ -145,12 +155,9 @@ void print_single_run(const Engine& engine, const BenchArgs& a, const EngineOpti
                                  100 * mfu, mem_gib)
                    : "");
     fmt::print("{}\n", format_state_memory(state, gpu, 1));
-    const std::string ran = route_calls_text(run.routes);
-    if (!ran.empty()) fmt::print("opt-in kernels (op calls, replays uncounted): {}\n", ran);
+    fmt::print("kernels: {}\n", to_string(eo.kernels));
     return;
   }
-  // The CPU reference always runs unfused; the GPU and its emulation fuse where they can.
-  const bool fused = eo.device != "cpu" && use_flash_attention(cfg.head_dim());
   const std::string spin = openmp_spin_setting();  // what libgomp runs with
   constexpr double kMiB = 1024.0 * 1024.0;
   fmt::print(
@@ -160,7 +167,7 @@ void print_single_run(const Engine& engine, const BenchArgs& a, const EngineOpti
       "\"gp\":\"{}\",\"omp_spin\":{},\"median_img_per_s\":{:.2f},\"chunk_img_per_s\":[{}]{}{}"
       "{}{}}}\n",
       eo.device, engine.description(), a.model_name, a.batch, omp_get_max_threads(),
-      fused ? "fused" : "unfused", t.img_per_s, ms_per_step, gflops, state.total() / kMiB,
+      attention_kind(engine), t.img_per_s, ms_per_step, gflops, state.total() / kMiB,
       state.optimizer / kMiB, to_string(cfg.ffn), to_string(cfg.classifier),
       nlohmann::json(spin.empty() ? "unset" : spin).dump(), t.median_img_per_s,
       rate_list(t.chunk_img_per_s),
@@ -169,7 +176,7 @@ void print_single_run(const Engine& engine, const BenchArgs& a, const EngineOpti
       // graphs asked for: how many timed passes were replays (all, or 0 where they did not
       // run: see stderr)
       eo.cuda_graph ? fmt::format(",\"graph_replays\":{}", run.graph_replays) : "",
-      gpu ? ",\"kernel_calls\":" + route_calls_json(run.routes).dump() : "");
+      ",\"kernels\":" + engine.kernel_plan().dump());
 }
 
 }  // namespace
@@ -200,17 +207,19 @@ int run_bench(int argc, char** argv) {
   eo.precision = a.precision;
   eo.fp32_residual = a.fp32_residual;
   eo.max_batch = a.batch;
-  std::unique_ptr<Engine> engine = make_engine(eo);
+  eo.kernels = parse_kernel_options(a.kernels);
   const SyntheticBatch data = synthetic_batch(eo.cfg, a.batch);
-  auto step = [&] {
-    engine->zero_grad();
-    engine->forward_backward(data.images.data(), data.targets.data(), a.batch,
-                             1.0f / float(a.batch), 0);
+  auto step_on = [&](Engine& engine) {
+    engine.zero_grad();
+    engine.forward_backward(data.images.data(), data.targets.data(), a.batch,
+                            1.0f / float(a.batch), 0);
     // AdamW reads params, grads, m, v and writes params, m, v: 7 fp32 per parameter.
-    ProfileScope prof("adamw", {0.0, 28.0 * double(engine->table().total)});
-    engine->step(1e-4);
+    ProfileScope prof("adamw", {0.0, 28.0 * double(engine.table().total)});
+    engine.step(1e-4);
   };
   if (!variants.empty()) {
+    VIT_CHECK(a.kernels.empty(), "bench: --kernels and --variant do not go together (each "
+                                 "variant names its kernels)");
     VariantBenchShape shape;
     shape.rounds = a.rounds;
     shape.warmup = a.warmup;
@@ -219,9 +228,16 @@ int run_bench(int argc, char** argv) {
     shape.model_name = a.model_name;
     shape.flops_per_image = 3.0 * eo.cfg.forward_flops_per_image();
     shape.json = a.json;
-    return run_bench_variants(*engine, step, variants, shape);
+    auto engine_with = [&](const KernelOptions& kernels) {
+      EngineOptions variant = eo;
+      variant.kernels = kernels;
+      return make_engine(variant);
+    };
+    return run_bench_variants(engine_with, step_on, variants, shape);
   }
-  const BenchRun run = warm_up_and_time(*engine, step, a.warmup, a.steps, a.batch);
+  std::unique_ptr<Engine> engine = make_engine(eo);
+  const BenchRun run =
+      warm_up_and_time(*engine, [&] { step_on(*engine); }, a.warmup, a.steps, a.batch);
   if (Profile::enabled()) Profile::print(stderr, a.steps);
   print_single_run(*engine, a, eo, run);
   return 0;

@@ -54,14 +54,12 @@ TimedSteps time_steps(Engine& engine, const std::function<void()>& step, int ste
 
 BenchRun warm_up_and_time(Engine& engine, const std::function<void()>& step, int warmup, int steps,
                           int batch) {
-  const KernelCalls routes_before = engine.kernel_calls();
   for (int i = 0; i < warmup; ++i) step();
   engine.read_stats();  // waits for the warm-up steps on the device
   const int64_t warmup_replays = engine.graph_stats().replays;
   Profile::reset();
   BenchRun run;
   run.timed = time_steps(engine, step, steps, batch);
-  run.routes = route_calls_since(routes_before, engine.kernel_calls());
   run.graph_replays = engine.graph_stats().replays - warmup_replays;
   return run;
 }

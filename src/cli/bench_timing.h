@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "core/kernel_calls.h"
 #include "train/engine.h"
 
 namespace vit {
@@ -19,11 +18,9 @@ struct TimedSteps {
 // The median of v (the mean of the middle two where v's size is even).
 double median_of(std::vector<double> v);
 
-// One run's results: its rates, the opt-in kernels' calls over its warm-up and timed steps, and
-// how many of the timed passes were graph replays.
+// One run's results: its rates, and how many of the timed passes were graph replays.
 struct BenchRun {
   TimedSteps timed;
-  KernelCalls routes;
   int64_t graph_replays = 0;
 };
 

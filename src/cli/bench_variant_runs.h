@@ -1,7 +1,8 @@
-// `vitrain bench --variant`'s runs: each variant's kernel switches timed in interleaved rounds
+// `vitrain bench --variant`'s runs: each variant's kernel-plan preset timed in interleaved rounds
 // in one process, and one line a variant (bench_variants.h parses the specs).
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,14 +20,19 @@ struct VariantBenchShape {
   bool json = false;
 };
 
-// Each variant's switches applied in turn, `rounds` times in rotated orders, each run timing
-// `steps` calls of `step` after `warmup` untimed ones (its CUDA graphs captured anew); one line a
-// variant: its runs' img/s, their median, and that median over the first variant's (on the GPU
-// also the median's MFU, its opt-in kernels' calls and graph replays). A variant whose run throws
-// is left out of the later rounds and its line says why; the others go on (as far as the device
-// still can), so one new kernel's failure does not take the whole comparison with it. Returns
-// the exit code: 1 if any variant failed.
-int run_bench_variants(Engine& engine, const std::function<void()>& step,
+// An engine with these kernel options (the bench's model, batch and device otherwise).
+using BenchEngineMaker = std::function<std::unique_ptr<Engine>(const KernelOptions&)>;
+// One training step on `engine`.
+using BenchStep = std::function<void(Engine&)>;
+
+// Each variant in turn, `rounds` times in rotated orders; a run builds the variant's engine
+// (its own kernel plan, its graphs captured anew), times `steps` steps after `warmup` untimed
+// ones, and frees it. One line a variant: its runs' img/s, their median, that median over the
+// first variant's, its options and resolved plan (on the GPU also the MFU and graph replays).
+// A variant whose run throws is left out of the later rounds and its line says why; the others
+// go on, so one kernel's failure does not take the whole comparison with it. Returns the exit
+// code: 1 if any variant failed.
+int run_bench_variants(const BenchEngineMaker& make_engine, const BenchStep& step,
                        const std::vector<BenchVariant>& variants, const VariantBenchShape& shape);
 
 }  // namespace vit

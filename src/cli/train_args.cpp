@@ -14,6 +14,7 @@
 
 #include "core/common.h"
 #include "core/utf8.h"
+#include "ops/kernel_options.h"
 #include "train/batch_config.h"
 #include "train/budget.h"
 #include "train/curriculum.h"
@@ -125,6 +126,10 @@ std::vector<Option> options(TrainArgs& a) {
        "bf16 modes: keep the residual stream and its gradient in fp32 (as PyTorch autocast "
        "does); the other activations stay bf16",
        &a.fp32_residual},
+      {"--kernels", "kernels",
+       "kernel options k=v,... (the plan chooses the rest; the run folder's kernels.json says "
+       "what ran):\n" + kernel_options_help(),
+       &a.kernels},
       {"--cuda-graph", "cuda_graph",
        "cuda: replay each micro-batch's forward and backward as a CUDA graph (one launch "
        "instead of hundreds: small models; the same bits); on by default, --cuda-graph=false "
@@ -227,6 +232,7 @@ void apply_yaml(const std::string& path, std::vector<Option>& opts) {
 
 void validate(const TrainArgs& a) {
   VIT_CHECK(a.batch_size > 0, "--batch-size must be positive");
+  parse_kernel_options(a.kernels);  // one error line naming the bad key or value
   VIT_CHECK(a.grad_accum_steps > 0, "--grad-accum-steps must be positive");
   VIT_CHECK(a.epochs > 0, "--epochs must be positive");
   VIT_CHECK(a.opt == "adamw", fmt::format("--opt {}: only adamw is supported", a.opt));

@@ -2,6 +2,12 @@
 
 namespace vit {
 
+bool plans_flash(KernelPlan* plan, const ModelConfig& cfg, Index batch, Storage storage) {
+  const OpKey key = attention_key(OpFamily::kAttention, batch, cfg.num_tokens(), cfg.num_heads,
+                                  cfg.head_dim(), storage);
+  return (plan ? plan->choice(key) : planned_choice(key)).variant == "flash";
+}
+
 void plan_model(KernelPlan& plan, const ModelConfig& cfg, Index batch,
                 const std::vector<int>& sizes, Storage storage) {
   const Index B = batch, C = cfg.embed_dim, H = cfg.num_heads, D = cfg.head_dim(),
@@ -15,7 +21,7 @@ void plan_model(KernelPlan& plan, const ModelConfig& cfg, Index batch,
       plan.choice(attention_key(OpFamily::kFlashBackward, B, N, H, D, storage));
     }
     plan.choice(layernorm_key(B * N, C, storage));
-    plan.choice(embed_key(B, N, C, storage));
+    plan.choice(embed_key(B, patches, storage));
     plan.choice(pool_key(B, N, C, storage));
     plan.choice(gemm_key(B * N, C, 3 * C, storage));        // qkv
     plan.choice(gemm_key(B * N, C, C, storage));            // proj

@@ -16,6 +16,7 @@
 #include "model/arena.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/kernel_plan.h"
 
 namespace vit {
 
@@ -29,7 +30,10 @@ class VitModel {
   using Buffer = typename Backend::template Buffer<U>;
 
   // max_img_size: the largest image size this model will be switched to (0 = cfg.img_size).
-  VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size = 0);
+  // `plan`: the kernel plan whose attention choice the model's buffers follow (null: the active
+  // plan, or the rules under default options).
+  VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size = 0,
+           KernelPlan* plan = nullptr);
   ~VitModel();
   VitModel(const VitModel&) = delete;
   VitModel& operator=(const VitModel&) = delete;

@@ -10,6 +10,7 @@
 #include "model/conv_stem.h"
 #include "model/op_work.h"
 #include "model/vit.h"
+#include "model/model_plan.h"
 #include "ops/attention_choice.h"
 
 namespace vit {
@@ -76,12 +77,14 @@ struct VitModel<Backend>::Acts {
 };
 
 template <class Backend>
-VitModel<Backend>::VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size)
+VitModel<Backend>::VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size,
+                            KernelPlan* plan)
     : cfg_(cfg),
       table_(build_param_table(cfg)),
       max_batch_(max_batch),
       max_img_size_(max_img_size > 0 ? max_img_size : cfg.img_size),
-      fused_attention_(Backend::kFusedAttention && use_flash_attention(cfg.head_dim())) {
+      fused_attention_(Backend::kFusedAttention &&
+                       plans_flash(plan, cfg, max_batch, storage_of<typename Backend::Store>())) {
   VIT_CHECK(max_batch > 0, "batch size must be positive");
   VIT_CHECK(max_img_size_ >= cfg.img_size && max_img_size_ % cfg.patch_size == 0,
             "model: the largest image size must be a multiple of the patch size and at least "

@@ -123,6 +123,8 @@ std::vector<const char*> dim_letters(OpFamily family) {
       return {"n"};
     case OpFamily::kGemm:
       return {"M", "K", "Nout"};
+    case OpFamily::kEmbed:
+      return {"B", "patches"};
     default:
       return {"B", "N", "C"};
   }
@@ -214,8 +216,8 @@ OpKey dwconv_key(bool forward, Index B, Index N, Index C, Storage storage) {
 OpKey layernorm_key(Index R, Index C, Storage storage) {
   return make_key(OpFamily::kLayernorm, {R, C, 0, 0}, storage);
 }
-OpKey embed_key(Index B, Index N, Index C, Storage storage) {
-  return make_key(OpFamily::kEmbed, {B, N, C, 0}, storage);
+OpKey embed_key(Index B, Index patches, Storage storage) {
+  return make_key(OpFamily::kEmbed, {B, patches, 0, 0}, storage);
 }
 OpKey pool_key(Index B, Index N, Index C, Storage storage) {
   return make_key(OpFamily::kPool, {B, N, C, 0}, storage);
@@ -273,14 +275,15 @@ std::vector<KernelChoice> tune_candidates(const DeviceProps& device, const OpKey
       for (int warps = 1; warps <= 4; ++warps) out.push_back({"mma", warps, ChoiceWhy::kTuned});
       break;
     case OpFamily::kDwconvForward:
-    case OpFamily::kDwconvBackward:
       if (key.dims[2] % 2 != 0) return {};
       out = {{"columns", 1, ChoiceWhy::kTuned}, {"columns", 2, ChoiceWhy::kTuned}};
       break;
     case OpFamily::kEmbed:
-    case OpFamily::kPool:
       out = {{"narrow", 0, ChoiceWhy::kTuned}, {"wide", 0, ChoiceWhy::kTuned}};
       break;
+      // dwconv_backward and pool: they accumulate (the weight gradient, dx), so they cannot be
+      // timed by repeating them on their own arguments; the rule's pick (or a forced one) stands.
+
     default:
       return {};
   }

@@ -46,7 +46,7 @@ enum class Storage { kFp32, kBf16 };
 //  attention, flash_forward, flash_backward: B, N, H, D
 //  dwconv_forward, dwconv_backward:          B, N, C (N the tokens, prefix included)
 //  layernorm:                                R (rows), C
-//  embed:                                    B, N, C
+//  embed:                                    B, patches (every op of the patch embedding)
 //  pool:                                     B, N, C
 //  gelu:                                     elements
 //  gemm:                                     M, K, Nout
@@ -100,7 +100,7 @@ std::vector<KernelChoice> tune_candidates(const DeviceProps& device, const OpKey
 OpKey attention_key(OpFamily family, Index B, Index N, Index H, Index D, Storage storage);
 OpKey dwconv_key(bool forward, Index B, Index N, Index C, Storage storage);
 OpKey layernorm_key(Index R, Index C, Storage storage);
-OpKey embed_key(Index B, Index N, Index C, Storage storage);
+OpKey embed_key(Index B, Index patches, Storage storage);
 OpKey pool_key(Index B, Index N, Index C, Storage storage);
 OpKey gelu_key(Index n, Storage storage);
 OpKey gemm_key(Index M, Index K, Index Nout, Storage storage);

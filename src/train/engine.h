@@ -4,15 +4,16 @@
 // grad norm stay on the device between them).
 #pragma once
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "core/kernel_calls.h"
 #include "data/planned_batch.h"
 #include "dist/comm.h"
 #include "dist/launch_env.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/kernel_options.h"
 #include "ops/cpu/adamw.h"
 
 namespace vit {
@@ -46,6 +47,12 @@ struct EngineOptions {
   // GPU: replay each micro-batch's forward and backward as a CUDA graph (train/pass_graphs.h).
   // No effect on the host backends, in data parallel runs or while the op profile runs.
   bool cuda_graph = false;
+  // The kernels (ops/kernel_plan.h): the user's options; the run's image sizes, so the plan
+  // covers every shape of a size curriculum (empty: cfg's size); a resumed run's recorded plan
+  // (its kernels.json), replayed as it was (null: plan afresh).
+  KernelOptions kernels;
+  std::vector<int> plan_sizes;
+  nlohmann::json recorded_kernels;
 };
 
 // CUDA graphs of the training pass (EngineOptions::cuda_graph).
@@ -154,13 +161,8 @@ class Engine {
   virtual double device_memory_bytes() const { return 0; }
   virtual StateMemory state_memory() const = 0;
   virtual GraphStats graph_stats() const { return {}; }
-  // The opt-in kernel routes' op calls, process-wide (core/kernel_calls.h).
-  virtual KernelCalls kernel_calls() const { return {}; }
-  // Waits for the device, then drops the captured CUDA graphs, so that the next passes launch
-  // (and capture) the kernels the switches now select (bench --variant), and turns graphs on
-  // again if a capture broke (the switch whose kernels broke it may be gone); no-op without
-  // graphs.
-  virtual void drop_graphs() {}
+  // The resolved kernel plan (KernelPlan::to_json): the run folder's kernels.json.
+  virtual nlohmann::ordered_json kernel_plan() const = 0;
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opt);

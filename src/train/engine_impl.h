@@ -8,7 +8,9 @@
 #include <type_traits>
 
 #include "core/profile.h"
+#include "model/model_plan.h"
 #include "model/vit.h"
+#include "ops/autotune.h"
 #include "train/engine.h"
 #include "train/grad_buckets.h"
 #include "train/pass_graphs.h"
@@ -25,7 +27,8 @@ class ModelEngine : public Engine {
   using Buffer = typename Backend::template Buffer<U>;
 
   explicit ModelEngine(const EngineOptions& opt)
-      : model_(opt.cfg, opt.max_batch, opt.max_img_size),
+      : plan_(make_plan(opt)),
+        model_(opt.cfg, opt.max_batch, opt.max_img_size, plan_.get()),
         adamw_(opt.adamw),
         m_(size_t(moment_capacity(opt))),
         v_(size_t(moment_capacity(opt))),
@@ -77,13 +80,7 @@ class ModelEngine : public Engine {
     g.off_reason = graphs_off_reason_;
     return g;
   }
-  KernelCalls kernel_calls() const override { return Backend::kernel_route_counts(); }
-  void drop_graphs() override {
-    if (!graphs_) return;
-    synchronize();
-    graphs_->turn_on();
-    graphs_off_reason_.clear();  // said again if a capture breaks again
-  }
+  nlohmann::ordered_json kernel_plan() const override { return plan_->to_json(); }
   bool on_gpu() const override { return !Backend::kHost; }
   const ModelConfig& config() const override { return model_.config(); }
   const ParamTable& table() const override { return model_.table(); }
@@ -131,6 +128,7 @@ class ModelEngine : public Engine {
   // The training pass over the uploaded batch: host work (the pass's state, stochastic-depth
   // scales) first, then the device work, eagerly or as a graph.
   void train_on_input(Index B, float loss_scale, uint64_t seed) {
+    const ActivePlanScope kernels(plan_.get());
     VIT_CHECK(!sums_started_,
               "engine: more micro-batches in an update than EngineOptions::micro_batches");
     model_.begin_pass(cur_targets_, B, true, seed);
@@ -207,6 +205,7 @@ class ModelEngine : public Engine {
   void infer(const float* images, const float* targets, Index B, float* logits,
              float* losses) override {
     upload_batch(images, targets, B);
+    const ActivePlanScope kernels(plan_.get());
     model_.forward(cur_images_, targets ? cur_targets_ : nullptr, B, false, 0);
     release_batch();
     Backend::download(logits, model_.logits(), B * config().num_classes);
@@ -419,6 +418,19 @@ class ModelEngine : public Engine {
     if constexpr (!Backend::kHost) Backend::input_released(slot_);
   }
 
+  // The kernel plan (ops/kernel_plan.h): made before the model, whose buffers follow its
+  // attention choice; active around every pass.
+  static std::unique_ptr<KernelPlan> make_plan(const EngineOptions& opt) {
+    auto plan = std::make_unique<KernelPlan>(Backend::device_props(), opt.kernels);
+    if (!Backend::kFusedAttention) return plan;  // the CPU reference: one kernel an op
+    if (opt.kernels.autotune && !Backend::kHost)
+      plan->set_tuner(std::make_shared<Autotuner>(default_autotune_cache_path()));
+    if (!opt.recorded_kernels.is_null()) plan->replay(opt.recorded_kernels);
+    plan_model(*plan, opt.cfg, opt.max_batch, opt.plan_sizes, storage_of<Store>());
+    return plan;
+  }
+
+  std::unique_ptr<KernelPlan> plan_;
   VitModel<Backend> model_;
   AdamWConfig adamw_;
   Buffer<Acc> m_, v_;                  // (capacity) AdamW moments, table layout

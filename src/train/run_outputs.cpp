@@ -57,6 +57,12 @@ void RunOutputs::save_state(Engine& engine, const ModelConfig& current, TrainSta
   if (!writes()) return;
   save_train_state(dir_ + "/state.safetensors", current, engine.table(),
                    engine.read_params().data(), st);
+  write_kernel_plan(engine);
+}
+
+void RunOutputs::write_kernel_plan(const Engine& engine) {
+  if (!writes()) return;
+  io::write_file_atomic(dir_ + "/kernels.json", engine.kernel_plan().dump(1) + "\n");
 }
 
 void RunOutputs::write_plot() {

@@ -30,7 +30,11 @@ class RunOutputs {
   void save_weights(const std::string& name, Engine& engine, const ModelConfig& current,
                     const Metadata& extra);
   // <dir>/state.safetensors: weights, AdamW moments and `st` (whose step is set here).
+  // state.safetensors, and kernels.json beside it (the plan as it stands: shapes first met
+  // since the last save, tuned picks included).
   void save_state(Engine& engine, const ModelConfig& current, TrainState& st);
+  // kernels.json: the engine's resolved kernel plan (ops/kernel_plan.h), which --resume replays.
+  void write_kernel_plan(const Engine& engine);
   void write_plot();
 
   SummaryCsv summary;

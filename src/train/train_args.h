@@ -64,6 +64,8 @@ struct TrainArgs {
   std::string device = "auto";  // auto | cpu | cuda | emu (CPU bf16 emulation)
   std::string precision = "bf16";  // cuda: bf16 or fp32
   bool fp32_residual = false;      // bf16 modes: the residual stream in fp32
+  // The kernel options (ops/kernel_options.h), "k=v,..."; "" = the defaults.
+  std::string kernels;
   bool cuda_graph = true;          // cuda: each micro-batch's pass replayed as a CUDA graph
   // Resize, flip and normalise where the model runs (the GPU's batched input ops): the loader
   // ships planned uint8 crops (data/planned_batch.h).

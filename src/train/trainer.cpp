@@ -30,6 +30,7 @@
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/plot.h"
+#include "ops/kernel_options.h"
 #include "train/batch_config.h"
 #include "train/budget.h"
 #include "train/checkpoint.h"
@@ -77,6 +78,32 @@ std::vector<std::pair<int64_t, int64_t>> injected_nonfinite_updates() {
 
 double mean_or_nan(double sum, int64_t n) {
   return n > 0 ? sum / double(n) : std::nan("");
+}
+
+// The image sizes a run trains and evaluates at: each size a curriculum passes, the current
+// and the final size (the kernel plan covers their shapes).
+std::vector<int> run_image_sizes(const RunPlan& plan, int current) {
+  std::vector<int> sizes = {current, plan.final_size, plan.eval_size};
+  if (plan.efficienttrain) sizes.insert(sizes.end(), plan.et.sizes.begin(), plan.et.sizes.end());
+  if (plan.size_curriculum && plan.size_step > 0)
+    for (int s = plan.init_size; s < plan.final_size; s += plan.size_step) sizes.push_back(s);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+// A resumed run's kernels.json; null (plan afresh, said once) when the run folder has none.
+nlohmann::json recorded_kernel_plan(const std::string& run_dir) {
+  const std::string path = run_dir + "/kernels.json";
+  if (!fs::exists(path)) {
+    fmt::print("Kernels: {} has no kernels.json; the plan is made afresh\n", run_dir);
+    return nullptr;
+  }
+  try {
+    return nlohmann::json::parse(io::read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--resume: {} is not valid JSON ({})", path, e.what()));
+  }
 }
 
 std::string state_path_of(const std::string& resume) {
@@ -257,6 +284,11 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
   out_.emplace(rank_ == 0 ? run_dir_ : std::string(), plan_.final_cfg, data_meta, kept_epochs,
                st_.step, fmt::format("{} on {}", plan_.final_cfg.name, args.data_dir));
   out_->write_run_files(st_.args_yaml, data_.train->class_names());
+  out_->write_kernel_plan(*engine_);
+  out_->log.write({{"type", "kernels"},
+                   {"file", "kernels.json"},
+                   {"options", engine_->kernel_plan().at("options")},
+                   {"device", engine_->kernel_plan().at("device")}});
   compute_ = ComputeBudget(double(args.epochs), int64_t(data_.train->size()), F_);
   compute_.consumed = st_.compute_consumed;
   // Streamed data (photos of any size) is evaluated as timm does: resize + centre crop.
@@ -321,6 +353,9 @@ void TrainRun::start_weights() {
   engine_opt_.comm = comm_;
   engine_opt_.shard_optimizer = args_.shard_optimizer;
   engine_opt_.micro_batches = int(accum_);  // every update has accum_ micro-batches
+  engine_opt_.kernels = parse_kernel_options(args_.kernels);
+  engine_opt_.plan_sizes = run_image_sizes(plan_, cfg_.img_size);
+  if (resumed_) engine_opt_.recorded_kernels = recorded_kernel_plan(run_dir_);
   engine_ = make_engine(engine_opt_);
   if (resumed_) {
     st_ = std::move(*resumed_);

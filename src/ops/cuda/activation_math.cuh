@@ -19,7 +19,7 @@ struct GeluBackward {
     return dout * (cdf + x * pdf);
   }
 };
-// The exact GELU with one exponential instead of erff's two branches (VIT_GELU_FAST=1 in
+// The exact GELU with one exponential instead of erff's two branches (--kernels gelu=fast in
 // activations.cu; off by default until a GPU run shows what it pays and that the model tests
 // hold). erff's small- and large-argument formulas are both evaluated and one selected in the
 // packed loops, so the exact GELU's passes are arithmetic-bound (~40 and ~60 PTX instructions

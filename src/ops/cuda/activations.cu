@@ -3,17 +3,26 @@
 #include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/elementwise.cuh"
+#include "ops/kernel_plan.h"
 
 namespace vit::cuda {
 
-bool gelu_fast() {
-  return env_opt_in("VIT_GELU_FAST");
+namespace {
+
+// The exact GELU through one exponential (gelu_cdf_fast) where the kernel plan says gelu=fast
+// (--kernels; other last bits than erff's), else through erff.
+template <typename T>
+bool gelu_fast(Index n) {
+  const Storage storage = std::is_same_v<T, float> ? Storage::kFp32 : Storage::kBf16;
+  return planned_choice(gelu_key(n, storage)).variant == "fast";
 }
+
+}  // namespace
 
 // out, inp (n)
 template <typename T>
 void gelu_forward(T* out, const T* inp, Index n) {
-  if (gelu_fast())
+  if (gelu_fast<T>(n))
     map1(out, inp, n, GeluForwardFast{});
   else
     map1(out, inp, n, GeluForward{});
@@ -22,7 +31,7 @@ void gelu_forward(T* out, const T* inp, Index n) {
 // dinp, dout, inp (n)
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, Index n) {
-  if (gelu_fast())
+  if (gelu_fast<T>(n))
     map2(dinp, dout, inp, n, GeluBackwardFast{});
   else
     map2(dinp, dout, inp, n, GeluBackward{});
@@ -55,7 +64,7 @@ void hswish_backward(T* dinp, const T* dout, const T* inp, Index n) {
 // dinp, dout, inp (R, C); dbias (C) accumulates the column sums of dinp
 template <typename T>
 void gelu_backward_bias(T* dinp, float* dbias, const T* dout, const T* inp, Index R, Index C) {
-  if (gelu_fast())
+  if (gelu_fast<T>(R * C))
     map2_colsum(dinp, dbias, dout, inp, R, C, GeluBackwardFast{});
   else
     map2_colsum(dinp, dbias, dout, inp, R, C, GeluBackward{});

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <vector>
 
+#include <cublasLt.h>
+
 #include "core/parallel_copy.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/device.h"
@@ -203,6 +205,23 @@ std::string device_name() {
     return "unknown GPU";
   }
   return prop.name;
+}
+
+DeviceProps device_props() {
+  DeviceProps d;
+  int dev = 0, driver = 0;
+  cudaDeviceProp prop{};
+  VIT_CUDA_CHECK(cudaGetDevice(&dev));
+  VIT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  VIT_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  d.name = prop.name;
+  d.major = prop.major;
+  d.minor = prop.minor;
+  d.sms = prop.multiProcessorCount;
+  d.smem_per_block = int(prop.sharedMemPerBlockOptin);
+  d.driver = std::to_string(driver);
+  d.cublaslt = std::to_string(cublasLtGetVersion());
+  return d;
 }
 
 StreamMarks::~StreamMarks() {

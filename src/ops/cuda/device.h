@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "ops/kernel_plan.h"
 
 struct CUgraphExec_st;  // cudaGraphExec_t's struct (no CUDA header here)
 struct CUevent_st;      // cudaEvent_t's
@@ -49,6 +50,9 @@ void loss_accumulate(double* stats, const float* losses, Index B);
 void close_update_loss(double* stats, int micro_batches);
 
 std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"
+// The current device as the kernel plan's rules and the autotune cache's key see it (name,
+// compute capability, SMs, shared memory a block, driver and cuBLASLt versions).
+DeviceProps device_props();
 
 // Makes the op profile (core/profile.h) time ops with CUDA events on the op stream.
 void install_profile_timer();

@@ -1,15 +1,17 @@
 // Patch extraction (the im2col of the stride-P patch convolution) and token assembly (class
 // token, position embedding). The tokens x and their gradient dx are the residual stream's X
 // (ops.h): with X = float (T = bf16), x is the fp32 sum unrounded and dpatch_out is dx rounded
-// once to T (a copy when X = T). Where shapes and pointers allow (and VIT_EMBED_WIDE is not 0),
-// the kernels of embed_kernels.cuh move runs of values over wide words; else the ones below, one
-// thread an element.
+// once to T (a copy when X = T). Where the kernel plan picks them (the embed family: "wide" by
+// rule, or the autotuner's pick; both give the same bits, tests/test_embed_on_host.cpp) and
+// shapes and pointers allow, the kernels of embed_kernels.cuh move runs of values over wide
+// words; else the ones below, one thread an element.
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/embed_kernels.cuh"
+#include "ops/cuda/plan_timing.cuh"
 
 namespace vit::cuda {
 
@@ -17,10 +19,10 @@ namespace {
 
 constexpr Index kInt32Max = 2147483647;
 
-// The wide-word kernels unless VIT_EMBED_WIDE=0 (written 2026-11-28 without a GPU; the default
-// since they give the same results, checked on the CPU by tests/test_embed_on_host.cpp).
-bool embed_wide() {
-  return env_switch_on("VIT_EMBED_WIDE");
+// Whether the plan runs the patch embedding of B images of `patches` patches on wide words.
+template <typename T>
+bool embed_wide(Index B, Index patches) {
+  return planned_choice(embed_key(B, patches, storage_of_t<T>())).variant == "wide";
 }
 
 bool aligned_to(const void* p, int bytes) {
@@ -99,7 +101,7 @@ template <typename T>
 bool launch_im2patches_runs(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg,
                             Index P) {
   const Index runs = B * (Himg / P) * (Wimg / P) * Cin * P;
-  if (!embed_wide() || runs > kInt32Max || Himg > kInt32Max || Wimg > kInt32Max) return false;
+  if (runs > kInt32Max || Himg > kInt32Max || Wimg > kInt32Max) return false;
   auto run = [&](auto word) {
     constexpr int kWord = decltype(word)::value;
     const Index bytes = P * Index(sizeof(T)), row = Wimg * Index(sizeof(T));
@@ -117,11 +119,17 @@ bool launch_im2patches_runs(T* patches, const T* img, Index B, Index Cin, Index 
 
 template <typename T>
 void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index Wimg, Index P) {
-  const Index n = B * (Himg / P) * (Wimg / P) * Cin * P * P;
-  if (n <= 0 || launch_im2patches_runs(patches, img, B, Cin, Himg, Wimg, P)) return;
-  im2patches_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(patches, img, B, Cin, Himg,
-                                                                    Wimg, P);
-  VIT_CUDA_LAUNCHED();
+  const Index patch_count = (Himg / P) * (Wimg / P), n = B * patch_count * Cin * P * P;
+  if (n <= 0) return;
+  // patches (B, patch_count, Cin P P): overwritten, so the autotuner may time it here
+  auto launch = [&](const KernelChoice& choice) {
+    if (choice.variant == "wide" && launch_im2patches_runs(patches, img, B, Cin, Himg, Wimg, P))
+      return;
+    im2patches_kernel<<<grid_stride_blocks(n), kBlock, 0, stream()>>>(patches, img, B, Cin, Himg,
+                                                                      Wimg, P);
+    VIT_CUDA_LAUNCHED();
+  };
+  launch(tuned_choice(embed_key(B, patch_count, storage_of_t<T>()), launch));
 }
 
 template <typename T, typename X>
@@ -129,7 +137,7 @@ void embed_tokens_forward(X* x, const T* patch_out, const T* cls, const T* pos, 
                           Index prefix, Index C) {
   if (B * N * C <= 0) return;
   const Index chunks = B * N * C / kChunk;
-  if (embed_wide() && chunks <= kInt32Max && chunked(C, {x, patch_out, cls, pos})) {
+  if (embed_wide<T>(B, N - prefix) && chunks <= kInt32Max && chunked(C, {x, patch_out, cls, pos})) {
     embed_kernels::
         embed_tokens_forward_chunks_kernel<<<grid_stride_blocks(chunks), kBlock, 0, stream()>>>(
             x, patch_out, cls, pos, int(chunks), int(N), int(prefix), int(C));
@@ -144,7 +152,8 @@ template <typename T, typename X>
 void embed_tokens_backward(T* dpatch_out, float* dcls, float* dpos, const X* dx, Index B, Index N,
                            Index prefix, Index C) {
   if (B * N * C <= 0) return;
-  const bool wide = embed_wide() && B * N * C / kChunk <= kInt32Max && chunked(C, {dx});
+  const bool wide =
+      embed_wide<T>(B, N - prefix) && B * N * C / kChunk <= kInt32Max && chunked(C, {dx});
   if (dpatch_out && N > prefix) {
     const Index chunks = B * (N - prefix) * C / kChunk;
     if (wide && aligned16(dpatch_out)) {

@@ -3,8 +3,8 @@
 // (mean 1e3, std 1e-2) keep fp32 accuracy without the CPU's fp64 sums. The input and its
 // accumulated gradient are the residual stream's X (ops.h): with X = float (T = bf16) neither is
 // rounded, and out is rounded once to T. bf16 rows take the 16-byte kernels of
-// layernorm_vec_kernels.cuh where C and the pointers allow (the same formulas, other sum orders;
-// VIT_LAYERNORM_VEC=0: these row-in-registers kernels everywhere).
+// layernorm_vec_kernels.cuh where C and the pointers allow (the same formulas, other sum
+// orders; the kernel plan's layernorm rule).
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -379,12 +379,12 @@ Index launch_layernorm_backward(X* dinp, float* partial, const T* dout, const X*
   return blocks;
 }
 
-// The 16-byte kernels (layernorm_vec_kernels.cuh; the default since their first device run,
-// 2026-11-28: 2.7-4.0% a training step on the H200, docs/benchmarks.md; VIT_LAYERNORM_VEC=0 keeps
-// the row-in-registers kernels), where C deals into whole chunks and every pointer given is
-// 16-byte aligned (null ones are); else group 0 and the row-in-registers kernels.
+// The 16-byte kernels (layernorm_vec_kernels.cuh), where C deals into whole chunks and every
+// pointer given is 16-byte aligned (null ones are); else group 0 and the row-in-registers
+// kernels. They sum a row in another order than those, so which runs is the kernel plan's
+// layernorm rule (ops/layernorm_layout.h, the same function of C), never a tuned pick.
 layernorm_vec::Layout vec_layout(Index C, std::initializer_list<const void*> pointers) {
-  if (!env_switch_on("VIT_LAYERNORM_VEC") || !all_aligned16(pointers)) return {};
+  if (!all_aligned16(pointers)) return {};
   return layernorm_vec::layout_for(C);
 }
 // They are compiled for bf16 activations only (the fp32 mode is the device's check against the
@@ -468,10 +468,9 @@ void residual_layernorm_forward(X* stream, T* out, float* mean, float* rstd, con
   const Index R = B * S;
   if (R <= 0) return;
   const ResidualAdd<T, X> add{stream, branch, gamma, sample_scale, S};
-  const bool fuse = env_switch_on("VIT_FUSE_RESIDUAL_NORM");
-  if (fuse && launch_layernorm_forward_vec<T, X>(out, mean, rstd, x, weight, bias, R, C, eps, add))
+  if (launch_layernorm_forward_vec<T, X>(out, mean, rstd, x, weight, bias, R, C, eps, add))
     return;
-  const bool in_registers = fuse && with_row_registers(C, [&](auto k) {
+  const bool in_registers = with_row_registers(C, [&](auto k) {
                               launch_layernorm_forward_rows<T, X, decltype(k)::value, true>(
                                   out, mean, rstd, x, weight, bias, R, C, eps, add);
                             });

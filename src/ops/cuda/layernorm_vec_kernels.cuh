@@ -26,27 +26,20 @@
 #include "ops/cuda/common.cuh"
 #endif
 #include "ops/cuda/chunk.cuh"
+#include "ops/layernorm_layout.h"
 #include "ops/cuda/residual_sum.cuh"
 
 namespace vit::cuda::layernorm_vec {
 
-constexpr int kVec = kChunk;   // columns a chunk (chunk.cuh)
-constexpr int kThreads = 256;  // threads a block, both kernels
-constexpr int kMaxChunks = 4;  // chunks a lane: up to 1024 columns a row
+constexpr int kVec = kChunk;                      // columns a chunk (chunk.cuh)
+constexpr int kThreads = 256;                     // threads a block, both kernels
+constexpr int kMaxChunks = kLayernormMaxChunks;  // chunks a lane: up to 1024 columns a row
+static_assert(kVec == kLayernormChunk, "the plan's rule and the kernels deal rows alike");
 
-// How C columns are dealt: `group` lanes a row, `chunks` chunks a lane; group 0 where C is not
-// 8 x {8, 16, 32} x {1 .. kMaxChunks} (those rows take the default kernels).
-struct Layout {
-  int group = 0, chunks = 0;
-};
-// The fewest chunks a lane (the fewest registers) that deal C exactly.
+// How C columns are dealt (ops/layernorm_layout.h, which the kernel plan's rule reads too).
+using Layout = LayernormLayout;
 inline Layout layout_for(Index C) {
-  if (C <= 0 || C % kVec != 0) return {};
-  const Index words = C / kVec;
-  for (int chunks = 1; chunks <= kMaxChunks; ++chunks)
-    for (int group : {8, 16, 32})
-      if (Index(group) * chunks == words) return {group, chunks};
-  return {};
+  return layernorm_layout_for(C);
 }
 // f(integral_constant<int, G>, integral_constant<int, K>) for a layout's group G and chunks K
 // (the kernels' template arguments) if it is one of the 8 pairs layout_for gives (the 4 others

@@ -109,10 +109,6 @@ Index sm90_gemm_count();
 // flash_fused_backward, ...; route_counts.cu; core/kernel_calls.h says how they are counted).
 KernelCalls kernel_route_counts();
 
-// VIT_GELU_FAST=1: the exact GELU through gelu_cdf_fast (activation_math.cuh) instead of erff,
-// in the GELU kernels; the sm_90a GEMM's epilogues have only erff, so they stand aside. Opt-in,
-// read at every call (a bench compares both in one process).
-bool gelu_fast();
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>

@@ -2,16 +2,19 @@
 #include <climits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/plan_timing.cuh"
 #include "ops/cuda/pool_kernels.cuh"
 
 namespace vit::cuda {
 
 namespace {
 
-// The backward over 8-column chunks (pool_kernels.cuh) unless VIT_POOL_WIDE=0 (written
-// 2026-11-28 without a GPU; the same bits as the one-thread-an-element kernel).
-bool pool_wide() {
-  return env_switch_on("VIT_POOL_WIDE");
+// The backward over 8-column chunks (pool_kernels.cuh) where the kernel plan picks them (the
+// pool family: "wide" by rule; the same bits as the one-thread-an-element kernel,
+// tests/test_pool_on_host.cpp).
+template <typename T>
+bool pool_wide(Index B, Index N, Index C) {
+  return planned_choice(pool_key(B, N, C, storage_of_t<T>())).variant == "wide";
 }
 
 template <typename T>
@@ -57,7 +60,7 @@ template <typename T>
 void pool_backward(T* dx, const T* dout, Index B, Index N, Index prefix, Index C, bool avg) {
   const Index rows = avg ? N - prefix : 1, n = B * rows * C;
   if (n <= 0) return;
-  if (pool_wide() && C % kChunk == 0 && n / kChunk <= INT_MAX / 2 && N <= INT_MAX &&
+  if (pool_wide<T>(B, N, C) && C % kChunk == 0 && n / kChunk <= INT_MAX / 2 && N <= INT_MAX &&
       all_aligned16({dx, dout})) {
     const Index chunks = n / kChunk;
     pool_kernels::pool_backward_chunks_kernel<<<grid_stride_blocks(chunks), kBlock, 0, stream()>>>(
