@@ -160,11 +160,10 @@ TYPED_TEST(FlashAttention, RejectsUnsupportedHeadDim) {
 }
 
 // The bf16 kernels against the CPU emulation of their rounding points (src/ops/emu/
-// flash_attention.cpp) on the same bf16 inputs, on both kernel sets: the WMMA one and the
-// mma.sync one (VIT_FLASH_MMA=1, read at every call, set here so no outside switch is needed).
-// They differ only in fp32 summation order and exp2f's last bits, so the stored bf16 results
-// may differ where a value sits near a rounding boundary: lse within 1e-5 relative; out and
-// dqkv within 2 bf16 ulps of the larger value plus 1 ulp of the largest, and most elements
+// flash_attention.cpp) on the same bf16 inputs (the mma.sync kernels). They differ only in fp32
+// summation order and exp2f's last bits, so the stored bf16 results may differ where a value sits
+// near a rounding boundary: lse within 1e-5 relative; out and dqkv within 2 bf16 ulps of the larger
+// value plus 1 ulp of the largest, and most elements
 // (>= 90%) the same bits. The fp64 test above judges the size of the error; this one, where
 // the rounding happens (a rounding point moved costs ~1 ulp on many elements).
 class FlashAttentionBf16 : public CudaTest {};
@@ -189,16 +188,12 @@ DeviceResult run_bf16(const Shape& s, DevBuf<bf16>& d_qkv, DevBuf<bf16>& d_dout)
   return {d_out.download(), d_lse.download(), d_dqkv.download()};
 }
 
-TEST_F(FlashAttentionBf16, MatchesTheEmulationOnBothKernelSets) {
+TEST_F(FlashAttentionBf16, MatchesTheEmulation) {
   using T = bf16;
-  // The WMMA kernels, the mma.sync ones, and the mma.sync ones with dQ from the stored dS.
-  for (const char* mode : {"0", "1", "1 stored"}) {
-    const std::string m = mode;
-    ScopedEnv env("VIT_FLASH_MMA", m.substr(0, 1).c_str());
-    ScopedEnv stored("VIT_FLASH_STORED_DS", m.size() > 1 ? "1" : "0");
+  {
     uint64_t seed = 1000;
     for (const Shape& s : kShapes) {
-      SCOPED_TRACE(str(s) + " VIT_FLASH_MMA=" + m);
+      SCOPED_TRACE(str(s));
       const Index C = s.H * s.D;
       const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
       DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
@@ -257,7 +252,6 @@ void expect_same_outputs(const DeviceResult& got, const DeviceResult& want) {
 template <typename Check>
 void compare_switch(const char* name, const char* a, const char* b, uint64_t seed, Check&& check) {
   using T = bf16;
-  ScopedEnv mma("VIT_FLASH_MMA", "1");
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(str(s));
     const Index C = s.H * s.D;
@@ -272,70 +266,28 @@ void compare_switch(const char* name, const char* a, const char* b, uint64_t see
   }
 }
 
-// The default forms dQ from the dS^T the dK/dV kernel stored instead of recomputing S, P and dP
-// from Q, K, V and dO (VIT_FLASH_STORED_DS=0). The forward is the same; dQ is formed from the same
-// bf16 dS values where the tensor cores sum S^T = K Q^T as they sum S = Q K^T (on the CPU
-// simulation, FlashKernelsOnHost.StoredDsGivesTheRecomputedBits, it has every bit), so at most 1%
-// of dqkv may differ in its bits, each within 2 bf16 spacings.
-TEST_F(FlashAttentionBf16, StoredDsMatchesTheRecomputation) {
-  compare_switch("VIT_FLASH_STORED_DS", "0", "1", 3000,
-                 [](const DeviceResult& recomputed, const DeviceResult& stored) {
-                   expect_same_bits("out", stored.out, recomputed.out);
-                   expect_same_bits("lse", stored.lse, recomputed.lse);
-                   expect_within_bf16_ulps("dqkv", stored.dqkv, recomputed.dqkv, 2, 0.01);
-                 });
-}
-
-// The mma.sync kernels' two ways of loading tiles, cp.async double buffering (the default) and
-// synchronous loads into the same buffers (VIT_FLASH_ASYNC=0), do the same arithmetic in the
-// same order, so every output must have the same bits; the misaligned shapes (synchronous tile
-// loads either way, cp.async statistics in the dK/dV kernel) included.
-TEST_F(FlashAttentionBf16, AsyncTileLoadsGiveTheSynchronousBits) {
-  compare_switch("VIT_FLASH_ASYNC", "1", "0", 2000, expect_same_outputs);
-}
-
 // VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps, or the occupancy model's choice per kernel and N
 // ("auto", the default), instead of 4. Each warp computes its 16 rows over the same streamed
 // tiles whatever the block's height, so every output must have the 4-warp blocks' bits (on the
-// CPU simulation, FlashKernelsOnHost.BlockHeightsGiveTheSameBits); with dQ recomputed and from
-// the stored dS (the default), over the default half tiles.
+// CPU simulation, FlashKernelsOnHost.BlockHeightsGiveTheSameBits).
 TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
   uint64_t seed = 4000;
-  for (const char* stored : {"0", "1"}) {
-    ScopedEnv stored_ds("VIT_FLASH_STORED_DS", stored);
-    for (const char* warps : {"auto", "3", "2", "1"}) {
-      SCOPED_TRACE(std::string("VIT_FLASH_STORED_DS=") + stored + " VIT_FLASH_WARPS=" + warps);
-      compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100, expect_same_outputs);
-    }
-  }
-}
-
-// The backward kernels over half tiles (the default; VIT_FLASH_HALF_TILES=0: whole tiles) take
-// each streamed tile 32 rows at a time (fewer registers), the same products in the same order:
-// the same bits (on the CPU simulation, FlashKernelsOnHost.HalfTilesGiveTheSameBits), at 4-warp
-// blocks and the heights' choice, with dQ recomputed and from the stored dS.
-TEST_F(FlashAttentionBf16, HalfTilesGiveTheSameBits) {
-  for (const char* stored : {"0", "1"}) {
-    ScopedEnv stored_ds("VIT_FLASH_STORED_DS", stored);
-    for (const char* warps : {"4", "auto"}) {
-      SCOPED_TRACE(std::string("VIT_FLASH_STORED_DS=") + stored + " VIT_FLASH_WARPS=" + warps);
-      ScopedEnv height("VIT_FLASH_WARPS", warps);
-      compare_switch("VIT_FLASH_HALF_TILES", "0", "1", 5000, expect_same_outputs);
-    }
+  for (const char* warps : {"auto", "3", "2", "1"}) {
+    SCOPED_TRACE(std::string("VIT_FLASH_WARPS=") + warps);
+    compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100, expect_same_outputs);
   }
 }
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel where a block holds all of a head's keys
 // (N <= 208 where the device holds such a block, D <= 64; other shapes fall back to the two
-// kernels). dK and dV come from the dK/dV kernel's own code and dQ sums the same bf16 dS^T in the
-// same order as the stored-dS kernel, so every output must have the stored-dS backward's bits (on
-// the CPU simulation, FlashKernelsOnHost.FusedBackwardGivesTheStoredDsBits). Which shapes take it
+// kernels). dK and dV come from the dK/dV kernel's own code and dQ sums the same bf16 dS in the
+// same order as the dQ kernel, so every output must have the two kernels' bits (on the CPU
+// simulation, FlashKernelsOnHost.FusedBackwardGivesTheTwoKernelsBits). Which shapes take it
 // is the device's to say (a block of ceil(N / 16) warps must be resident with the kernel's
 // registers: N = 197's 13 warps at 152 registers were not on the H200, so they have a 128-register
 // build of the kernel), but the small ones must, or the comparison would compare the two-kernel
 // backward with itself; N = 197 (the first shape) says which it took.
-TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
-  const ScopedEnv mma("VIT_FLASH_MMA", "1");  // as compare_switch runs (b_flash_wmma sets it to 0)
+TEST_F(FlashAttentionBf16, FusedBackwardGivesTheTwoKernelsBits) {
   {
     const ScopedEnv on("VIT_FLASH_FUSED_BWD", "1");
     EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(50, 32));
@@ -350,16 +302,7 @@ TEST_F(FlashAttentionBf16, FusedBackwardGivesTheStoredDsBits) {
     const ScopedEnv off("VIT_FLASH_FUSED_BWD", "0");
     EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(50, 32));
   }
-  ScopedEnv stored_ds("VIT_FLASH_STORED_DS", "1");
   compare_switch("VIT_FLASH_FUSED_BWD", "0", "1", 6000, expect_same_outputs);
-}
-
-// VIT_FLASH_FWD_ROWS=32: the forward's warps own two 16-row tiles (head dims up to 64; 96 keeps
-// one), each key and value fragment feeding both. Every row's products and softmax are the same,
-// so every output must have the 16-row warps' bits, the backward's too (it reads out and lse; on
-// the CPU simulation, FlashKernelsOnHost.ForwardRowTilesGiveTheSameBits).
-TEST_F(FlashAttentionBf16, ForwardRowTilesGiveTheSameBits) {
-  compare_switch("VIT_FLASH_FWD_ROWS", "16", "32", 7000, expect_same_outputs);
 }
 
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within

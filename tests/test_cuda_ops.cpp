@@ -613,8 +613,8 @@ TYPED_TEST(CudaOps, DwConv) {
   }
 }
 
-// The locality FFN's fused middle (local_ffn_forward/backward): every output bit for bit as the
-// three separate ops (h-swish, depthwise 3x3, h-swish and their backward), with fc1 values on
+// The locality FFN's middle (local_ffn_forward/backward): every output bit for bit as the
+// three separate ops called one by one (h-swish, depthwise 3x3, h-swish and their backward), with fc1 values on
 // both sides of h-swish's kinks at +-3, class-token rows and none, and a ViT-S/16 layer's
 // width; without act1 (the backward recomputes it from fc1); dact2 is left as it was.
 template <typename T>
@@ -639,7 +639,7 @@ void expect_local_ffn_is_the_three_ops() {
     gpu::dwconv3x3_backward(r_dact1.get(), r_dweight.get(), r_ddw.get(), r_act1.get(), d_w.get(),
                             s.B, s.N, s.prefix, s.g, s.g, M);
     gpu::hswish_backward(r_dfc1.get(), r_dact1.get(), d_fc1.get(), n);
-    // The fused passes.
+    // local_ffn_*.
     DevBuf<T> f_act1(n, "act1"), f_dw(n, "dw"), f_act2(n, "act2"), f_dfc1(n, "dfc1");
     DevBuf<float> f_dweight(dw0, "dweight");
     gpu::local_ffn_forward(f_act1.get(), f_dw.get(), f_act2.get(), d_fc1.get(), d_w.get(), s.B, s.N,
@@ -663,18 +663,12 @@ void expect_local_ffn_is_the_three_ops() {
   }
 }
 
-// Fused, and with VIT_FUSE_LOCAL_FFN=0 (the bench's comparison: the separate ops inside).
-TYPED_TEST(CudaOps, LocalFfnFusedIsTheThreeOpsBitwise) {
-  for (const char* fuse : {"1", "0"}) {
-    SCOPED_TRACE(std::string("VIT_FUSE_LOCAL_FFN=") + fuse);
-    ::setenv("VIT_FUSE_LOCAL_FFN", fuse, 1);
-    expect_local_ffn_is_the_three_ops<TypeParam>();
-  }
-  ::unsetenv("VIT_FUSE_LOCAL_FFN");
+TYPED_TEST(CudaOps, LocalFfnIsTheThreeOpsBitwise) {
+  expect_local_ffn_is_the_three_ops<TypeParam>();
 }
 
-// Two channels a thread (VIT_DWCONV_VEC=2): the depthwise conv and the locality FFN's middle,
-// fused and separate, give one channel's bits, on aligned tensors (the paired kernels) and at
+// Two channels a thread (VIT_DWCONV_VEC=2): the depthwise conv and the locality FFN's middle
+// give one channel's bits, on aligned tensors (the paired kernels) and at
 // an odd element offset (where they fall back to one channel). On the CPU simulation:
 // DwconvKernelsOnHost.PairedChannelsGiveTheSameBits.
 TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
@@ -682,9 +676,8 @@ TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
   uint64_t seed = 580;
   for (const TokShape& s : kTokShapes) {
     for (size_t off : {size_t(0), size_t(1)}) {
-      for (const char* fuse : {"0", "1"}) {
-        SCOPED_TRACE(str(s) + " offset " + std::to_string(off) + " VIT_FUSE_LOCAL_FFN=" + fuse);
-        const ScopedEnv fused("VIT_FUSE_LOCAL_FFN", fuse);
+      {
+        SCOPED_TRACE(str(s) + " offset " + std::to_string(off));
         const Index M = 4 * s.C + 4, n = s.B * s.N * M;
         const Vec x = rnd<T>(n, ++seed, 2.5), w = rnd<T>(M * 9, ++seed, 0.3);
         const Vec dout = rnd<T>(n, ++seed), dw0 = rnd<float>(M * 9, ++seed);

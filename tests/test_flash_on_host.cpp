@@ -9,9 +9,8 @@
 // 37,824 with other bits at N = 197, which a wrong fragment or mask turns into most). CI has no
 // GPU: this is where a change to the kernels' fragment layouts, masks, tile streaming or
 // padding skips is first checked. What the simulation cannot check (the device's arithmetic,
-// memory model, timing) stays with the GPU tests. The stored-dS backward (VIT_FLASH_STORED_DS=1)
-// is checked against the recomputing one, bit for bit, and the one-kernel backward
-// (VIT_FLASH_FUSED_BWD=1) against the stored-dS one.
+// memory model, timing) stays with the GPU tests. The one-kernel backward
+// (VIT_FLASH_FUSED_BWD=1) is checked against the two kernels, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -53,90 +52,53 @@ struct Shape {
 const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50, 2, 96}};
 
 // The launches of flash_attention_mma.cu: one block of `warps` warps per (b, h, tile of 16
-// `warps` rows); the stored-dS dQ kernel's always of kWarps.
+// `warps` rows).
 struct Launch {
   Shape s;
-  bool vec = true, async = true;
-  bool stored_ds = false;     // VIT_FLASH_STORED_DS=1: dQ from the dS^T the dK/dV kernel stores
+  bool vec = true;
   int warps = k::kWarps;      // VIT_FLASH_WARPS
-  bool half_tiles = false;    // VIT_FLASH_HALF_TILES=1: the backward kernels' kGroups = 2
   bool fused = false;         // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
   bool fused_reload = false;  // its 13-warp build: key and value fragments reloaded per group
-  int fwd_row_tiles = 1;      // VIT_FLASH_FWD_ROWS=32: 2 (the forward's rows a warp, 16 each)
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
 
   template <int D>
   void forward(vit::bf16* out, float* lse, const vit::bf16* qkv) const {
-    if (fwd_row_tiles == 2)
-      forward_rows<D, 2>(out, lse, qkv);
-    else
-      forward_rows<D, 1>(out, lse, qkv);
-  }
-  template <int D, int R>
-  void forward_rows(vit::bf16* out, float* lse, const vit::bf16* qkv) const {
     const float scale_log2 = k::kLog2e / std::sqrt(float(D));
-    const int tiles = s.tiles(warps * R);  // blocks of 16 R `warps` rows
-    cu::launch({unsigned(s.B * s.H * tiles)}, {threads()}, k::forward_smem_bytes<D, R>(warps), [&] {
-      k::flash_mma_forward_kernel<D, R>(out, lse, qkv, s.N, s.H, tiles, scale_log2, vec, async);
+    const int tiles = s.tiles(warps);
+    cu::launch({grid()}, {threads()}, k::forward_smem_bytes<D>(warps), [&] {
+      k::flash_mma_forward_kernel<D>(out, lse, qkv, s.N, s.H, tiles, scale_log2, vec);
     });
   }
   template <int D>
   void backward(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv, const float* lse,
                 const float* drow) const {
+    const float scale = 1.0f / std::sqrt(float(D));
     if (fused) {
       if constexpr (D <= 64) {  // as flash_attention_mma.cu launches it
         const int fused_warps = (s.N + 15) / 16;
         ASSERT_LE(fused_warps, k::kFusedWarps);
         cu::launch({unsigned(s.B * s.H)}, {unsigned(32 * fused_warps)},
                    k::fused_backward_smem_bytes<D>(fused_warps), [&] {
-                     const float scale = 1.0f / std::sqrt(float(D));
                      if (fused_reload)
                        k::flash_mma_fused_backward_kernel<D, k::kFusedGroups,
                                                           k::kFusedNarrowRegisters, true>(
-                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec, async);
+                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec);
                      else
                        k::flash_mma_fused_backward_kernel<D, k::kFusedGroups>(
-                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec, async);
+                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec);
                    });
         return;
       }
       FAIL() << "the fused backward runs head dims up to 64";
     }
-    if (half_tiles)
-      backward_groups<D, 2>(dqkv, dout, qkv, lse, drow);
-    else
-      backward_groups<D, 1>(dqkv, dout, qkv, lse, drow);
-  }
-  template <int D, int kGroups>
-  void backward_groups(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv,
-                       const float* lse, const float* drow) const {
-    const float scale = 1.0f / std::sqrt(float(D));
     const int tiles = s.tiles(warps);
-    if (stored_ds) {
-      // (B * H, N, ldq) as flash_mma_backward allocates it; NaN where the kernel never writes
-      const int tiles4 = s.tiles(), ldq = tiles4 * k::kCols;  // the dQ kernel's kWarps blocks
-      Bf16s ds = nans(Index(s.B) * s.H * s.N * ldq);
-      const k::DsTiles ds_tiles{ds.data(), ldq};
-      cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
-        k::flash_mma_dkv_kernel<D, true, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles,
-                                                  scale, vec, async, ds_tiles);
-      });
-      cu::launch({unsigned(s.B * s.H * tiles4)}, {unsigned(k::kThreads)},
-                 k::dq_stored_smem_bytes<D>(), [&] {
-                   k::flash_mma_dq_stored_kernel<D>(dqkv, qkv, ds_tiles, s.N, s.H, tiles4, vec,
-                                                    async);
-                 });
-      return;
-    }
     cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
-      k::flash_mma_dkv_kernel<D, false, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale,
-                                                 vec, async);
+      k::flash_mma_dkv_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec);
     });
     cu::launch({grid()}, {threads()}, k::dq_smem_bytes<D>(warps), [&] {
-      k::flash_mma_dq_kernel<D, kGroups>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec,
-                                         async);
+      k::flash_mma_dq_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec);
     });
   }
 };
@@ -222,60 +184,38 @@ TEST(FlashKernelsOnHost, MatchTheEmulation) {
   }
 }
 
-// The synchronous tile loads (VIT_FLASH_ASYNC=0 on the device) and the scalar path for operands
-// that are not 16-byte aligned (`vec` false) compute the same as the cp.async path: the same
-// bits, as FlashAttentionBf16.AsyncTileLoadsGiveTheSynchronousBits requires on the device.
+// The scalar path for operands that are not 16-byte aligned (`vec` false: synchronous loads)
+// computes the same as the cp.async path: the same bits.
 TEST(FlashKernelsOnHost, TileLoadPathsGiveTheSameBits) {
   const Shape s{1, 65, 2, 32};
   const Case c = make_case(s, 900);
   const Result with = run_kernels(Launch{s}, c.qkv, c.dout, c.e_out, c.e_lse);
-  for (const auto& [vec, async] : {std::pair{true, false}, std::pair{false, false}}) {
-    SCOPED_TRACE(std::string("vec ") + (vec ? "1" : "0") + " async " + (async ? "1" : "0"));
-    expect_same_results(run_kernels(Launch{s, vec, async}, c.qkv, c.dout, c.e_out, c.e_lse), with);
-  }
-}
-
-// VIT_FLASH_STORED_DS=1: dQ formed from the dS^T the dK/dV kernel stored instead of from a
-// recomputed S, P and dP. The two form dS from the same products in the same order (S^T = K Q^T
-// there, S = Q K^T here: the same sums), so dQ must have the same bits; every shape, including
-// the ragged last tiles whose padding the stored tiles must hold as zeros.
-TEST(FlashKernelsOnHost, StoredDsGivesTheRecomputedBits) {
-  uint64_t seed = 700;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(s.str());
-    const Case c = make_case(s, ++seed);
-    const Result recomputed = run_kernels(Launch{s}, c.qkv, c.dout, c.e_out, c.e_lse);
-    Launch stored{s};
-    stored.stored_ds = true;
-    const Result r = run_kernels(stored, c.qkv, c.dout, c.e_out, c.e_lse);
-    vit::emu_test::expect_same_bits(widen(r.dqkv), widen(recomputed.dqkv));
-  }
+  expect_same_results(run_kernels(Launch{s, false}, c.qkv, c.dout, c.e_out, c.e_lse), with);
 }
 
 // VIT_FLASH_FUSED_BWD=1: one block owns all of a head's keys and forms dQ from the dS^T tiles
 // its warps leave in shared memory. dK and dV come from the dK/dV kernel's own helper and dQ
-// sums the same dS^T values in the same order as the stored-dS kernel, so all of dqkv must have
-// the stored-dS backward's bits: N = 197 (13 warps, the last with 5 keys), 17 (2 samples, 2
-// heads), 65 (a last query tile of one row), 208 (13 full warps, the most); D = 32, 48
-// (16-column dQ units) and 64; the scalar and synchronous tile loads too; both builds (the key
-// and value fragments held, and reloaded per query group as the 13-warp blocks run it).
-TEST(FlashKernelsOnHost, FusedBackwardGivesTheStoredDsBits) {
+// sums the same dS values, 16 keys at a time in ascending order, as the dQ kernel does, so all
+// of dqkv must have the two kernels' bits: N = 197 (13 warps, the last with 5 keys), 17 (2
+// samples, 2 heads), 65 (a last query tile of one row), 208 (13 full warps, the most); D = 32,
+// 48 (16-column dQ units) and 64; the scalar tile loads too; both builds (the key and value
+// fragments held, and reloaded per query group as the 13-warp blocks run it).
+TEST(FlashKernelsOnHost, FusedBackwardGivesTheTwoKernelsBits) {
   const struct {
     Shape s;
-    bool vec, async;
-  } cases[] = {{kShapes[0], true, true},
-               {kShapes[1], true, true},
-               {kShapes[2], true, true},
-               {{1, 208, 1, 32}, true, true},
-               {kShapes[2], false, false}};
+    bool vec;
+  } cases[] = {{kShapes[0], true},
+               {kShapes[1], true},
+               {kShapes[2], true},
+               {{1, 208, 1, 32}, true},
+               {kShapes[2], false}};
   uint64_t seed = 1000;
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.s.str() + (c.vec ? "" : " scalar") + (c.async ? "" : " sync"));
+    SCOPED_TRACE(c.s.str() + (c.vec ? "" : " scalar"));
     const Case in = make_case(c.s, ++seed);
-    Launch stored{c.s, c.vec, c.async}, fused{c.s, c.vec, c.async};
-    stored.stored_ds = true;
+    Launch two{c.s, c.vec}, fused{c.s, c.vec};
     fused.fused = true;
-    const Result want = run_kernels(stored, in.qkv, in.dout, in.e_out, in.e_lse);
+    const Result want = run_kernels(two, in.qkv, in.dout, in.e_out, in.e_lse);
     for (const bool reload : {false, true}) {
       SCOPED_TRACE(reload ? "fragments reloaded per group" : "fragments held");
       fused.fused_reload = reload;
@@ -285,79 +225,23 @@ TEST(FlashKernelsOnHost, FusedBackwardGivesTheStoredDsBits) {
   }
 }
 
-// VIT_FLASH_FWD_ROWS=32: the forward's warps own two 16-row tiles, each key and value fragment
-// feeding both; every row's products and softmax are unchanged, so out and lse must have the
-// 16-row warps' bits: every shape in 4-warp blocks (N = 197: 2 blocks of 128 rows, the second
-// with a warp of one active row tile and two idle), N = 65 in blocks of 1 and 3 warps (a last
-// warp whose second tile is all padding), the scalar and synchronous loads.
-TEST(FlashKernelsOnHost, ForwardRowTilesGiveTheSameBits) {
-  struct Variant {
-    Shape s;
-    int warps;
-    bool vec, async;
-  };
-  std::vector<Variant> cases;
-  for (const Shape& s : kShapes) cases.push_back({s, k::kWarps, true, true});
-  cases.push_back({kShapes[2], 1, true, true});
-  cases.push_back({kShapes[2], 3, false, false});
-  uint64_t seed = 1100;
-  for (const Variant& c : cases) {
-    SCOPED_TRACE(c.s.str() + " warps " + std::to_string(c.warps) + (c.vec ? "" : " scalar"));
-    const Case in = make_case(c.s, ++seed);
-    Launch one{c.s, c.vec, c.async}, two{c.s, c.vec, c.async};
-    one.warps = two.warps = c.warps;
-    two.fwd_row_tiles = 2;
-    const Result want = run_kernels(one, in.qkv, in.dout, in.e_out, in.e_lse, true);
-    const Result got = run_kernels(two, in.qkv, in.dout, in.e_out, in.e_lse, true);
-    vit::emu_test::expect_same_bits(widen(got.out), widen(want.out));
-    vit::emu_test::expect_same_bits(got.lse, want.lse);
-  }
-}
-
 // VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps instead of 4. Each warp computes its 16 rows over
 // the same streamed tiles whatever the block's height, so every output must have the 4-warp
 // blocks' bits: N = 197 in 5 blocks of 3 warps (the last with 5 rows), 65 in 3 of 2 and 5 of 1,
-// 17 and 50 in blocks that end past N, the stored-dS backward's dK/dV kernel at 3.
+// 17 and 50 in blocks that end past N.
 TEST(FlashKernelsOnHost, BlockHeightsGiveTheSameBits) {
   const struct {
     Shape s;
     int warps;
-    bool stored_ds;
-  } cases[] = {{kShapes[0], 3, false},
-               {kShapes[1], 3, false},
-               {kShapes[2], 2, false},
-               {kShapes[2], 1, false},
-               {kShapes[3], 3, true}};
+  } cases[] = {{kShapes[0], 3}, {kShapes[1], 3}, {kShapes[2], 2}, {kShapes[2], 1}, {kShapes[3], 3}};
   uint64_t seed = 800;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.s.str() + " warps " + std::to_string(c.warps));
     const Case in = make_case(c.s, ++seed);
     Launch four{c.s}, other{c.s};
-    four.stored_ds = other.stored_ds = c.stored_ds;
     other.warps = c.warps;
     expect_same_results(run_kernels(other, in.qkv, in.dout, in.e_out, in.e_lse),
                         run_kernels(four, in.qkv, in.dout, in.e_out, in.e_lse));
-  }
-}
-
-// VIT_FLASH_HALF_TILES=1: the backward kernels take each streamed tile 32 rows at a time, the
-// same products in the same order, so dqkv must have the whole tiles' bits: every shape (the
-// ragged last tiles, whose second half is padding, or partly), with the stored dS too (N = 197,
-// 65).
-TEST(FlashKernelsOnHost, HalfTilesGiveTheSameBits) {
-  uint64_t seed = 900;
-  for (const Shape& s : kShapes) {
-    std::vector<bool> stored_modes{false};
-    if (s.N == 197 || s.N == 65) stored_modes.push_back(true);
-    for (const bool stored : stored_modes) {
-      SCOPED_TRACE(s.str() + (stored ? " stored dS" : ""));
-      const Case in = make_case(s, ++seed);
-      Launch whole{s}, half{s};
-      whole.stored_ds = half.stored_ds = stored;
-      half.half_tiles = true;
-      expect_same_results(run_kernels(half, in.qkv, in.dout, in.e_out, in.e_lse),
-                          run_kernels(whole, in.qkv, in.dout, in.e_out, in.e_lse));
-    }
   }
 }
 

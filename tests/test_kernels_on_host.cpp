@@ -1,11 +1,9 @@
 // CUDA kernel source run on the CPU (tests/cuda_host_sim.h): the depthwise 3x3 kernels of the
-// locality FFN (ops/cuda/dwconv_kernels.cuh) against the fp64 CPU reference, and their fused
-// locality-FFN passes against the three separate ops bit for bit in bf16, as the GPU test
-// CudaOps/*.LocalFfnFusedIsTheThreeOpsBitwise requires on the device; and the activation
-// formulas of ops/cuda/activation_math.cuh that have no CPU twin (the one-exponential GELU).
-// CI has no GPU, so this is where a kernel's indexing (columns, class-token rows, chunked
-// weight-gradient sums) is first checked; the GPU tests still check what the simulation cannot
-// (the device's own arithmetic, memory, timing).
+// locality FFN (ops/cuda/dwconv_kernels.cuh) against the fp64 CPU reference, one channel a
+// thread against two bit for bit; and the activation formulas of ops/cuda/activation_math.cuh that
+// have no CPU twin (the one-exponential GELU). CI has no GPU, so this is where a kernel's indexing
+// (columns, class-token rows, chunked weight-gradient sums) is first checked; the GPU tests still
+// check what the simulation cannot (the device's own arithmetic, memory, timing).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include "cuda_host_sim.h"
 #include "emu_test_util.h"
 #include "ops/cpu/ops.h"
+#include "ops/cuda/activation_math.cuh"
 #include "ops/cuda/dwconv_kernels.cuh"
 
 namespace {
@@ -25,11 +24,8 @@ namespace {
 using vit::Index;
 namespace cu = vit::cuda;
 namespace k = vit::cuda::dwconv_kernels;
-using vit::emu_test::Bf16s;
 using vit::emu_test::Floats;
 using vit::emu_test::Gen;
-using vit::emu_test::nans;
-using vit::emu_test::widen;
 
 struct Shape {
   int B, prefix, gh, gw, C;
@@ -56,27 +52,25 @@ struct Launch {
   int columns() const { return s.B * s.gw * s.C; }
   int prefix_total() const { return s.B * s.prefix * s.C; }
 
-  template <typename T, bool kLocal, int kVec = 1>
-  void forward(T* out, const T* inp, const T* w, T* act1, T* act2) const {
+  template <typename T, int kVec = 1>
+  void forward(T* out, const T* inp, const T* w) const {
     cu::launch({3}, {64}, [&] {
-      k::dwconv3x3_forward_kernel<T, kLocal, kVec>(out, inp, w, act1, act2, columns() / kVec,
-                                                   prefix_total(), s.N(), s.prefix, s.gh, s.gw,
-                                                   s.C);
+      k::dwconv3x3_forward_kernel<T, kVec>(out, inp, w, columns() / kVec, prefix_total(), s.N(),
+                                           s.prefix, s.gh, s.gw, s.C);
     });
   }
-  template <typename T, bool kLocal, int kVec = 1>
-  void backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* w, const T* dw,
+  template <typename T, int kVec = 1>
+  void backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* w,
                 int chunks) const {
     cu::launch({2}, {64}, [&] {
-      k::dwconv3x3_backward_prefix_kernel<T, kLocal>(dinp, inp, prefix_total(), s.N(), s.prefix,
-                                                     s.C);
+      k::dwconv3x3_backward_prefix_kernel<T>(dinp, prefix_total(), s.N(), s.prefix, s.C);
     });
     const int units = s.B * s.gw, lane_blocks = (s.C / kVec + 31) / 32;
     const int per_chunk = (units + chunks - 1) / chunks;
     std::vector<float> partial(size_t(chunks) * 9 * s.C, -1.0f);
     cu::launch({unsigned(lane_blocks), unsigned(chunks)}, {32, unsigned(k::kRows)}, [&] {
-      k::dwconv3x3_backward_kernel<T, kLocal, kVec>(dinp, partial.data(), dout, inp, w, dw, s.B,
-                                                    s.N(), s.prefix, s.gh, s.gw, s.C, per_chunk);
+      k::dwconv3x3_backward_kernel<T, kVec>(dinp, partial.data(), dout, inp, w, s.B, s.N(),
+                                            s.prefix, s.gh, s.gw, s.C, per_chunk);
     });
     cu::launch({unsigned((9 * s.C + 63) / 64)}, {64},
                [&] { k::dwconv3x3_weight_finish_kernel(dweight, partial.data(), chunks, s.C); });
@@ -121,79 +115,23 @@ TEST(DwconvKernelsOnHost, MatchTheCpuReference) {
                                  s.B, s.N(), s.prefix, s.gh, s.gw, s.C);
     const Launch run{s};
     Floats out(n, 7.0f), dx(n, 7.0f);
-    run.forward<float, false>(out.data(), x.data(), w.data(), nullptr, nullptr);
+    run.forward<float>(out.data(), x.data(), w.data());
     expect_close("out", to_doubles(out), ref_out, 1e-6);
     for (int chunks : {1, 3}) {
       SCOPED_TRACE("chunks " + std::to_string(chunks));
       Floats dweight = dw0;
-      run.backward<float, false>(dx.data(), dweight.data(), dout.data(), x.data(), w.data(),
-                                 nullptr, chunks);
+      run.backward<float>(dx.data(), dweight.data(), dout.data(), x.data(), w.data(), chunks);
       expect_close("dinp", to_doubles(dx), ref_dx, 1e-6);
       expect_close("dweight", to_doubles(dweight), ref_dw, 1e-5);
     }
   }
 }
 
-// bf16 h-swish as the elementwise maps store it (activations.cu).
-Bf16s hswish(const Bf16s& x) {
-  Bf16s y(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    y[i] = cu::from_f32<cu::bf16>(cu::HswishForward{}(cu::to_f32(x[i])));
-  return y;
-}
-Bf16s hswish_grad(const Bf16s& dout, const Bf16s& x) {
-  Bf16s d(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    d[i] = cu::from_f32<cu::bf16>(cu::HswishBackward{}(cu::to_f32(dout[i]), cu::to_f32(x[i])));
-  return d;
-}
-
-// The fused locality-FFN passes (kLocal) against h-swish, the plain conv, h-swish and their
-// backward in that order, bf16: every output bit for bit, with fc1 on both sides of h-swish's
-// kinks at +-3 and with and without the act1 output.
-TEST(DwconvKernelsOnHost, LocalFfnFusedIsTheThreeOpsBitwise) {
-  using T = cu::bf16;
-  uint32_t seed = 50;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(s.str());
-    const Index n = s.n();
-    Gen gen(++seed);
-    const Bf16s fc1 = gen.bf16s(n, -4, 4), dact2 = gen.bf16s(n, -1, 1);
-    const Bf16s w = gen.bf16s(9 * s.C, -0.4, 0.4);
-    const Floats dw0 = gen.floats(9 * s.C, -0.1, 0.1);
-    const Launch run{s};
-    // The three ops.
-    const auto act1 = hswish(fc1);
-    Bf16s dw = nans(n), dact1 = nans(n);  // NaN: an element a kernel skips shows
-    run.forward<T, false>(dw.data(), act1.data(), w.data(), nullptr, nullptr);
-    const auto act2 = hswish(dw), ddw = hswish_grad(dact2, dw);
-    Floats dweight = dw0;
-    run.backward<T, false>(dact1.data(), dweight.data(), ddw.data(), act1.data(), w.data(), nullptr,
-                           3);
-    const auto dfc1 = hswish_grad(dact1, fc1);
-    // The fused passes.
-    Bf16s f_act1 = nans(n), f_dw = nans(n), f_act2 = nans(n), g_dw = nans(n), g_act2 = nans(n),
-          f_dfc1 = nans(n);
-    run.forward<T, true>(f_dw.data(), fc1.data(), w.data(), f_act1.data(), f_act2.data());
-    run.forward<T, true>(g_dw.data(), fc1.data(), w.data(), nullptr, g_act2.data());
-    Floats f_dweight = dw0;
-    run.backward<T, true>(f_dfc1.data(), f_dweight.data(), dact2.data(), fc1.data(), w.data(),
-                          f_dw.data(), 3);
-    expect_same_bits("act1", widen(f_act1), widen(act1));
-    expect_same_bits("dw", widen(f_dw), widen(dw));
-    expect_same_bits("act2", widen(f_act2), widen(act2));
-    expect_same_bits("dw (no act1)", widen(g_dw), widen(dw));
-    expect_same_bits("act2 (no act1)", widen(g_act2), widen(act2));
-    expect_same_bits("dfc1", widen(f_dfc1), widen(dfc1));
-    expect_same_bits("dweight", f_dweight, dweight);
-  }
-}
-
 // Two channels a thread (VIT_DWCONV_VEC=2, where C is even) against one: every output bit for
-// bit, the plain conv in fp32 and bf16 and the fused locality-FFN passes in bf16, with two column
-// chunks. C = 70 leaves the last 32-lane block part empty; C = 130 spans three blocks of pairs.
+// bit, in fp32 and bf16, with two column chunks. C = 70 leaves the last 32-lane block part empty; C
+// = 130 spans three blocks of pairs.
 template <typename T>
-void expect_pairs_match_singles(bool local) {
+void expect_pairs_match_singles() {
   const Shape shapes[] = {{3, 0, 3, 5, 70}, {1, 1, 7, 7, 64}, {2, 1, 4, 3, 130}, {2, 1, 1, 1, 2}};
   uint32_t seed = 90;
   for (const Shape& s : shapes) {
@@ -218,31 +156,19 @@ void expect_pairs_match_singles(bool local) {
     for (size_t i = 0; i < w.size(); ++i) w[i] = cu::from_f32<T>(wf[i]);
     const Launch run{s};
     struct Result {
-      Floats out, act1, act2, dinp, dweight;
+      Floats out, dinp, dweight;
     };
     auto pass = [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      std::vector<T> out = filled(), act1 = filled(), act2 = filled(), dinp = filled();
+      std::vector<T> out = filled(), dinp = filled();
       Floats dweight = dw0;
-      if (local) {
-        run.forward<T, true, kVec>(out.data(), x.data(), w.data(), act1.data(), act2.data());
-        run.backward<T, true, kVec>(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(),
-                                    out.data(), 2);
-      } else {
-        run.forward<T, false, kVec>(out.data(), x.data(), w.data(), nullptr, nullptr);
-        run.backward<T, false, kVec>(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(),
-                                     nullptr, 2);
-      }
-      return Result{to_floats(out), local ? to_floats(act1) : Floats{},
-                    local ? to_floats(act2) : Floats{}, to_floats(dinp), dweight};
+      run.forward<T, kVec>(out.data(), x.data(), w.data());
+      run.backward<T, kVec>(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(), 2);
+      return Result{to_floats(out), to_floats(dinp), dweight};
     };
     const Result one = pass(std::integral_constant<int, 1>());
     const Result two = pass(std::integral_constant<int, 2>());
     expect_same_bits("out", two.out, one.out);
-    if (local) {
-      expect_same_bits("act1", two.act1, one.act1);
-      expect_same_bits("act2", two.act2, one.act2);
-    }
     expect_same_bits("dinp", two.dinp, one.dinp);
     expect_same_bits("dweight", two.dweight, one.dweight);
   }
@@ -251,15 +177,11 @@ void expect_pairs_match_singles(bool local) {
 TEST(DwconvKernelsOnHost, PairedChannelsGiveTheSameBits) {
   {
     SCOPED_TRACE("fp32 conv");
-    expect_pairs_match_singles<float>(false);
+    expect_pairs_match_singles<float>();
   }
   {
     SCOPED_TRACE("bf16 conv");
-    expect_pairs_match_singles<cu::bf16>(false);
-  }
-  {
-    SCOPED_TRACE("bf16 locality FFN");
-    expect_pairs_match_singles<cu::bf16>(true);
+    expect_pairs_match_singles<cu::bf16>();
   }
 }
 

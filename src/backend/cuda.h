@@ -41,7 +41,7 @@ struct CudaBackend {
   };
 
   static constexpr bool kFusedAttention = true;
-  // The locality FFN's fused backward recomputes act1 = hswish(fc1) (ops/cuda/ops.h): no slot.
+  // The locality FFN's backward recomputes act1 = hswish(fc1) (ops/cuda/ops.h): no slot.
   static constexpr bool kLocalFfnStoresAct1 = false;
 #define VIT_FORWARD_CUDA(name) VIT_FORWARD_OP(::vit::cuda, name)
   VIT_LAYER_OPS(VIT_FORWARD_CUDA)

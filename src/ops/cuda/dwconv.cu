@@ -10,17 +10,7 @@
 // 0: fma(w, 0, acc) leaves acc's bits as skipping the tap would (acc starts at +0 and a sum
 // never becomes -0), so the sums are those of the per-tap form. The prefix (class-token) rows
 // bypass the conv: output 0, input gradient that of a zero sum.
-// (The earlier per-output kernels measured 1.75 ms forward and 3.95 ms backward per ViT-S/16
-// block at batch 256 on an H200, 2026-11-26, far above the passes over (B, N, M) they make.)
-//
-// The locality FFN's middle (h-swish, this conv, h-swish) runs through the same kernels with
-// kLocal: the forward applies the first h-swish to each input as it loads fc1 (rounded to T,
-// as the stored act1 would be) and the second to its own sum; the backward forms the h-swish
-// gradient of each tap it reads from dact2 and dw, recomputes act1 from fc1 for the weight
-// gradient (act1 need not be stored) and applies fc1's h-swish gradient to its input-gradient
-// sum. Every value is rounded where the three separate ops store it, with the same functors
-// (activation_math.cuh) and explicit fmas, so the fused passes give the three ops' bits while
-// moving (B, N, M) tensors 3 times forward (not 6) and 4 times backward (not 11).
+// The locality FFN's middle (h-swish, this conv, h-swish) runs as the three separate ops.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -54,9 +44,8 @@ struct ConvThreads {
 // where C is even and every tensor 2-element aligned: half the load and store instructions. The
 // same bits as one channel (each channel's sums in the same order;
 // DwconvKernelsOnHost.PairedChannelsGiveTheSameBits). By default the forward pairs and the
-// backward does not: Nsight Compute on an H200 (2026-11-27, ViT-S/16 b256 --ffn local, bundle
-// f48b072) timed the forward at 337 us with one channel and 201 us with two, the backward at
-// 447 us and 621 us (its registers go 64 -> 96). VIT_DWCONV_VEC=1 or 2: that many in both.
+// backward does not: on the device the paired forward is faster, and the paired backward slower
+// (its registers go 64 -> 96). VIT_DWCONV_VEC=1 or 2: that many in both.
 int asked_channels(int unset) {
   // Read at every call, as the other switches are (a test compares both in one process).
   const char* env = std::getenv("VIT_DWCONV_VEC");
@@ -71,33 +60,32 @@ int channels_a_thread(int unset, Index C, const Ptrs*... tensors) {
   return asked_channels(unset) == 2 && C % 2 == 0 && aligned ? 2 : 1;
 }
 
-template <typename T, bool kLocal>
-void conv_forward(T* out, const T* inp, const T* weight, T* act1, T* act2, Index B, Index N,
-                  Index prefix, Index gh, Index gw, Index C) {
+template <typename T>
+void conv_forward(T* out, const T* inp, const T* weight, Index B, Index N, Index prefix, Index gh,
+                  Index gw, Index C) {
   const ConvThreads th(B, N, prefix, gh, gw, C);
   if (th.total() <= 0) return;
   auto launch = [&](auto kernel, int vec) {
     const Index threads = th.columns / vec + Index(th.prefix_total);
     kernel<<<grid_stride_blocks(threads), kBlock, 0, stream()>>>(
-        out, inp, weight, act1, act2, th.columns / vec, th.prefix_total, int(N), int(prefix),
-        int(gh), int(gw), int(C));
+        out, inp, weight, th.columns / vec, th.prefix_total, int(N), int(prefix), int(gh), int(gw),
+        int(C));
     VIT_CUDA_LAUNCHED();
   };
-  // act1, act2: nullptr (aligned) where not written.
-  if (channels_a_thread<T>(2, C, out, inp, act1, act2) == 2)
-    launch(dwconv3x3_forward_kernel<T, kLocal, 2>, 2);
+  if (channels_a_thread<T>(2, C, out, inp) == 2)
+    launch(dwconv3x3_forward_kernel<T, 2>, 2);
   else
-    launch(dwconv3x3_forward_kernel<T, kLocal, 1>, 1);
+    launch(dwconv3x3_forward_kernel<T, 1>, 1);
 }
 
-template <typename T, bool kLocal>
-void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
-                   const T* dw, Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
+template <typename T>
+void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight, Index B,
+                   Index N, Index prefix, Index gh, Index gw, Index C) {
   const ConvThreads th(B, N, prefix, gh, gw, C);
   if (th.total() <= 0) return;
   if (dinp && th.prefix_total > 0) {
-    dwconv3x3_backward_prefix_kernel<T, kLocal>
-        <<<grid_stride_blocks(th.prefix_total), kBlock, 0, stream()>>>(dinp, inp, th.prefix_total,
+    dwconv3x3_backward_prefix_kernel<T>
+        <<<grid_stride_blocks(th.prefix_total), kBlock, 0, stream()>>>(dinp, th.prefix_total,
                                                                        int(N), int(prefix), int(C));
     VIT_CUDA_LAUNCHED();
   }
@@ -117,14 +105,14 @@ void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T
   auto launch = [&](auto kernel, int vec) {
     const Index lane_blocks = (C / vec + 31) / 32;
     kernel<<<dim3(unsigned(lane_blocks), unsigned(chunks)), dim3(32, kRows), 0, stream()>>>(
-        dinp, partial, dout, inp, weight, dw, int(B), int(N), int(prefix), int(gh), int(gw), int(C),
+        dinp, partial, dout, inp, weight, int(B), int(N), int(prefix), int(gh), int(gw), int(C),
         int(cols_per_chunk));
     VIT_CUDA_LAUNCHED();
   };
-  if (channels_a_thread<T>(1, C, dinp, dout, inp, dw) == 2)
-    launch(dwconv3x3_backward_kernel<T, kLocal, 2>, 2);
+  if (channels_a_thread<T>(1, C, dinp, dout, inp) == 2)
+    launch(dwconv3x3_backward_kernel<T, 2>, 2);
   else
-    launch(dwconv3x3_backward_kernel<T, kLocal, 1>, 1);
+    launch(dwconv3x3_backward_kernel<T, 1>, 1);
   if (!dweight) return;
   dwconv3x3_weight_finish_kernel<<<blocks_for(9 * C), kBlock, 0, stream()>>>(dweight, partial,
                                                                              chunks, C);
@@ -136,23 +124,16 @@ void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T
 template <typename T>
 void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, Index prefix,
                        Index gh, Index gw, Index C) {
-  conv_forward<T, false>(out, inp, weight, nullptr, nullptr, B, N, prefix, gh, gw, C);
+  conv_forward<T>(out, inp, weight, B, N, prefix, gh, gw, C);
 }
 
 template <typename T>
 void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                         Index B, Index N, Index prefix, Index gh, Index gw, Index C) {
-  conv_backward<T, false>(dinp, dweight, dout, inp, weight, nullptr, B, N, prefix, gh, gw, C);
+  conv_backward<T>(dinp, dweight, dout, inp, weight, B, N, prefix, gh, gw, C);
 }
 
 namespace {
-
-// VIT_FUSE_LOCAL_FFN=1: the fused passes. Off by default: with the column kernels the separate
-// ops are faster (H200, 2026-11-27, ViT-S/16 b256 --ffn local: 6,195-6,233 img/s against
-// 4,959-4,977 fused, two runs each in two calls), at 310 MB more scratch for act1 and d(act1).
-bool local_ffn_fused() {
-  return env_opt_in("VIT_FUSE_LOCAL_FFN");
-}
 
 // `count` (n) buffers in one scratch slot, each starting 256-byte aligned (the maps' packs),
 // for the separate ops' act1 (forward) or act1 and d(act1) (backward).
@@ -172,8 +153,6 @@ T* second_buffer(T* first, Index n) {
 template <typename T>
 void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, Index B, Index N,
                        Index prefix, Index gh, Index gw, Index M) {
-  if (local_ffn_fused())
-    return conv_forward<T, true>(dw, fc1, weight, act1, act2, B, N, prefix, gh, gw, M);
   const Index n = B * N * M;
   T* a1 = act1 ? act1 : separate_ops_scratch<T>(n, 1);
   hswish_forward(a1, fc1, n);
@@ -187,10 +166,8 @@ void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T*
                         Index gw, Index M) {
   // act1 is recomputed from fc1 where the weight gradient reads it. dact2 stays as it was (the
   // host backends' version overwrites it).
-  if (local_ffn_fused())
-    return conv_backward<T, true>(dfc1, dweight, dact2, fc1, weight, dw, B, N, prefix, gh, gw, M);
-  // The separate ops (dfc1 holds ddw until the last one; act1 and d(act1) in scratch, so dact2
-  // stays as it was here too).
+  // dfc1 holds ddw until the last op; act1 and d(act1) go through scratch, so dact2 stays as it
+  // was.
   const Index n = B * N * M;
   T* a1 = separate_ops_scratch<T>(n, 2);
   T* dact1 = second_buffer(a1, n);

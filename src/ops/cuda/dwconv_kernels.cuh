@@ -8,25 +8,8 @@
 #ifndef VIT_CUDA_HOST_SIM
 #include "ops/cuda/common.cuh"
 #endif
-#include "ops/cuda/activation_math.cuh"
 
 namespace vit::cuda::dwconv_kernels {
-
-// A stored T value as the next op reads it.
-template <typename T>
-__device__ __forceinline__ float stored(float x) {
-  return to_f32(from_f32<T>(x));
-}
-
-// The conv's input at a tap: inp itself, or (kLocal) act1 = hswish(fc1) from fc1 = inp,
-// rounded as the stored act1.
-template <typename T, bool kLocal>
-__device__ __forceinline__ float conv_input(T v) {
-  if constexpr (kLocal)
-    return stored<T>(HswishForward{}(to_f32(v)));
-  else
-    return to_f32(v);
-}
 
 // One (b, x, c) column of a (B, N, C) tensor whose rows after `prefix` are the (gh, gw) grid:
 // element (y, x') of the column's image and channel sits at at(y, x'). With kVec channels a
@@ -105,22 +88,16 @@ __device__ __forceinline__ Index prefix_element(int k, int N, int prefix, int C)
   return (Index(bp / prefix) * N + bp % prefix) * C + c;
 }
 
-template <typename T, bool kLocal, int kVec = 1>
-__global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, T* act1, T* act2,
-                                         int columns, int prefix_total, int N, int prefix, int gh,
-                                         int gw, int C) {
-  // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). kLocal: inp is fc1, out
-  // is dw = conv(hswish(fc1)); act2 = hswish(dw) and, unless nullptr, act1 = hswish(fc1)
-  // (B, N, C) are written too. Threads [0, columns): a (b, x) column of kVec channels each;
-  // then one per prefix element (out = 0: the class token bypasses the conv). Each channel's
-  // sums are those of kVec = 1, in the same order.
+template <typename T, int kVec = 1>
+__global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, int columns,
+                                         int prefix_total, int N, int prefix, int gh, int gw,
+                                         int C) {
+  // inp, out (B, N, C), grid rows after `prefix`; weight (C, 1, 3, 3). Threads [0, columns): a
+  // (b, x) column of kVec channels each; then one per prefix element (out = 0: the class token
+  // bypasses the conv). Each channel's sums are those of kVec = 1, in the same order.
   VIT_GRID_STRIDE(t, Index(columns) + prefix_total) {
     if (t >= columns) {
-      const Index i = prefix_element(int(t - columns), N, prefix, C);
-      if constexpr (kLocal)
-        if (act1) act1[i] = from_f32<T>(HswishForward{}(to_f32(inp[i])));
-      out[i] = from_f32<T>(0.0f);
-      if constexpr (kLocal) act2[i] = from_f32<T>(HswishForward{}(0.0f));
+      out[prefix_element(int(t - columns), N, prefix, C)] = from_f32<T>(0.0f);
       continue;
     }
     const Column q(int(t), N, prefix, gh, gw, C, kVec);
@@ -129,24 +106,14 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
     const auto load = [&](Index j, float(&x)[kVec]) {
       const Lanes<T, kVec> in = load_lanes<kVec>(inp, j);
 #pragma unroll
-      for (int l = 0; l < kVec; ++l) x[l] = conv_input<T, kLocal>(in.v[l]);
+      for (int l = 0; l < kVec; ++l) x[l] = to_f32(in.v[l]);
     };
     float up[3][kVec], mid[3][kVec], down[3][kVec];  // rows y - 1, y, y + 1
     window_row(up, q, -1, load);                     // zeros
     window_row(mid, q, 0, load);
     for (int y = 0; y < gh; ++y) {
       window_row(down, q, y + 1, load);
-      const Index i = q.at(y, q.x);
-      if constexpr (kLocal) {
-        if (act1) {
-          const Lanes<T, kVec> in = load_lanes<kVec>(inp, i);
-          float a[kVec];
-#pragma unroll
-          for (int l = 0; l < kVec; ++l) a[l] = HswishForward{}(to_f32(in.v[l]));
-          store_lanes(act1, i, a);
-        }
-      }
-      float acc[kVec], a2[kVec];
+      float acc[kVec];
 #pragma unroll
       for (int l = 0; l < kVec; ++l) {
         acc[l] = 0.0f;
@@ -155,40 +122,20 @@ __global__ void dwconv3x3_forward_kernel(T* out, const T* inp, const T* weight, 
           const float(&row)[3][kVec] = k / 3 == 0 ? up : k / 3 == 1 ? mid : down;
           acc[l] = __fmaf_rn(w[k][l], row[k % 3][l], acc[l]);
         }
-        a2[l] = HswishForward{}(stored<T>(acc[l]));
       }
-      store_lanes(out, i, acc);
-      if constexpr (kLocal) store_lanes(act2, i, a2);
+      store_lanes(out, q.at(y, q.x), acc);
       shift_rows(up, mid, down);
     }
   }
 }
 
-// dinp of a backward pass, kVec channels at element i: kLocal turns d(act1) into dfc1 =
-// hswish'(fc1) * d(act1).
-template <typename T, bool kLocal, int kVec>
-__device__ __forceinline__ void store_input_grad(T* dinp, const T* fc1, Index i,
-                                                 const float (&acc)[kVec]) {
-  float d[kVec];
-  if constexpr (kLocal) {
-    const Lanes<T, kVec> f = load_lanes<kVec>(fc1, i);
-#pragma unroll
-    for (int l = 0; l < kVec; ++l) d[l] = HswishBackward{}(stored<T>(acc[l]), to_f32(f.v[l]));
-  } else {
-#pragma unroll
-    for (int l = 0; l < kVec; ++l) d[l] = acc[l];
-  }
-  store_lanes(dinp, i, d);
-}
-
-template <typename T, bool kLocal>
-__global__ void dwconv3x3_backward_prefix_kernel(T* dinp, const T* fc1, int prefix_total, int N,
-                                                 int prefix, int C) {
+template <typename T>
+__global__ void dwconv3x3_backward_prefix_kernel(T* dinp, int prefix_total, int N, int prefix,
+                                                 int C) {
   // dinp (B, N, C): the prefix (class-token) rows, which bypass the conv, get the gradient of
   // a zero sum.
   VIT_GRID_STRIDE(t, prefix_total) {
-    const float zero[1] = {0.0f};
-    store_input_grad<T, kLocal, 1>(dinp, fc1, prefix_element(int(t), N, prefix, C), zero);
+    dinp[prefix_element(int(t), N, prefix, C)] = from_f32<T>(0.0f);
   }
 }
 
@@ -196,11 +143,10 @@ constexpr int kRows = 8;  // block (32 channel lanes, kRows column lanes)
 
 // 4 blocks of 256 threads per SM at one channel a thread: at most 64 registers (ptxas chose 66
 // unbounded); 2 at two channels.
-template <typename T, bool kLocal, int kVec = 1>
+template <typename T, int kVec = 1>
 __global__ void __launch_bounds__(32 * kRows, kVec == 1 ? 4 : 2)
     dwconv3x3_backward_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* weight,
-                              const T* dw, int B, int N, int prefix, int gh, int gw, int C,
-                              int cols_per_chunk) {
+                              int B, int N, int prefix, int gh, int gw, int C, int cols_per_chunk) {
   // dinp, dout, inp (B, N, C) grid rows; partial (chunks, 9, C) or nullptr. Block (32 lanes of
   // kVec channels, kRows lanes), grid (channel blocks, chunks of (b, x) columns): each lane
   // walks its columns down with two 3x3 windows in registers, the output gradient's and the
@@ -208,9 +154,7 @@ __global__ void __launch_bounds__(32 * kRows, kVec == 1 ? 4 : 2)
   //  * dinp (unless nullptr), gather form: input (y, x) fed output (y - dy, x - dx) via tap
   //    (dy, dx);
   //  * the weight gradient's partial sums over the chunk: dout[pixel] * inp[pixel + tap].
-  // kLocal: dout is dact2, turned into the conv's output gradient with dw; inp is fc1, whose
-  // h-swish is the conv's input act1 (recomputed rather than stored), and dinp = dfc1. Each
-  // channel's sums are those of kVec = 1 (the same columns a lane, in the same order).
+  // Each channel's sums are those of kVec = 1 (the same columns a lane, in the same order).
   __shared__ float sm[kRows][9][32 * kVec + 1];
   const int c = (blockIdx.x * 32 + threadIdx.x) * kVec;
   const int u0 = blockIdx.y * cols_per_chunk;
@@ -223,24 +167,15 @@ __global__ void __launch_bounds__(32 * kRows, kVec == 1 ? 4 : 2)
   if (c < C) {
     float w[9][kVec];
     load_taps(w, weight, c);
-    // The conv's output gradient at a tap: dout itself, or (kLocal) the second h-swish's
-    // gradient formed from dact2 = dout and the conv's output dw, rounded as the stored ddw.
     const auto grad = [&](Index j, float(&g)[kVec]) {
       const Lanes<T, kVec> d = load_lanes<kVec>(dout, j);
-      if constexpr (kLocal) {
-        const Lanes<T, kVec> o = load_lanes<kVec>(dw, j);
 #pragma unroll
-        for (int l = 0; l < kVec; ++l)
-          g[l] = stored<T>(HswishBackward{}(to_f32(d.v[l]), to_f32(o.v[l])));
-      } else {
-#pragma unroll
-        for (int l = 0; l < kVec; ++l) g[l] = to_f32(d.v[l]);
-      }
+      for (int l = 0; l < kVec; ++l) g[l] = to_f32(d.v[l]);
     };
     const auto input = [&](Index j, float(&x)[kVec]) {
       const Lanes<T, kVec> in = load_lanes<kVec>(inp, j);
 #pragma unroll
-      for (int l = 0; l < kVec; ++l) x[l] = conv_input<T, kLocal>(in.v[l]);
+      for (int l = 0; l < kVec; ++l) x[l] = to_f32(in.v[l]);
     };
     for (int u = u0 + threadIdx.y; u < u1; u += kRows) {
       const Column q(u * (C / kVec) + c / kVec, N, prefix, gh, gw, C, kVec);
@@ -266,7 +201,7 @@ __global__ void __launch_bounds__(32 * kRows, kVec == 1 ? 4 : 2)
               s[l] = __fmaf_rn(w[k][l], row[2 - k % 3][l], s[l]);
             }
           }
-          store_input_grad<T, kLocal>(dinp, inp, q.at(y, q.x), s);
+          store_lanes(dinp, q.at(y, q.x), s);
         }
         if (partial) {
 #pragma unroll

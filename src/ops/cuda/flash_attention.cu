@@ -8,20 +8,11 @@
 //  * Backward: Drow = rowsum(dO * O) in a small kernel, then one kernel over key blocks (dK, dV,
 //    looping over query tiles) and one over query blocks (dQ, looping over key tiles), each
 //    recomputing P from lse. No atomics: fixed loop orders, bitwise reproducible.
-// The tile products are warp-level ops on shared memory (struct Warp): WMMA bf16 16x16x16 with
-// fp32 accumulation for T = bf16 (P and dS rounded to bf16 only as WMMA operands), plain fp32
-// FMA loops for T = float (the debugging mode). Scores, softmax statistics, dP and the
-// accumulators are fp32 in both. Ragged tiles: rows past N load as zeros, keys past N get
-// probability 0, rows past N are never written.
-// Measured (H100, ViT-S/16 b256, one layer, bf16, ncu): forward 0.38 ms, Drow 0.08, dK/dV 0.73,
-// dQ 0.50; cuDNN does the whole in ~0.4. Next, in likely order of gain: mma.sync m16n8k16 with S
-// and P kept in registers (WMMA's opaque accumulator layout forces the shared-memory round trip
-// of every score tile) -- flash_attention_mma.cu, the bf16 default since 2026-11-26 (these WMMA
-// kernels with VIT_FLASH_MMA=0) --, cp.async double-buffered tile loads (in the mma.sync
-// kernels, not yet run on a GPU; VIT_FLASH_ASYNC=0 turns them off), and 16-byte loads in the
-// Drow kernel (written 2026-11-26, not yet run on a GPU: flash_drow_packed_kernel).
-#include <mma.h>
-
+// bf16 runs the mma.sync kernels (flash_attention_mma.cu, flash_mma_kernels.cuh); the kernels
+// here are the fp32 ones (T = float, the debugging mode): the same scheme with the tile products
+// as plain FMA loops on shared memory (struct Warp). Scores, softmax statistics, dP and the
+// accumulators are fp32. Ragged tiles: rows past N load as zeros, keys past N get probability
+// 0, rows past N are never written.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -34,14 +25,12 @@ namespace vit::cuda {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
 using namespace flash;  // kRows, load_tile, BlockPos, ...: flash_common.cuh
 
 constexpr int kHalf = kCols / 2;  // score columns per lane in the softmax: a lane pair per row
 
-// Shared-memory strides (elements). Padding keeps rows 16-byte multiples (uint4 stores, WMMA
-// ldm: 8 bf16 / 4 fp32) and shifts banks between rows; every 16-row block then starts on a
-// 32-byte boundary, as WMMA pointers must.
+// Shared-memory strides (elements). Padding keeps rows 16-byte multiples (uint4 stores) and
+// shifts banks between rows.
 template <typename T, int D>
 struct Layout {
   static constexpr int kVec = 16 / int(sizeof(T));         // elements per 16-byte access
@@ -61,89 +50,13 @@ struct Layout {
 
 // ---------------------------------------------------------------------------------------------
 // Warp-level tile products on shared memory. A warp's 16 rows times D or kCols columns:
-//  * Rows: a (16, D) left operand, loaded once (registers for WMMA);
+//  * Rows: a (16, D) left operand;
 //  * nt:  c (16, kCols) fp32 = a (16, D) @ b (kCols, D)^T, stored to shared memory;
 //  * mul: c (16, D) fp32 = a (16, kCols) @ b (kCols, D), stored to shared memory;
 //  * Acc / nn / store: acc (16, D) fp32 += a (16, kCols) @ b (kCols, D), kept in registers.
 // Callers __syncwarp() between writing shared memory and another lane reading it.
 template <typename T, int D>
 struct Warp;
-
-template <int D>
-struct Warp<bf16, D> {
-  static constexpr int kK = D / 16;
-  using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-  using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-  using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-  using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-  struct Rows {
-    FragA f[kK];
-  };
-  struct Acc {
-    FragC f[kK];
-  };
-
-  static __device__ __forceinline__ void load(Rows& a, const bf16* p, int ld) {
-#pragma unroll
-    for (int k = 0; k < kK; ++k) wmma::load_matrix_sync(a.f[k], p + 16 * k, ld);
-  }
-  static __device__ __forceinline__ void zero(Acc& c) {
-#pragma unroll
-    for (int n = 0; n < kK; ++n) wmma::fill_fragment(c.f[n], 0.0f);
-  }
-  static __device__ __forceinline__ void nt(float* c, int ldc, const Rows& a, const bf16* b,
-                                            int ldb) {
-#pragma unroll
-    for (int n = 0; n < kCols / 16; ++n) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < kK; ++k) {
-        FragBt fb;  // b^T (16 of D, 16 of kCols): column n' of it is row 16n + n' of b
-        wmma::load_matrix_sync(fb, b + 16 * n * ldb + 16 * k, ldb);
-        wmma::mma_sync(acc, a.f[k], fb, acc);
-      }
-      wmma::store_matrix_sync(c + 16 * n, acc, ldc, wmma::mem_row_major);
-    }
-  }
-  static __device__ __forceinline__ void nn(Acc& c, const bf16* a, int lda, const bf16* b,
-                                            int ldb) {
-#pragma unroll
-    for (int kk = 0; kk < kCols / 16; ++kk) {
-      FragA fa;
-      wmma::load_matrix_sync(fa, a + 16 * kk, lda);
-#pragma unroll
-      for (int n = 0; n < kK; ++n) {
-        FragB fb;
-        wmma::load_matrix_sync(fb, b + 16 * kk * ldb + 16 * n, ldb);
-        wmma::mma_sync(c.f[n], fa, fb, c.f[n]);
-      }
-    }
-  }
-  static __device__ __forceinline__ void mul(float* c, int ldc, const bf16* a, int lda,
-                                             const bf16* b, int ldb) {
-    FragA fa[kCols / 16];  // a loaded once; one accumulator at a time keeps registers low
-#pragma unroll
-    for (int kk = 0; kk < kCols / 16; ++kk) wmma::load_matrix_sync(fa[kk], a + 16 * kk, lda);
-#pragma unroll
-    for (int n = 0; n < kK; ++n) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < kCols / 16; ++kk) {
-        FragB fb;
-        wmma::load_matrix_sync(fb, b + 16 * kk * ldb + 16 * n, ldb);
-        wmma::mma_sync(acc, fa[kk], fb, acc);
-      }
-      wmma::store_matrix_sync(c + 16 * n, acc, ldc, wmma::mem_row_major);
-    }
-  }
-  static __device__ __forceinline__ void store(float* c, int ldc, const Acc& a) {
-#pragma unroll
-    for (int n = 0; n < kK; ++n)
-      wmma::store_matrix_sync(c + 16 * n, a.f[n], ldc, wmma::mem_row_major);
-  }
-};
 
 // fp32: plain FMA loops. nt: lane computes columns lane and lane + 32 of all 16 rows; nn/mul:
 // lane owns row lane / 2, columns lane % 2 + 2c.
@@ -331,8 +244,8 @@ __global__ void flash_drow_kernel(float* drow, const T* dout, const T* out, Inde
 
 // The same sums with 16-byte loads: eight lanes per (b, n, h) row, lane j taking packs j,
 // j + 8, ..., so a warp's load covers four consecutive head rows, contiguous in memory (the
-// warp-per-head kernel moved two bf16 a lane at D = 64: 0.08 ms a ViT-S/16 layer on the H100,
-// ~3x its bytes' time). Fixed order (lane sums, then a butterfly over the eight), so the bits
+// warp-per-head kernel moved two bf16 a lane at D = 64, ~3x its bytes'
+// time). Fixed order (lane sums, then a butterfly over the eight), so the bits
 // are reproducible; they differ from the warp kernel's by rounding only (the emulation's tests
 // bound Drow's error, not its summation order).
 constexpr int kDrowLanes = 8;  // lanes per head row
@@ -560,18 +473,19 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N, Index H, Index D) {
   const int tiles = check_shape(B, N, H, D);
-  const float scale_log2 = kLog2e / std::sqrt(float(D));
   const bool vec = aligned16(out) && aligned16(qkv);
   if constexpr (std::is_same_v<T, bf16>) {
     if (cudnn_attention_forward(out, lse, qkv, B, N, H, D)) return;
-    if (flash_mma_enabled()) return flash_mma_forward(out, lse, qkv, B, N, H, D, vec);
+    flash_mma_forward(out, lse, qkv, B, N, H, D, vec);
+  } else {
+    const float scale_log2 = kLog2e / std::sqrt(float(D));
+    with_head_dim(D, [&](auto d) {
+      constexpr int kD = decltype(d)::value;
+      constexpr size_t bytes = Layout<T, kD>::forward_bytes;
+      launch_flash<flash_forward_kernel<T, kD>>(unsigned(B * H * tiles), bytes, out, lse, qkv,
+                                                int(N), int(H), tiles, scale_log2, vec);
+    });
   }
-  with_head_dim(D, [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    constexpr size_t bytes = Layout<T, kD>::forward_bytes;
-    launch_flash<flash_forward_kernel<T, kD>>(unsigned(B * H * tiles), bytes, out, lse, qkv, int(N),
-                                              int(H), tiles, scale_log2, vec);
-  });
 }
 
 template <typename T>
@@ -586,17 +500,18 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   auto* drow = static_cast<float*>(scratch(size_t(B * H * N) * sizeof(float), kScratchFlash));
   flash_drow(drow, dout, out, B, N, H, D);
   if constexpr (std::is_same_v<T, bf16>) {
-    if (flash_mma_enabled()) return flash_mma_backward(dqkv, dout, qkv, lse, drow, B, N, H, D, vec);
+    flash_mma_backward(dqkv, dout, qkv, lse, drow, B, N, H, D, vec);
+  } else {
+    with_head_dim(D, [&](auto d) {
+      constexpr int kD = decltype(d)::value;
+      constexpr size_t dkv_bytes = Layout<T, kD>::dkv_bytes, dq_bytes = Layout<T, kD>::dq_bytes;
+      const unsigned grid = unsigned(B * H * tiles);
+      launch_flash<flash_dkv_kernel<T, kD>>(grid, dkv_bytes, dqkv, dout, qkv, lse, drow, int(N),
+                                            int(H), tiles, scale, vec);
+      launch_flash<flash_dq_kernel<T, kD>>(grid, dq_bytes, dqkv, dout, qkv, lse, drow, int(N),
+                                           int(H), tiles, scale, vec);
+    });
   }
-  with_head_dim(D, [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    constexpr size_t dkv_bytes = Layout<T, kD>::dkv_bytes, dq_bytes = Layout<T, kD>::dq_bytes;
-    const unsigned grid = unsigned(B * H * tiles);
-    launch_flash<flash_dkv_kernel<T, kD>>(grid, dkv_bytes, dqkv, dout, qkv, lse, drow, int(N),
-                                          int(H), tiles, scale, vec);
-    launch_flash<flash_dq_kernel<T, kD>>(grid, dq_bytes, dqkv, dout, qkv, lse, drow, int(N), int(H),
-                                         tiles, scale, vec);
-  });
 }
 
 #define INSTANTIATE(T)                                                                             \

@@ -1,8 +1,6 @@
 // Launches the mma.sync fused attention kernels of flash_mma_kernels.cuh (the scheme, the
-// fragment layouts and the rounding points are described there). bf16 storage only; the bf16
-// default since a GPU session checked it against the emulation and timed it (H200, 2026-11-26:
-// ViT-S/16 b256 1.19x the WMMA kernels' step); VIT_FLASH_MMA=0 picks WMMA (flash_attention.cu
-// dispatches).
+// fragment layouts and the rounding points are described there): bf16 storage only
+// (flash_attention.cu dispatches).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,22 +21,11 @@ namespace vit::cuda {
 
 using namespace flash_mma_kernels;
 
-bool flash_mma_enabled() {  // the default since 2026-11-26; VIT_FLASH_MMA=0 picks WMMA
-  return env_switch_on("VIT_FLASH_MMA");
-}
-
-// cp.async tile loads unless VIT_FLASH_ASYNC=0.
-bool flash_mma_async() {
-  return env_switch_on("VIT_FLASH_ASYNC");
-}
-
 namespace {
 
-// VIT_FLASH_WARPS: the warps (16 rows each) of the kernels' blocks, but the stored-dS dQ
-// kernel's: unset or "auto", each kernel's choose_block_warps (flash_tiles.cuh) over this GPU's
-// occupancy at the run's N; 1 .. kWarps for every kernel (4: the blocks before 2026-11-27). The
-// height never changes a result's bits. Default since an H200's Nsight Compute run (2026-11-27,
-// ViT-S/16 b256, with half tiles): dK/dV 348 -> 275 us, dQ 222 -> 190 us.
+// VIT_FLASH_WARPS: the warps (16 rows each) of the kernels' blocks: unset or "auto", each
+// kernel's choose_block_warps (flash_tiles.cuh) over this GPU's occupancy at the run's N;
+// 1 .. kWarps for every kernel. The height never changes a result's bits.
 int flash_warps_setting() {  // 0: auto
   const char* env = std::getenv("VIT_FLASH_WARPS");
   if (!env || !*env) return 0;
@@ -56,7 +43,7 @@ int flash_warps_setting() {  // 0: auto
 // name (VIT_FLASH_WARPS=auto), it says what it chose on stderr (once), so a benchmark's log shows
 // the heights it ran while a training run's stays quiet.
 template <auto kKernel, typename Bytes>
-int block_warps(const char* name, Index N, Index D, Bytes&& bytes, int rows_per_warp = 16) {
+int block_warps(const char* name, Index N, Index D, Bytes&& bytes) {
   const int setting = flash_warps_setting();
   if (setting > 0) return setting;
   static thread_local std::unordered_map<Index, int> chosen;  // device << 32 | N -> warps
@@ -67,14 +54,11 @@ int block_warps(const char* name, Index N, Index D, Bytes&& bytes, int rows_per_
   allow_smem<kKernel>(bytes(kWarps));  // the calculator counts only what may be allowed
   static_assert(kWarps == 4, "the line below names four heights");
   int per_sm[kWarps + 1] = {};
-  const int warps = choose_block_warps(
-      N,
-      [&](int w) {
-        VIT_CUDA_CHECK(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[w], kKernel, 32 * w, bytes(w)));
-        return Index(per_sm[w]);
-      },
-      rows_per_warp);
+  const int warps = choose_block_warps(N, [&](int w) {
+    VIT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[w], kKernel, 32 * w, bytes(w)));
+    return Index(per_sm[w]);
+  });
   if (const char* env = std::getenv("VIT_FLASH_WARPS"); env && *env)
     std::fprintf(stderr,
                  "vitrain: flash attention %s, N=%lld D=%lld: blocks of %d warps (blocks an SM at "
@@ -85,25 +69,12 @@ int block_warps(const char* name, Index N, Index D, Bytes&& bytes, int rows_per_
   return warps;
 }
 
-// A head's blocks of rows_per_warp `warps` rows over N rows (the kernels' `tiles`); the grid they
-// make, B * H * tiles, checked against its limit.
-int row_tiles(Index B, Index N, Index H, int warps, int rows_per_warp = 16) {
-  const Index block = Index(rows_per_warp) * warps, tiles = (N + block - 1) / block;
+// A head's blocks of 16 `warps` rows over N rows (the kernels' `tiles`); the grid they make,
+// B * H * tiles, checked against its limit.
+int row_tiles(Index B, Index N, Index H, int warps) {
+  const Index block = Index(16) * warps, tiles = (N + block - 1) / block;
   VIT_CHECK(B * H * tiles < (Index(1) << 31), "flash attention: too many blocks for one grid");
   return int(tiles);
-}
-
-// VIT_FLASH_FWD_ROWS: the forward's rows a warp, 16 (the default) or 32 (two row tiles: each key
-// and value fragment feeds twice the products; the same bits, ForwardRowTilesGiveTheSameBits
-// passed on the device). Opt-in: its first device run (H200, 2026-11-28, ViT-S/16 b256) had the
-// kernel at 204 us against 171 (227 registers, 12% occupancy against 128 and 24%) and the step
-// at 0.99x in both rounds.
-int flash_forward_row_tiles() {
-  const char* env = std::getenv("VIT_FLASH_FWD_ROWS");
-  if (!env || !*env) return 1;
-  const std::string value(env);
-  VIT_CHECK(value == "16" || value == "32", "VIT_FLASH_FWD_ROWS=" + value + ": expected 16 or 32");
-  return value == "32" ? 2 : 1;
 }
 
 }  // namespace
@@ -111,75 +82,38 @@ int flash_forward_row_tiles() {
 void flash_mma_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H, Index D,
                        bool vec) {
   const float scale_log2 = kLog2e / std::sqrt(float(D));
-  const bool async = flash_mma_async();
-  auto run = [&](auto head_dim, auto row_tiles_a_warp) {
-    constexpr int kD = decltype(head_dim)::value, kR = decltype(row_tiles_a_warp)::value;
-    constexpr auto kKernel = flash_mma_forward_kernel<kD, kR>;
-    const int warps = block_warps<kKernel>("forward", N, kD, forward_smem_bytes<kD, kR>, 16 * kR);
-    const int tiles = row_tiles(B, N, H, warps, 16 * kR);
-    launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, forward_smem_bytes<kD, kR>(warps),
-                                out, lse, qkv, int(N), int(H), tiles, scale_log2, vec, async);
-  };
-  const int row_tiles_a_warp = flash_forward_row_tiles();
-  with_head_dim(D, [&](auto d) {
-    // two row tiles up to head dim 64 (at 96, 255 registers and 80 bytes spilled: ptxas, sm_90)
-    if constexpr (decltype(d)::value <= 64) {
-      if (row_tiles_a_warp == 2) {
-        count_route(Route::kFlashForwardTwoTiles);
-        return run(d, std::integral_constant<int, 2>());
-      }
-    }
-    run(d, std::integral_constant<int, 1>());
+  with_head_dim(D, [&](auto head_dim) {
+    constexpr int kD = decltype(head_dim)::value;
+    constexpr auto kKernel = flash_mma_forward_kernel<kD>;
+    const int warps = block_warps<kKernel>("forward", N, kD, forward_smem_bytes<kD>);
+    const int tiles = row_tiles(B, N, H, warps);
+    launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, forward_smem_bytes<kD>(warps), out,
+                                lse, qkv, int(N), int(H), tiles, scale_log2, vec);
   });
-}
-
-// VIT_FLASH_STORED_DS=1: the dK/dV kernel stores dS^T (bf16, B * H * N * 64 ceil(N / 64)
-// elements of scratch: 119 MB at ViT-S/16 b256) and dQ is formed from it, without the dQ
-// kernel's recomputation of S, P and dP (2 of its 3 products and its exponentials). Opt-in
-// again after the H200 bench of 2026-11-27's afternoon (bundle f48b072, ViT-S/16 b256, two
-// interleaved runs each): over half tiles and `auto` heights the stored dS came last in both
-// rounds (7,069-7,147 img/s), the recomputing kernels first (7,518-7,567); the stored dS over
-// whole 4-warp tiles (7,319-7,421; in the morning's runs 8,597-8,630, when the recomputing
-// kernels over half tiles ran 7,943-8,391) is within the runs' noise of them, and needs the
-// scratch. FlashKernelsOnHost checks it gives the recomputing kernel's bits; on the GPU at most
-// 1% of dQ differs, by the order of S^T's sums.
-bool flash_mma_stored_ds() {
-  return env_opt_in("VIT_FLASH_STORED_DS");
 }
 
 namespace {
 
-// The backward kernels take each streamed tile's 64 rows 32 at a time (kGroups = 2): the same
-// products in the same order, so the same bits, with half the score and dS registers live
-// (ptxas, sm_90, D = 64: dK/dV 226 -> 168 a thread, 3 blocks of 4 warps an SM instead of 2; dQ
-// 163 -> 128 under its launch bound, 4 instead of 3). VIT_FLASH_HALF_TILES=0: whole tiles.
-// Default since the H200's kernel times of 2026-11-27 (above, VIT_FLASH_WARPS); that day's
-// bench (f48b072, ViT-S/16 b256): with `auto` heights 7,518-7,567 img/s against 7,187-7,289 for
-// whole tiles of 4 warps.
-bool flash_mma_half_tiles() {
-  return env_switch_on("VIT_FLASH_HALF_TILES");
-}
-
-// The dK/dV kernel (storing dS^T to `ds` when kStoreDs) with its own block height.
-template <int kD, bool kStoreDs, int kGroups>
+// The dK/dV kernel with its own block height.
+template <int kD>
 void launch_dkv(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* drow,
-                Index B, Index N, Index H, float scale, bool vec, bool async, DsTiles ds) {
-  constexpr auto kKernel = flash_mma_dkv_kernel<kD, kStoreDs, kGroups>;
+                Index B, Index N, Index H, float scale, bool vec) {
+  constexpr auto kKernel = flash_mma_dkv_kernel<kD>;
   const int warps = block_warps<kKernel>("dK/dV", N, kD, dkv_smem_bytes<kD>);
   const int tiles = row_tiles(B, N, H, warps);
   launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, dkv_smem_bytes<kD>(warps), dqkv, dout,
-                              qkv, lse, drow, int(N), int(H), tiles, scale, vec, async, ds);
+                              qkv, lse, drow, int(N), int(H), tiles, scale, vec);
 }
 
 // The dQ kernel that recomputes S, P and dP, with its own block height.
-template <int kD, int kGroups>
+template <int kD>
 void launch_dq(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* drow,
-               Index B, Index N, Index H, float scale, bool vec, bool async) {
-  constexpr auto kKernel = flash_mma_dq_kernel<kD, kGroups>;
+               Index B, Index N, Index H, float scale, bool vec) {
+  constexpr auto kKernel = flash_mma_dq_kernel<kD>;
   const int warps = block_warps<kKernel>("dQ", N, kD, dq_smem_bytes<kD>);
   const int tiles = row_tiles(B, N, H, warps);
   launch_flash_warps<kKernel>(unsigned(B * H * tiles), warps, dq_smem_bytes<kD>(warps), dqkv, dout,
-                              qkv, lse, drow, int(N), int(H), tiles, scale, vec, async);
+                              qkv, lse, drow, int(N), int(H), tiles, scale, vec);
 }
 
 // VIT_FLASH_FUSED_BWD=1: the backward in one kernel (flash_mma_fused_kernels.cuh: 5 products
@@ -271,8 +205,7 @@ bool fused_backward_fits(Index N) {
 // device; false if not, and nothing is launched.
 template <int kD>
 bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                           const float* drow, Index B, Index N, Index H, float scale, bool vec,
-                           bool async) {
+                           const float* drow, Index B, Index N, Index H, float scale, bool vec) {
   if constexpr (kD > 64) {
     return false;
   } else {
@@ -282,7 +215,7 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     row_tiles(B, N, H, warps);  // checks the grid's B * H blocks
     with_fused_kernel<kD>(warps, [&](auto kernel) {
       launch_flash_warps<decltype(kernel)::value>(unsigned(B * H), warps, bytes, dqkv, dout, qkv,
-                                                  lse, drow, int(N), int(H), scale, vec, async);
+                                                  lse, drow, int(N), int(H), scale, vec);
     });
     return true;
   }
@@ -291,8 +224,7 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
 }  // namespace
 
 bool flash_mma_fused_backward_takes(Index N, Index D) {
-  if (!flash_mma_enabled() || !flash_mma_fused_backward() || (D != 32 && D != 48 && D != 64))
-    return false;
+  if (!flash_mma_fused_backward() || (D != 32 && D != 48 && D != 64)) return false;
   bool fits = false;
   with_head_dim(D, [&](auto d) { fits = fused_backward_fits<decltype(d)::value>(N); });
   return fits;
@@ -301,38 +233,21 @@ bool flash_mma_fused_backward_takes(Index N, Index D) {
 void flash_mma_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                         const float* drow, Index B, Index N, Index H, Index D, bool vec) {
   const float scale = 1.0f / std::sqrt(float(D));
-  const bool async = flash_mma_async(), stored_ds = flash_mma_stored_ds();
   if (flash_mma_fused_backward()) {
     bool fused = false;
     with_head_dim(D, [&](auto d) {
       fused = launch_fused_backward<decltype(d)::value>(dqkv, dout, qkv, lse, drow, B, N, H, scale,
-                                                        vec, async);
+                                                        vec);
     });
     if (fused) {
       count_route(Route::kFlashFusedBackward);
       return;
     }
   }
-  auto run = [&](auto head_dim, auto groups) {
-    constexpr int kD = decltype(head_dim)::value, kGroups = decltype(groups)::value;
-    if (!stored_ds) {
-      launch_dkv<kD, false, kGroups>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, {});
-      launch_dq<kD, kGroups>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async);
-      return;
-    }
-    const int tiles = row_tiles(B, N, H, kWarps), ldq = tiles * kCols;
-    const DsTiles ds{
-        static_cast<bf16*>(scratch(size_t(B * H * N) * ldq * sizeof(bf16), kScratchFlashDs)), ldq};
-    launch_dkv<kD, true, kGroups>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec, async, ds);
-    launch_flash<flash_mma_dq_stored_kernel<kD>>(unsigned(B * H * tiles),
-                                                 dq_stored_smem_bytes<kD>(), dqkv, qkv, ds, int(N),
-                                                 int(H), tiles, vec, async);
-  };
   with_head_dim(D, [&](auto d) {
-    if (flash_mma_half_tiles())
-      run(d, std::integral_constant<int, 2>());
-    else
-      run(d, std::integral_constant<int, 1>());
+    constexpr int kD = decltype(d)::value;
+    launch_dkv<kD>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec);
+    launch_dq<kD>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec);
   });
 }
 

@@ -1,4 +1,4 @@
-// Shared by the fused attention kernels (flash_attention.cu: WMMA and fp32; flash_attention_mma.cu:
+// Shared by the fused attention kernels (flash_attention.cu: fp32; flash_attention_mma.cu:
 // mma.sync): block geometry and tile loads (flash_tiles.cuh), and the host-side launch helpers.
 #pragma once
 #include <cstdint>
@@ -34,7 +34,7 @@ void launch_flash_warps(unsigned grid, int warps, size_t bytes, Args... args) {
   kKernel<<<grid, unsigned(32 * warps), bytes, stream()>>>(args...);
   VIT_CUDA_LAUNCHED();
 }
-// The same with kWarps warps (kRows rows), as the WMMA kernels always run.
+// The same with kWarps warps (kRows rows), as the fp32 kernels always run.
 template <auto kKernel, typename... Args>
 void launch_flash(unsigned grid, size_t bytes, Args... args) {
   launch_flash_warps<kKernel>(grid, kWarps, bytes, args...);

@@ -1,6 +1,6 @@
 // The mma.sync fused attention (flash_attention_mma.cu), which flash_attention.cu's entry
-// points dispatch to for bf16 unless VIT_FLASH_MMA=0 (flash_mma_enabled()). Shapes are checked
-// by the caller, and drow (B, H, N) = rowsum(dO * out) computed there.
+// points dispatch to for bf16. Shapes are checked by the caller, and drow (B, H, N) =
+// rowsum(dO * out) computed there.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -8,7 +8,6 @@
 
 namespace vit::cuda {
 
-bool flash_mma_enabled();
 void flash_mma_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, Index B, Index N,
                        Index H, Index D, bool vec);
 // Whether flash_mma_backward runs the one-kernel backward (VIT_FLASH_FUSED_BWD=1) at this N and

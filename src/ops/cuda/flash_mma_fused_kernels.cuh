@@ -9,9 +9,8 @@
 // to a shared (keys, queries) tile; then the block forms the tile's dQ = dS K over all the keys
 // from that tile and the keys already in shared memory, in units of 16 queries x 32 (or 16)
 // columns dealt to the warps round robin. Each unit sums the keys 16 at a time in ascending order,
-// the chain flash_mma_dq_stored_kernel runs over the dS^T the dK/dV kernel stores
-// (VIT_FLASH_STORED_DS=1), so dQ gets those bits without the scratch tensor or its trips through
-// memory. tests/test_flash_on_host.cpp runs this source on the CPU against both.
+// the dQ kernel's chain, so dQ gets its bits. tests/test_flash_on_host.cpp runs this source on
+// the CPU against the two kernels.
 #pragma once
 #include "ops/cuda/flash_mma_kernels.cuh"
 
@@ -107,8 +106,7 @@ constexpr size_t fused_backward_smem_bytes(int warps) {
 template <int D, int kGroups, int kRegisters = kFusedRegisters, bool kReloadKeys = false>
 __global__ void __maxnreg__(kRegisters)
     flash_mma_fused_backward_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                    const float* drow, int N, int H, float scale, bool vec,
-                                    bool async) {
+                                    const float* drow, int N, int H, float scale, bool vec) {
   // dq, dk, dv (B, N, D) at columns h*D, C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h),
   // all its keys (ceil(N / 16) warps of 16, launched so); each warp holds its keys' S^T, P^T,
   // dP^T, dS^T over kCols / kGroups queries at a time in registers, as the dK/dV kernel does.
@@ -122,9 +120,9 @@ __global__ void __maxnreg__(kRegisters)
   const Head hd(qkv, dout, pos, N, C, D);
   const QueryStats stats(lse, drow, pos.bh, N);
   const float scale_log2 = scale * kLog2e;
-  auto load_queries = [&](int i0) { sh.load_queries(hd, stats, i0, N, C, vec, async); };
+  auto load_queries = [&](int i0) { sh.load_queries(hd, stats, i0, N, C, vec); };
 
-  sh.load_keys(hd, 0, rows, N, C, vec, async);
+  sh.load_keys(hd, 0, rows, N, C, vec);
   load_queries(0);
   cp_async_commit();
   float dk[D / 8][4], dv[D / 8][4];

@@ -12,8 +12,7 @@
 // those kernels and the CPU emulation (src/ops/emu/flash_attention.cpp): the unnormalised tile
 // probabilities rounded to bf16 for P @ V, the running sum over the unrounded ones; dS rounded
 // for dQ and dK, P rounded for dV. The streamed tiles are double-buffered through cp.async
-// (below; 1.08x the synchronous loads, VIT_FLASH_ASYNC=0, in a ViT-S/16 step on the H200,
-// 2026-11-26).
+// (below).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //  * A (16 x 16, row): a0a1 (g, 2t..2t+1), a2a3 (g + 8, 2t..), a4a5 (g, 8 + 2t..), a6a7 (g + 8,
@@ -88,8 +87,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float x, float y) {
 // SM, too few to hide a synchronous tile load's global latency behind other warps' work, so the
 // streamed tiles are double-buffered: the next tile is copied into the second buffer while the
 // warps compute on the first. The copies zero-fill rows past `valid` themselves (source size 0,
-// nothing read). VIT_FLASH_ASYNC=0 loads synchronously into the same buffers (for comparison);
-// both give the same bits.
+// nothing read). Operands that are not 16-byte aligned load synchronously into the same
+// buffers; both give the same bits.
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
@@ -125,22 +124,17 @@ __device__ __forceinline__ void load_rows(uint32_t (&a)[D / 16][4], const bf16* 
     ldmatrix_x4(a[kk], tile + (warp * 16 + lane % 16) * ld + kk * 16 + (lane / 16) * 8);
 }
 
-// s[r] (16 x 8 NT, C tiles) = a[r] (16 x D) @ y^T for the first `active` of R row tiles (16 rows
-// each: the forward's rows a warp, VIT_FLASH_FWD_ROWS), y the (8 NT, D) shared tile (row-major: a
+// s (16 x 8 NT, C tiles) = a (16 x D) @ y^T, y the (8 NT, D) shared tile (row-major: a
 // streamed tile's rows, or a group of them), whose rows from `ncols` on are padding (zeros): the
 // C tiles of only padding columns are left 0 without their products (the callers mask those
-// columns). Each fragment of y read from shared memory feeds all the row tiles' products. ncols
-// and active are the same in every lane.
-template <int D, int NT, int R>
-__device__ __forceinline__ void row_tiles_times_tile_t(float (&s)[R][NT][4],
-                                                       const uint32_t (&a)[R][D / 16][4],
-                                                       const bf16* y, int ncols, int active) {
+// columns). ncols is the same in every lane.
+template <int D, int NT>
+__device__ __forceinline__ void rows_times_tile_t(float (&s)[NT][4], const uint32_t (&a)[D / 16][4],
+                                                  const bf16* y, int ncols) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int j = 0; j < NT; ++j) s[r][j][0] = s[r][j][1] = s[r][j][2] = s[r][j][3] = 0.0f;
+  for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
@@ -149,34 +143,20 @@ __device__ __forceinline__ void row_tiles_times_tile_t(float (&s)[R][NT][4],
       uint32_t b[4];
       ldmatrix_x4(b,
                   y + (jp * 16 + lane % 8 + (lane / 16) * 8) * ld + kk * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r >= active) break;
-        mma(s[r][2 * jp], a[r][kk], b[0], b[1]);
-        mma(s[r][2 * jp + 1], a[r][kk], b[2], b[3]);
-      }
+      mma(s[2 * jp], a[kk], b[0], b[1]);
+      mma(s[2 * jp + 1], a[kk], b[2], b[3]);
     }
   }
 }
 
-// The same for one row tile: s (16 x 8 NT) = a (16 x D) @ y^T.
-template <int D, int NT>
-__device__ __forceinline__ void rows_times_tile_t(float (&s)[NT][4], const uint32_t (&a)[D / 16][4],
-                                                  const bf16* y, int ncols) {
-  row_tiles_times_tile_t<D, NT, 1>(reinterpret_cast<float(&)[1][NT][4]>(s),
-                                   reinterpret_cast<const uint32_t(&)[1][D / 16][4]>(a), y, ncols,
-                                   1);
-}
-
-// acc[r] (16 x D, C tiles) += p[r] (16 x 16 KK, given as A fragments) @ z for the first `active`
-// of R row tiles, z the (16 KK, D) shared tile (row-major: a streamed tile, or a group of its
-// rows). Columns of p from `ncols` on are 0 (masked) and z's rows there are zeros, so their
-// 16-column steps, which would add exact zeros, are skipped (ncols, active: same in every lane).
-template <int D, int KK, int R>
-__device__ __forceinline__ void row_tiles_accumulate_times_tile(float (&acc)[R][D / 8][4],
-                                                                const uint32_t (&p)[R][KK][4],
-                                                                const bf16* z, int ncols,
-                                                                int active) {
+// acc (16 x D, C tiles) += p (16 x 16 KK, given as A fragments) @ z, z the (16 KK, D) shared
+// tile (row-major: a streamed tile, or a group of its rows). Columns of p from `ncols` on are 0
+// (masked) and z's rows there are zeros, so their 16-column steps, which would add exact zeros,
+// are skipped (ncols: the same in every lane).
+template <int D, int KK>
+__device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
+                                                      const uint32_t (&p)[KK][4], const bf16* z,
+                                                      int ncols) {
   constexpr int ld = kTileLd<bf16, D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -187,24 +167,10 @@ __device__ __forceinline__ void row_tiles_accumulate_times_tile(float (&acc)[R][
       uint32_t b[4];
       ldmatrix_x4_trans(
           b, z + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * ld + dp * 16 + (lane / 16) * 8);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r >= active) break;
-        mma(acc[r][2 * dp], p[r][kk], b[0], b[1]);
-        mma(acc[r][2 * dp + 1], p[r][kk], b[2], b[3]);
-      }
+      mma(acc[2 * dp], p[kk], b[0], b[1]);
+      mma(acc[2 * dp + 1], p[kk], b[2], b[3]);
     }
   }
-}
-
-// The same for one row tile: acc (16 x D) += p (16 x 16 KK) @ z.
-template <int D, int KK>
-__device__ __forceinline__ void accumulate_times_tile(float (&acc)[D / 8][4],
-                                                      const uint32_t (&p)[KK][4], const bf16* z,
-                                                      int ncols) {
-  row_tiles_accumulate_times_tile<D, KK, 1>(reinterpret_cast<float(&)[1][D / 8][4]>(acc),
-                                            reinterpret_cast<const uint32_t(&)[1][KK][4]>(p), z,
-                                            ncols, 1);
 }
 
 // C tiles (16 x 16 KK fp32) rounded to bf16 as A fragments of the next product.
@@ -220,13 +186,13 @@ __device__ __forceinline__ void to_operand(uint32_t (&a)[KK][4], const float (&c
 }
 
 // load_tile (flash_tiles.cuh) of a (rows, D) tile by the whole block, as cp.async copies when
-// `async` and `vec` allow 16-byte ones, else the synchronous load. valid >= 1 (row 0 stands in as
-// the unread source of zero fills).
+// `vec` allows 16-byte ones, else the synchronous load. valid >= 1 (row 0 stands in as the
+// unread source of zero fills).
 template <int D>
 __device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, int ldg, int valid,
-                                                bool vec, bool async, int rows) {
+                                                bool vec, int rows) {
   const int threads = int(blockDim.x);
-  if (!(vec && async)) return load_tile<bf16, D>(s, g, ldg, valid, vec, rows, threads);
+  if (!vec) return load_tile<bf16, D>(s, g, ldg, valid, vec, rows, threads);
   constexpr int kChunks = D / 8, ld = kTileLd<bf16, D>;
   for (int idx = threadIdx.x; idx < rows * kChunks; idx += threads) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
@@ -236,13 +202,9 @@ __device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, int ldg,
 }
 
 // s (kCols) = v [0, valid), the rest 0: a streamed tile's per-query statistics.
-__device__ __forceinline__ void load_stats_async(float* s, const float* v, int valid, bool async) {
-  for (int t = threadIdx.x; t < kCols; t += int(blockDim.x)) {
-    if (async)
-      cp_async4(s + t, t < valid ? v + t : v, t < valid);
-    else
-      s[t] = t < valid ? v[t] : 0.0f;
-  }
+__device__ __forceinline__ void load_stats_async(float* s, const float* v, int valid) {
+  for (int t = threadIdx.x; t < kCols; t += int(blockDim.x))
+    cp_async4(s + t, t < valid ? v + t : v, t < valid);
 }
 
 // Max / sum over the 4 lanes that share a row (lanes 4g .. 4g + 3).
@@ -289,48 +251,6 @@ template <int D>
 __device__ __forceinline__ void zero_acc(float (&acc)[D / 8][4]) {
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-}
-
-// dS^T of every head, bf16, key-major: ds (B * H, N, ldq), ldq = the query tiles' rows (a
-// multiple of kCols), so a (keys, queries) tile starts 16-byte aligned. Rows (keys) from N on are
-// never written; columns (queries) from N on hold exact zeros (p = 0 there).
-struct DsTiles {
-  bf16* ds = nullptr;
-  int ldq = 0;
-};
-
-// The warp's 16 keys (first ..) of dS^T over the queries [i0, i0 + 16 KK), from the A
-// fragments to_operand packed (a[kk]: rows g, g + 8 by columns kk*16 + 2t, kk*16 + 8 + 2t, two
-// bf16 a register), into ds_out; keys from N on are skipped.
-template <int KK>
-__device__ __forceinline__ void store_ds_t(const DsTiles& ds_out, int bh, int N, int first, int i0,
-                                           const uint32_t (&a)[KK][4]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  bf16* ds = ds_out.ds + Index(bh) * N * ds_out.ldq + i0 + 2 * t;
-#pragma unroll
-  for (int kk = 0; kk < KK; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int key = first + g + (r & 1) * 8;
-      if (key < N)
-        *reinterpret_cast<uint32_t*>(ds + Index(key) * ds_out.ldq + kk * 16 + (r >> 1) * 8) =
-            a[kk][r];
-    }
-}
-
-// The A fragments (16 queries x kCols keys of dS) of the warp's queries from a (kCols keys,
-// kCols queries) shared tile of dS^T (row stride ldt): dS is the tile transposed, so each 8x8
-// part is loaded with ldmatrix.trans (lanes 8m .. 8m + 7 address the rows of part m: keys
-// kk*16 + 8 (m / 2), queries warp*16 + 8 (m % 2)). Steps from ncols on are not loaded.
-__device__ __forceinline__ void load_ds_fragments(uint32_t (&a)[kCols / 16][4], const bf16* st,
-                                                  int ldt, int warp, int ncols) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kk = 0; kk < kCols / 16; ++kk) {
-    if (kk * 16 >= ncols) break;
-    ldmatrix_x4_trans(a[kk], st + (kk * 16 + lane % 8 + (lane / 16) * 8) * ldt + warp * 16 +
-                                 ((lane / 8) % 2) * 8);
-  }
 }
 
 // The block's head: q, k, v (N, D) at row stride 3C of qkv (B, N, 3C), and dO (N, D) at row
@@ -407,17 +327,13 @@ __device__ __forceinline__ void online_softmax_tile(uint32_t (&pa)[kCols / 16][4
   to_operand(pa, s);  // P rounded to bf16: the tensor-core operand
 }
 
-// kRowTiles: 16-row tiles a warp owns (VIT_FLASH_FWD_ROWS=32: 2). Each key and value fragment
-// read from shared memory then feeds that many products: ldmatrix.x4 against mma.sync 1:2 at one
-// tile, 1:4 at two, where shared memory's 128 bytes a clock (4 clocks an ldmatrix.x4) would
-// otherwise bound the loop. Every row's products and softmax are the same, so are its bits.
-template <int D, int kRowTiles = 1>
+template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_forward_kernel(bf16* out, float* lse, const bf16* qkv, int N, int H, int tiles,
-                             float scale_log2, bool vec, bool async) {
+                             float scale_log2, bool vec) {
   // qkv (B, N, 3C) -> out (B, N, C), lse (B, H, N); block: (b, h), queries [row0, row0 + rows)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, R = kRowTiles;
-  const int rows = block_rows() * R;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
+  const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem);  // (rows, ld) queries
   bf16* skv = sq + rows * ld;  // 2 stages of [(kCols, ld) keys, (kCols, ld) values] of a tile
@@ -427,77 +343,67 @@ __global__ void __launch_bounds__(kThreads)
   const bf16 *q = hd.q, *k = hd.k, *v = hd.v;
   auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
   auto load_kv = [&](int j0) {
-    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
-    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, kCols);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, kCols);
   };
 
-  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, rows);
   load_kv(0);
   cp_async_commit();
-  uint32_t qa[R][D / 16][4];
-  float o[R][D / 8][4], m[R][2], l[R][2];  // m, l: rows g, g + 8 (log2 units)
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    zero_acc<D>(o[r]);
-    m[r][0] = m[r][1] = -INFINITY;
-    l[r][0] = l[r][1] = 0.0f;
-  }
+  uint32_t qa[D / 16][4];
+  float o[D / 8][4], m[2], l[2];  // m, l: rows g, g + 8 (log2 units)
+  zero_acc<D>(o);
+  m[0] = m[1] = -INFINITY;
+  l[0] = l[1] = 0.0f;
 
-  // Row tiles all past N (e.g. 3 of 4 warps' in the last block at N = 197) are not computed; a
-  // warp with none loads tiles with the others but computes nothing.
-  const int first = pos.row0 + warp * 16 * R;  // the warp's first row
-  const int active = max(0, min(R, (N - first + 15) / 16));
+  // A warp whose rows are all past N (e.g. 3 of 4 in the last block at N = 197) loads tiles
+  // with the others but computes nothing.
+  const int first = pos.row0 + warp * 16;  // the warp's first row
+  const bool idle = first >= N;
   stream_tiles(N, load_kv, [&](int j0) {
-    if (j0 == 0)
-#pragma unroll
-      for (int r = 0; r < R; ++r) load_rows<D>(qa[r], sq, warp * R + r);
-    if (active > 0) {
+    if (j0 == 0) load_rows<D>(qa, sq, warp);
+    if (!idle) {
       const bf16 *sk = stage(j0), *sv = sk + kTile;
       const int nk = min(kCols, N - j0);  // valid keys in the tile
-      float s[R][kNT][4];
-      row_tiles_times_tile_t<D, kNT, R>(s, qa, sk, nk, active);
-      uint32_t pa[R][kCols / 16][4];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (r < active) online_softmax_tile<D>(pa[r], s[r], m[r], l[r], o[r], j0, N, scale_log2);
-      row_tiles_accumulate_times_tile<D, kCols / 16, R>(o, pa, sv, nk, active);
+      float s[kNT][4];
+      rows_times_tile_t<D>(s, qa, sk, nk);
+      uint32_t pa[kCols / 16][4];
+      online_softmax_tile<D>(pa, s, m, l, o, j0, N, scale_log2);
+      accumulate_times_tile<D>(o, pa, sv, nk);
     }
   });
 
+  if (idle) return;
   const int g = lane / 4;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r >= active) break;
-    const int row = first + 16 * r;  // the row tile's first row
-    if (lane % 4 == 0) {
-      if (row + g < N) lse[Index(pos.bh) * N + row + g] = (m[r][0] + log2f(l[r][0])) * kLn2;
-      if (row + g + 8 < N) lse[Index(pos.bh) * N + row + g + 8] = (m[r][1] + log2f(l[r][1])) * kLn2;
-    }
-    store_acc(out + (Index(pos.b) * N + row) * C + pos.h * D, C, o[r], 1.0f / l[r][0],
-              1.0f / l[r][1], N - row, vec);
+  if (lane % 4 == 0) {
+    if (first + g < N) lse[Index(pos.bh) * N + first + g] = (m[0] + log2f(l[0])) * kLn2;
+    if (first + g + 8 < N) lse[Index(pos.bh) * N + first + g + 8] = (m[1] + log2f(l[1])) * kLn2;
   }
+  store_acc(out + (Index(pos.b) * N + first) * C + pos.h * D, C, o, 1.0f / l[0], 1.0f / l[1],
+            N - first, vec);
 }
 
-// Blocks an SM the dQ kernel's launch bound asks ptxas to fit: over half tiles at head dims up
-// to 64, 4 (128 registers; at D = 64 4 bytes spilled, against 159 registers and 3 blocks
-// unbounded); else no bound: 0, which ptxas takes as none (a bound of 1 is not: it gave the
-// whole-tile kernel 178 registers instead of 163). (The dK/dV kernel over half tiles would spill
-// ~480 bytes for 4.)
-template <int D, int kGroups>
+// The backward kernels take each streamed 64-row tile kCols / kBackwardGroups rows at a time
+// (scores, dS and their operands for a group, then the next): the same products in the same order
+// as whole tiles, so the same bits, with half the score and dS registers live (ptxas, sm_90, D =
+// 64: dK/dV 226 -> 168 a thread, 3 blocks of 4 warps an SM instead of 2; dQ 163 -> 128 under its
+// launch bound, 4 blocks instead of 3).
+constexpr int kBackwardGroups = 2;
+
+// Blocks an SM the dQ kernel's launch bound asks ptxas to fit: at head dims up to 64, 4 (128
+// registers; at D = 64 4 bytes spilled, against 159 registers and 3 blocks unbounded); else no
+// bound: 0, which ptxas takes as none. (The dK/dV kernel would spill ~480 bytes for 4.)
+template <int D>
 constexpr int dq_min_blocks() {
-  return kGroups == 2 && D <= 64 ? 4 : 0;
+  return D <= 64 ? 4 : 0;
 }
 
-// kGroups: the streamed tile's keys taken kCols / kGroups at a time (scores, dS and their
-// operands for a group, then the next): the same products in the same order, so the same bits,
-// in fewer registers (VIT_FLASH_HALF_TILES=1: 2 groups).
-template <int D, int kGroups = 1>
-__global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
+template <int D>
+__global__ void __launch_bounds__(kThreads, dq_min_blocks<D>())
     flash_mma_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                        const float* drow, int N, int H, int tiles, float scale, bool vec,
-                        bool async) {
+                        const float* drow, int N, int H, int tiles, float scale, bool vec) {
   // dq (B, N, D) at column h*D of dqkv (B, N, 3C); block: (b, h), queries [row0, row0 + rows)
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, kGroupCols = kCols / kGroups;
+  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld, kGroupCols = kCols / kBackwardGroups;
   static_assert(kGroupCols % 16 == 0, "a group is whole 16-column steps");
   const int rows = block_rows();
   VIT_DYNAMIC_SHARED(smem);
@@ -511,12 +417,12 @@ __global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
   const float scale_log2 = scale * kLog2e;
   auto stage = [&](int j0) { return skv + ((j0 / kCols) % 2) * 2 * kTile; };
   auto load_kv = [&](int j0) {
-    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
-    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
+    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, kCols);
+    load_tile_async<D>(stage(j0) + kTile, v + Index(j0) * ld3, ld3, N - j0, vec, kCols);
   };
 
-  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, async, rows);
-  load_tile_async<D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec, async, rows);
+  load_tile_async<D>(sq, q + Index(pos.row0) * ld3, ld3, N - pos.row0, vec, rows);
+  load_tile_async<D>(sdo, dO + Index(pos.row0) * C, C, N - pos.row0, vec, rows);
   load_kv(0);
   cp_async_commit();
   const int first = pos.row0 + warp * 16, g = lane / 4;
@@ -541,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
       const bf16 *sk = stage(j0), *sv = sk + kTile;
       const int nk = min(kCols, N - j0);  // valid keys in the tile
 #pragma unroll
-      for (int group = 0; group < kGroups; ++group) {     // the tile's keys a group at a time
+      for (int group = 0; group < kBackwardGroups; ++group) {  // the tile's keys a group at a time
         const int c0 = group * kGroupCols, ng = nk - c0;  // the group's valid keys (may be <= 0)
         const bf16 *gk = sk + c0 * ld, *gv = sv + c0 * ld;
         float s[kGroupCols / 8][4], dp[kGroupCols / 8][4];
@@ -569,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, dq_min_blocks<D, kGroups>())
 // c0 of the (kCols, ld) tiles sq, sdo and their statistics slse, sdr; nv valid queries in the
 // tile) for the warp's 16 keys (A fragments ka, va of K and V): S^T = K Q^T and dP^T = V dO^T,
 // then P^T and dS^T (rounded to bf16 A fragments), dV += P^T dO and dK += dS^T Q. dS^T is
-// returned in dsa for the callers that also need it (the stored-dS and the fused backward).
+// returned in dsa for the callers that also need it.
 template <int D, int kGroupCols>
 __device__ __forceinline__ void keys_times_query_group(float (&dk)[D / 8][4], float (&dv)[D / 8][4],
                                                        uint32_t (&dsa)[kGroupCols / 16][4],
@@ -631,20 +537,19 @@ struct KeyBlockTiles {
     return reinterpret_cast<unsigned char*>(sstat + 4 * kCols);
   }
   // Issues the copies of the block's keys and values [row0, row0 + rows) of the head.
-  __device__ void load_keys(const Head& hd, int row0, int rows, int N, int C, bool vec,
-                            bool async) const {
+  __device__ void load_keys(const Head& hd, int row0, int rows, int N, int C, bool vec) const {
     const int ld3 = 3 * C;
-    load_tile_async<D>(sk, hd.k + Index(row0) * ld3, ld3, N - row0, vec, async, rows);
-    load_tile_async<D>(sv, hd.v + Index(row0) * ld3, ld3, N - row0, vec, async, rows);
+    load_tile_async<D>(sk, hd.k + Index(row0) * ld3, ld3, N - row0, vec, rows);
+    load_tile_async<D>(sv, hd.v + Index(row0) * ld3, ld3, N - row0, vec, rows);
   }
   // Issues the copies of the query tile from row i0: queries, dO and their statistics.
   __device__ void load_queries(const Head& hd, const QueryStats& stats, int i0, int N, int C,
-                               bool vec, bool async) const {
+                               bool vec) const {
     const int ld3 = 3 * C;
-    load_tile_async<D>(queries(i0), hd.q + Index(i0) * ld3, ld3, N - i0, vec, async, kCols);
-    load_tile_async<D>(dO(i0), hd.dO + Index(i0) * C, C, N - i0, vec, async, kCols);
-    load_stats_async(lse(i0), stats.lse + i0, N - i0, async);
-    load_stats_async(drow(i0), stats.drow + i0, N - i0, async);
+    load_tile_async<D>(queries(i0), hd.q + Index(i0) * ld3, ld3, N - i0, vec, kCols);
+    load_tile_async<D>(dO(i0), hd.dO + Index(i0) * C, C, N - i0, vec, kCols);
+    load_stats_async(lse(i0), stats.lse + i0, N - i0);
+    load_stats_async(drow(i0), stats.drow + i0, N - i0);
   }
   // The A fragments of the warp's 16 keys and values.
   __device__ void load_key_rows(uint32_t (&ka)[D / 16][4], uint32_t (&va)[D / 16][4],
@@ -691,14 +596,11 @@ __device__ __forceinline__ void store_dk_dv(bf16* dqkv, const BlockPos& pos, int
   store_acc(dk_out + C, ld3, dv, 1.0f, 1.0f, N - first, vec);
 }
 
-// kStoreDs: the kernel also writes the bf16 dS^T it forms to ds_out (B * H, N, ldq), for
-// flash_mma_dq_stored_kernel (VIT_FLASH_STORED_DS=1); otherwise ds_out is not read. kGroups: as
-// in flash_mma_dq_kernel, over the streamed tile's queries.
-template <int D, bool kStoreDs = false, int kGroups = 1>
+// kBackwardGroups: as in flash_mma_dq_kernel, over the streamed tile's queries.
+template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_mma_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                         const float* drow, int N, int H, int tiles, float scale, bool vec,
-                         bool async, DsTiles ds_out = {}) {
+                         const float* drow, int N, int H, int tiles, float scale, bool vec) {
   // dk, dv (B, N, D) at columns C + h*D, 2C + h*D of dqkv (B, N, 3C); block: (b, h), keys
   // [row0, row0 + rows); each warp holds the transposed tiles S^T, P^T, dP^T, dS^T (16 keys x
   // kCols / kGroups queries) in registers.
@@ -710,9 +612,9 @@ __global__ void __launch_bounds__(kThreads)
   const Head hd(qkv, dout, pos, N, C, D);
   const QueryStats stats(lse, drow, pos.bh, N);
   const float scale_log2 = scale * kLog2e;
-  auto load_queries = [&](int i0) { sh.load_queries(hd, stats, i0, N, C, vec, async); };
+  auto load_queries = [&](int i0) { sh.load_queries(hd, stats, i0, N, C, vec); };
 
-  sh.load_keys(hd, pos.row0, rows, N, C, vec, async);
+  sh.load_keys(hd, pos.row0, rows, N, C, vec);
   load_queries(0);
   cp_async_commit();
   uint32_t ka[D / 16][4], va[D / 16][4];
@@ -725,58 +627,10 @@ __global__ void __launch_bounds__(kThreads)
   stream_tiles(N, load_queries, [&](int i0) {
     if (i0 == 0) sh.load_key_rows(ka, va, warp);
     if (idle) return;
-    keys_times_query_tile<D, kGroups>(dk, dv, ka, va, sh, warp, i0, min(kCols, N - i0), scale_log2,
-                                      scale, [&](int c0, const auto& dsa) {
-                                        if constexpr (kStoreDs)
-                                          store_ds_t(ds_out, pos.bh, N, first, i0 + c0, dsa);
-                                      });
+    keys_times_query_tile<D, kBackwardGroups>(dk, dv, ka, va, sh, warp, i0, min(kCols, N - i0),
+                                              scale_log2, scale, [](int, const auto&) {});
   });
   store_dk_dv<D>(dqkv, pos, N, C, first, dk, dv, vec);
-}
-
-// dQ = dS K from the dS^T the dK/dV kernel stored (kStoreDs): the recomputation of S, P and
-// dP that flash_mma_dq_kernel does is skipped, and dQ gets the very dS values dK got. Its blocks
-// are kWarps warps (kRows = kCols queries: whole dS^T tiles), whatever the other kernels' are.
-template <int D>
-__global__ void __launch_bounds__(kThreads)
-    flash_mma_dq_stored_kernel(bf16* dqkv, const bf16* qkv, DsTiles ds_in, int N, int H, int tiles,
-                               bool vec, bool async) {
-  // dq (B, N, D) at column h*D of dqkv (B, N, 3C) from ds (B * H, N, ldq) and k (at column C
-  // + h*D of qkv (B, N, 3C)); block: (b, h), queries [row0, row0 + kRows)
-  static_assert(kRows == kCols, "a block's queries are one dS^T tile's columns");
-  constexpr int ld = kTileLd<bf16, D>, kTile = kCols * ld;
-  constexpr int ldt = kTileLd<bf16, kCols>, kDsTile = kCols * ldt;
-  VIT_DYNAMIC_SHARED(smem);
-  // 2 stages of [(kCols, ld) keys, (kCols, ldt) dS^T: keys x this block's queries] of a tile
-  bf16* sbuf = reinterpret_cast<bf16*>(smem);
-  const BlockPos pos(H, tiles);
-  const int C = H * D, ld3 = 3 * C, warp = threadIdx.x / 32;
-  const bf16* k = qkv + Index(pos.b) * N * ld3 + C + pos.h * D;
-  const bf16* ds = ds_in.ds + Index(pos.bh) * N * ds_in.ldq + pos.row0;  // (N, ldq)
-  auto stage = [&](int j0) { return sbuf + ((j0 / kCols) % 2) * (kTile + kDsTile); };
-  auto load = [&](int j0) {
-    load_tile_async<D>(stage(j0), k + Index(j0) * ld3, ld3, N - j0, vec, async, kCols);
-    // ds rows are 16-byte aligned (ldq and row0 multiples of kCols): always vector loads
-    load_tile_async<kCols>(stage(j0) + kTile, ds + Index(j0) * ds_in.ldq, ds_in.ldq, N - j0, true,
-                           async, kCols);
-  };
-
-  load(0);
-  cp_async_commit();
-  const int first = pos.row0 + warp * 16;
-  const bool idle = first >= N;  // all 16 rows past N: load tiles, compute nothing
-  float dq[D / 8][4];
-  zero_acc<D>(dq);
-  stream_tiles(N, load, [&](int j0) {
-    if (idle) return;
-    const bf16* sk = stage(j0);
-    const int nk = min(kCols, N - j0);  // valid keys in the tile
-    uint32_t dsa[kCols / 16][4];
-    load_ds_fragments(dsa, sk + kTile, ldt, warp, nk);
-    accumulate_times_tile<D>(dq, dsa, sk, nk);  // dQ += dS K
-  });
-  store_acc(dqkv + (Index(pos.b) * N + first) * ld3 + pos.h * D, ld3, dq, 1.0f, 1.0f, N - first,
-            vec);
 }
 
 // Bytes of a (rows, D) shared tile.
@@ -788,9 +642,9 @@ constexpr size_t tile_bytes(int rows = kCols) {
 // Dynamic shared memory of each kernel with blocks of `warps` warps: forward: queries, 2 x
 // (keys, values); dq: queries, dO, 2 x (keys, values); dkv: keys, values, 2 x (queries, dO, lse,
 // Drow); the block's own rows 16 a warp, the streamed tiles kCols.
-template <int D, int kRowTiles = 1>
+template <int D>
 constexpr size_t forward_smem_bytes(int warps = kWarps) {
-  return tile_bytes<D>(16 * kRowTiles * warps) + 4 * tile_bytes<D>();
+  return tile_bytes<D>(16 * warps) + 4 * tile_bytes<D>();
 }
 template <int D>
 constexpr size_t dq_smem_bytes(int warps = kWarps) {
@@ -800,10 +654,4 @@ template <int D>
 constexpr size_t dkv_smem_bytes(int warps = kWarps) {
   return 2 * tile_bytes<D>(16 * warps) + 4 * tile_bytes<D>() + 4 * kCols * sizeof(float);
 }
-// dq from the stored dS (kWarps warps): 2 x (keys, dS^T tile).
-template <int D>
-constexpr size_t dq_stored_smem_bytes() {
-  return 2 * (tile_bytes<D>() + tile_bytes<kCols>());
-}
-
 }  // namespace vit::cuda::flash_mma_kernels

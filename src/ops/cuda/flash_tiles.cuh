@@ -16,7 +16,7 @@
 
 namespace vit::cuda::flash {
 
-// Rows a block owns (queries, or keys in the dK/dV kernel): always in the WMMA kernels, at most
+// Rows a block owns (queries, or keys in the dK/dV kernel): always in the fp32 kernels, at most
 // in the mma.sync ones (their launchers may pick blocks of fewer warps: choose_block_warps).
 constexpr int kRows = 64;
 // Rows of the streamed tiles (keys, or queries in the dK/dV kernel); the online softmax
@@ -95,11 +95,10 @@ void with_head_dim(Index D, F&& f) {
 // 32 px) 4-warp blocks leave a second block per head for one row, which 3-warp ones fill; and
 // smaller blocks fit the registers of the dK/dV kernel (226 a thread: 2 blocks of 4 warps an
 // SM, 4 of 2). Ties go to fewer blocks (each streams the head's tiles), then to fewer warp
-// slots (idle warps past N). rows_per_warp: 16, or 32 for the forward over two row tiles a warp
-// (VIT_FLASH_FWD_ROWS=32). Pure host code, tested on the CPU.
+// slots (idle warps past N). Pure host code, tested on the CPU.
 template <typename Resident>
-int choose_block_warps(Index N, Resident&& resident, int rows_per_warp = 16) {
-  const Index warp_rows = (N + rows_per_warp - 1) / rows_per_warp;
+int choose_block_warps(Index N, Resident&& resident) {
+  const Index warp_rows = (N + 15) / 16;
   int best = 0;
   Index best_blocks = 0, best_resident = 0;
   for (int w = 1; w <= kWarps; ++w) {

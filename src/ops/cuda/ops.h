@@ -61,11 +61,10 @@ enum ScratchSlot : int {
   kScratchPixelSteps = 8,     // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
   kScratchLocalFfn = 9,       // the locality FFN's separate ops: act1, d(act1) (B, N, M)
   kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
-  kScratchFlashDs = 11,       // the flash backward's dS^T of every head (B * H, N, 64 tiles) bf16
-  kScratchGemmSplit = 12,     // the sm_90a weight gradient's per-split partial sums fp32
-  kScratchCudnn = 13,         // cuDNN's attention workspace (VIT_CUDNN_ATTENTION)
-  kScratchBiasGrad = 14,      // a Linear's bias gradient from the GEMM epilogue (Nout) fp32
-  kScratchSlots = 15,
+  kScratchGemmSplit = 11,     // the sm_90a weight gradient's per-split partial sums fp32
+  kScratchCudnn = 12,         // cuDNN's attention workspace (VIT_CUDNN_ATTENTION)
+  kScratchBiasGrad = 13,      // a Linear's bias gradient from the GEMM epilogue (Nout) fp32
+  kScratchSlots = 14,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -204,8 +203,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, Inde
 
 // Fused attention (flash-style, flash_attention.cu): never materialises the (B, H, N, N)
 // matrices. Head dims D in {32, 48, 64, 96} (others throw), any N >= 1. T = bf16 runs the tile
-// products on tensor cores (fp32 accumulation: the mma.sync set of flash_attention_mma.cu, or
-// WMMA with VIT_FLASH_MMA=0); T = float in plain fp32. The model's attention for these head dims.
+// products on tensor cores (fp32 accumulation: the mma.sync kernels of flash_attention_mma.cu);
+// T = float in plain fp32. The model's attention for these head dims.
 // qkv (B, N, 3C) as in attention_forward (q | k | v, head h at columns h*D of each third);
 // out (B, N, C) overwritten; lse (B, H, N) fp32 row log-sum-exp of the scaled scores (saved for
 // backward).
@@ -283,19 +282,17 @@ void dwconv3x3_forward(T* out, const T* inp, const T* weight, Index B, Index N, 
 template <typename T>
 void dwconv3x3_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                         Index B, Index N, Index prefix, Index gh, Index gw, Index C);
-// The locality FFN's middle in one pass, bitwise the three ops hswish_forward(act1, fc1),
-// dwconv3x3_forward(dw, act1), hswish_forward(act2, dw): fc1 -> act1, dw, act2 (B, N, M); act1
-// may be nullptr (the backward does not read it).
+// The locality FFN's middle, the three ops hswish_forward(act1, fc1), dwconv3x3_forward(dw,
+// act1), hswish_forward(act2, dw): fc1 -> act1, dw, act2 (B, N, M); act1 may be nullptr (then
+// it goes through scratch; the backward does not read it).
 template <typename T>
 void local_ffn_forward(T* act1, T* dw, T* act2, const T* fc1, const T* weight, Index B, Index N,
                        Index prefix, Index gh, Index gw, Index M);
 // Its backward, bitwise hswish_backward(ddw, dact2, dw), dwconv3x3_backward(dact1, dweight, ddw,
 // act1), hswish_backward(dfc1, dact1, fc1): dfc1 (B, N, M) overwrite, dweight (M, 1, 3, 3)
 // accumulates. act1 is unused (recomputed from fc1; may be nullptr). dact2 is left as it was
-// here; the host backends' version uses it as scratch.
-// Unless VIT_FUSE_LOCAL_FFN=1 (the fused passes, slower on an H200: dwconv.cu) these run the
-// separate ops; act1 (and d(act1)) then go through scratch and the backward recomputes act1 in a
-// pass of its own.
+// here; the host backends' version uses it as scratch. act1 and d(act1) go through scratch and
+// the backward recomputes act1 in a pass of its own.
 template <typename T>
 void local_ffn_backward(T* dfc1, float* dweight, T* dact2, const T* dw, const T* act1, const T* fc1,
                         const T* weight, Index B, Index N, Index prefix, Index gh, Index gw,

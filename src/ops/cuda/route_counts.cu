@@ -30,7 +30,6 @@ KernelCalls kernel_route_counts() {
       {"epilogue_miss", gelu_epilogue_miss_count()},
       {"bias_grad_epilogue", route_calls(Route::kBiasGradEpilogue)},
       {"flash_fused_backward", route_calls(Route::kFlashFusedBackward)},
-      {"flash_forward_two_tiles", route_calls(Route::kFlashForwardTwoTiles)},
       {"cudnn_forward", cudnn.forward},
       {"cudnn_backward", cudnn.backward},
       {"cudnn_backward_composite", cudnn.composite},

@@ -7,7 +7,6 @@ namespace vit::cuda {
 
 enum class Route {
   kFlashFusedBackward,    // VIT_FLASH_FUSED_BWD: the one-kernel backward launched
-  kFlashForwardTwoTiles,  // VIT_FLASH_FWD_ROWS=32: the forward over two row tiles a warp
   kBiasGradEpilogue,      // VIT_BIAS_GRAD_EPILOGUE: a bias gradient in the GEMM's epilogue
   kCount
 };
