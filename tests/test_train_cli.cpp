@@ -401,6 +401,10 @@ TEST_F(TrainCli, BadInputsGiveOneClearError) {
       {"bad initial checkpoint",
        train_flags("x8", "--initial-checkpoint " + (dir_ / "trunc.safetensors").string())},
       {"unknown command", "frobnicate"},
+      {"bad kernel option", train_flags("x9", "--kernels attention=fastest")},
+      {"unknown kernel key", "bench --model vit_fmnist_tiny --kernels warps=2"},
+      {"eval kernel option",
+       "eval --data-dir " + data_ + " --checkpoint " + ckpt + " --kernels gelu=tanh"},
   };
   for (const auto& [what, args] : cases) {
     const RunResult r = run_vitrain(args, dir_.string());

@@ -15,6 +15,7 @@
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "ops/kernel_options.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
 #include "train/evaluate.h"
@@ -70,7 +71,7 @@ int run_eval(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint: top-1, top-5 and loss on a data set", "eval"};
   std::string checkpoint, data_dir = "/usr/share/datasets/fashion-mnist", logits_path,
                           split = "val";
-  std::string class_map, device = "auto", precision = "bf16";
+  std::string class_map, device = "auto", precision = "bf16", kernels;
   int batch = 256, workers = 0;
   double crop_pct = 0.0;
   bool fp32_residual = false;
@@ -93,6 +94,9 @@ int run_eval(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_flag("--fp32-residual", fp32_residual,
                "bf16 modes: the residual stream in fp32 (as the run trained with it)");
+  app.add_option("--kernels", kernels,
+                 "kernel options k=v,... (as the run trained with them: its args.yaml):\n" +
+                     kernel_options_help());
   if (!parse_cli(app, argc, argv)) return 0;
   if (workers > 0) omp_set_num_threads(workers);
 
@@ -100,6 +104,7 @@ int run_eval(int argc, char** argv) {
   eo.device = resolve_device(device);
   eo.precision = precision;
   eo.fp32_residual = fp32_residual;
+  eo.kernels = parse_kernel_options(kernels);
   const WeightsFile w = load_weights(checkpoint);
   // ImageFolder class indices must be the training run's: its label_names pin the order.
   std::vector<std::string> classes;
