@@ -1,9 +1,12 @@
 #include "train/budget.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "core/common.h"
 
@@ -81,10 +84,89 @@ double TimeBudget::fraction(double elapsed_s) const {
   return std::clamp(elapsed_s / usable_s(), 0.0, 1.0);
 }
 
-bool TimeBudget::should_stop(double elapsed_s, double step_s, double final_eval_s) const {
-  VIT_CHECK(step_s >= 0 && final_eval_s >= 0,
-            "time budget: step and final-evaluation estimates must be >= 0");
-  return elapsed_s + kMargin * (step_s + final_eval_s) > usable_s();
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+BudgetPlanner::BudgetPlanner(TimeBudget budget, FinalEvalShape shape, Clock clock)
+    : budget_(budget), shape_(shape), clock_(std::move(clock)) {
+  check_budget(budget_);
+  VIT_CHECK(shape_.batches >= 1 && shape_.evals >= 1,
+            "time budget: the final evaluation needs >= 1 batch and >= 1 evaluation");
+  VIT_CHECK(bool(clock_), "time budget: no clock");
+  start_s_ = clock_();
+}
+
+void BudgetPlanner::record_step(double seconds) {
+  VIT_CHECK(seconds >= 0 && std::isfinite(seconds), "time budget: a step time must be >= 0");
+  steps_.push_back(seconds);
+  if (steps_.size() > kStepWindow) steps_.pop_front();
+  ++steps_since_probe_;
+}
+
+void BudgetPlanner::set_eval_estimate(double one_eval_s) {
+  VIT_CHECK(one_eval_s >= 0 && std::isfinite(one_eval_s),
+            "time budget: an evaluation time must be >= 0");
+  one_eval_s_ = one_eval_s;
+}
+
+bool BudgetPlanner::wants_probe() const {
+  if (last_probe_s_ < 0) return true;
+  if (steps_since_probe_ == 0) return false;  // nothing new since the last
+  const double now = clock_(), usable = budget_.usable_s(), since = now - last_probe_s_;
+  if (decide().stop) return since >= 0.01 * usable;
+  if (probe_spent_s_ >= kProbeShare * usable) return false;
+  if (since >= 0.25 * usable) return true;
+  const double left = slack(now);
+  return left < 0.5 * slack_at_probe_ && left > 0.25 * one_eval_s_;
+}
+
+void BudgetPlanner::record_probe(const std::vector<double>& batch_seconds) {
+  VIT_CHECK(!batch_seconds.empty(), "time budget: a probe needs at least one batch time");
+  const size_t cold = batch_seconds.size() / 3;
+  set_eval_estimate(median({batch_seconds.begin() + long(cold), batch_seconds.end()}) *
+                    double(shape_.batches));
+  if (last_probe_s_ >= 0)
+    for (double t : batch_seconds) probe_spent_s_ += t;
+  last_probe_s_ = clock_();
+  slack_at_probe_ = slack(last_probe_s_);
+  steps_since_probe_ = 0;
+}
+
+void BudgetPlanner::record_evaluation(double seconds) {
+  set_eval_estimate(seconds / double(shape_.evals));
+}
+
+double BudgetPlanner::final_estimate() const {
+  return one_eval_s_ < 0 ? 0.0 : double(shape_.evals) * kEvalMargin * one_eval_s_;
+}
+
+BudgetVerdict BudgetPlanner::decide(int64_t updates) const {
+  VIT_CHECK(updates >= 0, "time budget: updates until the next decision must be >= 0");
+  BudgetVerdict v;
+  v.step_s = steps_.empty() ? 0.0 : median({steps_.begin(), steps_.end()});
+  v.final_s = final_estimate();
+  const double now = clock_(), usable = budget_.usable_s();
+  v.stop = now + kStepMargin * double(updates) * v.step_s + v.final_s > usable;
+  v.too_small = v.stop && now - start_s_ < 0.5 * (usable - start_s_);
+  return v;
+}
+
+std::string BudgetPlanner::too_small_line(int64_t updates) const {
+  const double final_s = final_estimate(), now = clock_();
+  // Half of the time after start-up trains when usable - start >= 2 final, with
+  // usable = total * (1 - the reserve's share).
+  const double share = 1.0 - budget_.reserve_s / budget_.total_s;
+  const double at_least = (start_s_ + 2.0 * final_s) / share;
+  return fmt::format(
+      "Budget: {:.1f}s is too small for this run: its final evaluation needs about {:.1f}s, so "
+      "training stops after {:.1f}s and {} updates; a budget of at least {:.0f}s trains for half "
+      "of it",
+      budget_.total_s, final_s, now - start_s_, updates, std::ceil(at_least));
 }
 
 }  // namespace vit

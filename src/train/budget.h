@@ -1,6 +1,11 @@
-// Wall-clock training budget ("train for 24h"): duration parsing and the stop rule.
+// Wall-clock training budget ("train for 24h"): duration parsing, the budget, and the stop rule
+// that decides when training ends so that the final evaluation still fits.
 #pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace vit {
 
@@ -21,13 +26,83 @@ struct TimeBudget {
   double usable_s() const;  // total_s - reserve_s
   // Fraction of the usable budget spent, clamped to [0, 1] (drives time-based schedules).
   double fraction(double elapsed_s) const;
-  // True when one more step (step_s, a running estimate of the step time) followed by the final
-  // evaluation and checkpoint (final_eval_s, an estimate) would end past the usable budget. Both
-  // estimates count kMargin times: the speed of a shared machine swings by 2x between one
-  // measurement and the next, and one spare step and evaluation cost little in a long run:
-  //   elapsed_s + kMargin * (step_s + final_eval_s) > total_s - reserve_s.
-  bool should_stop(double elapsed_s, double step_s, double final_eval_s) const;
-  static constexpr double kMargin = 2.0;
+};
+
+// What a budget run's final evaluation runs: `batches` evaluation batches in this process (its
+// share, data parallel), `evals` times (2 with a model EMA: the weights, then the EMA's).
+struct FinalEvalShape {
+  int64_t batches = 1;
+  int evals = 1;
+};
+
+// The stop rule's verdict before the next updates, with the estimates it rests on.
+struct BudgetVerdict {
+  bool stop = false;
+  // Stopping while less than half of the time after start-up was trained: the budget is too
+  // small for the start-up and the final evaluation (BudgetPlanner::too_small_line says so).
+  bool too_small = false;
+  double step_s = 0;   // the robust step time (median of the recent steps)
+  double final_s = 0;  // the time kept for the final evaluation(s), margin included
+};
+
+// The stop rule of a budget run, fed with measurements and asked before each update (or group
+// of updates, data parallel) whether to stop and run the final evaluation. It never guesses the
+// evaluation from training steps at another image size: it times real evaluation batches at the
+// evaluation size (probes), and whole evaluations when the run makes them. With the injected
+// clock (the run's elapsed seconds) it stops when
+//   now + kStepMargin * updates * median(the last kStepWindow steps) + final_s > usable,
+//   final_s = evals * kEvalMargin * (the latest one-evaluation estimate),
+// so one slow step moves the median little, and every stop rests on a probe taken after the
+// last update: a stop that the estimates call for first asks for a fresh probe (wants_probe).
+class BudgetPlanner {
+ public:
+  using Clock = std::function<double()>;
+  static constexpr double kStepMargin = 2.0;  // a busy machine's step times jitter by 2x
+  // An evaluation sums many batches, so its time varies far less than a step's; the reserve
+  // (TimeBudget::reserve_s) takes the rest.
+  static constexpr double kEvalMargin = 1.1;
+  static constexpr size_t kStepWindow = 15;
+  // Probes: the first times more batches (a new evaluation model's first ones pay for cold
+  // buffers and caches); the first third of a probe's batches is left out of its median. All
+  // probes but the first and a stop's together take at most kProbeShare of the usable budget.
+  static constexpr int kFirstProbeBatches = 6, kProbeBatches = 4;
+  static constexpr double kProbeShare = 0.02;
+
+  // Throws vit::Error for a bad budget (TimeBudget's rules), batches < 1 or evals < 1.
+  BudgetPlanner(TimeBudget budget, FinalEvalShape shape, Clock clock);
+
+  void record_step(double seconds);  // one training update took `seconds`
+  // True when evaluation batches should be timed (probe_batches() of them, then record_probe)
+  // before the next decision: none yet; a stop is due on the current estimates and the last
+  // probe is older than the last update (and than a hundredth of the usable budget); or, within
+  // kProbeShare, a quarter of the usable budget since the last, or the slack (the time left after
+  // the final evaluation) halved since the last while still over a quarter of one evaluation.
+  bool wants_probe() const;
+  int probe_batches() const { return last_probe_s_ < 0 ? kFirstProbeBatches : kProbeBatches; }
+  // The times of consecutive evaluation batches at the evaluation size: their median, without
+  // the first third, times the batches of one evaluation is the new estimate of one.
+  void record_probe(const std::vector<double>& batch_seconds);
+  void record_evaluation(double seconds);  // a whole end-of-epoch evaluation (all `evals`)
+  BudgetVerdict decide(int64_t updates = 1) const;
+  double final_estimate() const;  // final_s of decide()
+  // One line for a run stopped with verdict.too_small: what took the budget, and a budget that
+  // would train for half of the time after start-up.
+  std::string too_small_line(int64_t updates) const;
+
+ private:
+  double slack(double now) const { return budget_.usable_s() - now - final_estimate(); }
+  void set_eval_estimate(double one_eval_s);
+
+  TimeBudget budget_;
+  FinalEvalShape shape_;
+  Clock clock_;
+  double start_s_ = 0;         // the clock when the planner was made (after start-up)
+  std::deque<double> steps_;   // the last kStepWindow step times
+  double one_eval_s_ = -1;     // the latest estimate of one evaluation (-1: none yet)
+  double last_probe_s_ = -1;   // the clock at the last probe (-1: none yet)
+  double slack_at_probe_ = 0;  // slack() right after it
+  double probe_spent_s_ = 0;   // the probes' time after the first
+  int64_t steps_since_probe_ = 0;
 };
 
 }  // namespace vit

@@ -36,6 +36,7 @@
 #include "train/checkpoint.h"
 #include "train/curriculum.h"
 #include "train/engine.h"
+#include "train/eval_probe.h"
 #include "train/evaluate.h"
 #include "train/initial_checkpoint.h"
 #include "train/resize_model.h"
@@ -169,7 +170,9 @@ class TrainRun {
   void agree(bool epoch_end = false);
   bool budget_spent() const;
   bool stop_requested() const;
-  bool time_is_up(double now, int64_t updates) const;
+  bool time_is_up(int64_t updates);
+  FinalEvalShape final_eval_shape() const;
+  void probe_eval();
   double budget_clock() const;
   Index train_update(int64_t epoch, int64_t u, EpochTally& t);
   void log_progress(int64_t epoch, int64_t u, double frac, double lr, Index step_samples,
@@ -178,6 +181,7 @@ class TrainRun {
   EpochEnd end_epoch(int64_t epoch, int64_t u, int64_t first_update, bool budget_spent,
                      const EpochTally& t, double t_epoch0);
   void set_train_size(int size, int64_t epoch, int64_t update, double frac);
+  Engine& eval_model();
   EvalResult run_eval();
   bool eval_and_save(int64_t epoch, double train_loss, double ips, double lr_now, double frac);
   bool record_best(int64_t epoch, const EvalResult& ev);
@@ -218,8 +222,11 @@ class TrainRun {
   std::chrono::steady_clock::time_point t_start_;
   std::unique_ptr<Engine> eval_engine_;  // at --eval-size, when it differs from the training size
   std::vector<std::pair<int64_t, int64_t>> nonfinite_ranges_;
-  // Running estimates for the budget's stop rule.
-  double step_est_ = 0, finish_est_ = -1;
+  // The budget's stop rule (rank 0's decides) and its last verdict; step_est_ paces the
+  // data-parallel checks.
+  std::optional<BudgetPlanner> planner_;
+  BudgetVerdict verdict_;
+  double step_est_ = 0;
   // What the last agree() settled, on every rank alike.
   struct Agreement {
     double clock = 0;      // the budget's elapsed seconds then
@@ -317,6 +324,8 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
     evaluated_once_ = st_.best_epoch >= 0;
   }
   t_start_ = std::chrono::steady_clock::now();
+  if (plan_.budget)
+    planner_.emplace(*plan_.budget, final_eval_shape(), [this] { return elapsed(); });
 }
 
 // --resume: the state's folder and training size; else a new run folder (rank 0 names it).
@@ -456,10 +465,9 @@ void TrainRun::set_train_size(int size, int64_t epoch, int64_t update, double fr
   batches_->set_size(size, engine_->num_steps());
 }
 
-// The evaluation, on the training model or on one at --eval-size with the weights mapped.
-EvalResult TrainRun::run_eval() {
-  if (cfg_.img_size == eval_size_)
-    return evaluate(*engine_, *data_.val, eval_bc_, B_, nullptr, args_.workers, comm_.get());
+// The model that evaluates: the training model, or one at --eval-size with the weights mapped.
+Engine& TrainRun::eval_model() {
+  if (cfg_.img_size == eval_size_) return *engine_;
   ModelConfig eval_cfg = plan_.final_cfg;
   eval_cfg.img_size = eval_size_;
   if (!eval_engine_) {
@@ -473,7 +481,11 @@ EvalResult TrainRun::run_eval() {
   map_buffer(cfg_, engine_->table(), engine_->read_params().data(), eval_cfg, eval_engine_->table(),
              p.data(), false);
   eval_engine_->write_params(p);
-  return evaluate(*eval_engine_, *data_.val, eval_bc_, B_, nullptr, args_.workers, comm_.get());
+  return *eval_engine_;
+}
+
+EvalResult TrainRun::run_eval() {
+  return evaluate(eval_model(), *data_.val, eval_bc_, B_, nullptr, args_.workers, comm_.get());
 }
 
 void TrainRun::save_state(int64_t epoch, int64_t update_in_epoch) {
@@ -626,7 +638,7 @@ void TrainRun::agree(bool epoch_end) {
         step > agreed_.at ? (agreed[0] - agreed_.clock) / double(step - agreed_.at) : step_est_;
     agreed[3] = 0.9 * mean_step;
   }
-  if (rank_ == 0 && plan_.budget) agreed[1] = time_is_up(agreed[0], int64_t(agreed[2])) ? 1.0 : 0.0;
+  if (rank_ == 0 && plan_.budget) agreed[1] = time_is_up(int64_t(agreed[2])) ? 1.0 : 0.0;
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
   agreed_.clock = world_ > 1 ? std::max(agreed[0], budget_clock()) : agreed[0];
   agreed_.time_up = agreed[1] != 0.0;
@@ -654,17 +666,28 @@ double TrainRun::budget_clock() const {
   return agreed_.clock + double(engine_->num_steps() - agreed_.at) * agreed_.step_s;
 }
 
-// Rank 0's verdict: no time left for `updates` more updates and the final evaluation after.
-bool TrainRun::time_is_up(double now, int64_t updates) const {
+// Rank 0's verdict: no time left for `updates` more updates and the final evaluation after
+// (train/budget.h), with evaluation batches timed first when the rule asks for them.
+bool TrainRun::time_is_up(int64_t updates) {
   // Resumed after its budget was spent, with no more budget than then.
   if (st_.spent_budget_s > 0 && plan_.budget->total_s <= st_.spent_budget_s) return true;
-  const double ev_guess = finish_est_ >= 0
-                              ? finish_est_
-                              // forward only is about a third of a training step per image
-                              : step_est_ * double(data_.val->size()) / double(cap_ * accum_) /
-                                        3.0 * std::pow(double(eval_size_) / cfg_.img_size, 2) +
-                                    0.5;
-  return plan_.budget->should_stop(now, double(updates) * step_est_, ev_guess);
+  if (planner_->wants_probe()) probe_eval();
+  verdict_ = planner_->decide(updates);
+  return verdict_.stop;
+}
+
+// The final evaluation in batches of B_: this rank's share of them, once or, with a model
+// EMA, twice.
+FinalEvalShape TrainRun::final_eval_shape() const {
+  const int64_t batches = (int64_t(data_.val->size()) + B_ - 1) / B_;
+  return {std::max<int64_t>(1, (batches + world_ - 1) / world_), args_.model_ema ? 2 : 1};
+}
+
+// A few evaluation batches at the evaluation size, timed for the budget (rank 0 alone; the
+// other ranks wait for its verdict).
+void TrainRun::probe_eval() {
+  planner_->record_probe(time_eval_batches(eval_model(), *data_.val, eval_bc_, B_,
+                                           planner_->probe_batches(), args_.workers));
 }
 
 // One optimizer update (accum micro-batches), at the size and learning rate the schedules give
@@ -710,6 +733,7 @@ Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const double dt_step =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   step_est_ = step_est_ == 0 ? dt_step : std::max(dt_step, 0.9 * step_est_ + 0.1 * dt_step);
+  if (planner_) planner_->record_step(dt_step);
   ++t.window;
   const bool last = u + 1 == upe_;
   const bool log_now = (u + 1) % args_.log_interval == 0 || last;
@@ -838,6 +862,7 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
     spent = budget_spent();
   }
   if (spent) {  // the compute or time budget is spent: final evaluation at the final size
+    if (verdict_.too_small) fmt::print("{}\n", planner_->too_small_line(engine_->num_steps()));
     if (updates_since_eval_ > 0 || !evaluated_once_)
       eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
     if (plan_.budget) st_.spent_budget_s = plan_.budget->total_s;
@@ -866,7 +891,7 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
   save_state(stopped_early ? (open_ended_ ? epoch + 1 : args_.epochs) : epoch + 1, 0);
   out_->write_plot();
   // What the budget's final evaluation costs: evaluation, weights, state and plot.
-  finish_est_ = std::max(finish_est_, elapsed() - t_finish);
+  if (planner_) planner_->record_evaluation(elapsed() - t_finish);
   return stopped_early ? EpochEnd::StoppedEarly : EpochEnd::Done;
 }
 
