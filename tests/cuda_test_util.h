@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "gpu_test_util.h"
 #include "ops/cuda/ops.h"
+#include "ops/kernel_plan.h"
 
 namespace vit::test {
 
@@ -136,6 +137,15 @@ template <typename T>
 Tol pick(Tol f32, Tol b16) {
   return std::is_same_v<T, float> ? f32 : b16;
 }
+
+// A kernel plan with these options (a --kernels string) active for a scope: the ops' choices
+// (ops/kernel_plan.h), as an engine holds its plan around its passes.
+struct ScopedKernels {
+  vit::KernelPlan plan;
+  vit::ActivePlanScope scope;
+  explicit ScopedKernels(const char* options)
+      : plan(vit::DeviceProps{}, vit::parse_kernel_options(options)), scope(&plan) {}
+};
 
 struct ScopedEnv {  // sets an environment variable for a scope, then restores it
   std::string name, old;

@@ -667,7 +667,8 @@ TYPED_TEST(CudaOps, LocalFfnIsTheThreeOpsBitwise) {
   expect_local_ffn_is_the_three_ops<TypeParam>();
 }
 
-// Two channels a thread (VIT_DWCONV_VEC=2): the depthwise conv and the locality FFN's middle
+// Two channels a thread (--kernels dwconv_forward=2,dwconv_backward=2): the depthwise conv and
+// the locality FFN's middle
 // give one channel's bits, on aligned tensors (the paired kernels) and at
 // an odd element offset (where they fall back to one channel). On the CPU simulation:
 // DwconvKernelsOnHost.PairedChannelsGiveTheSameBits.
@@ -681,8 +682,8 @@ TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
         const Index M = 4 * s.C + 4, n = s.B * s.N * M;
         const Vec x = rnd<T>(n, ++seed, 2.5), w = rnd<T>(M * 9, ++seed, 0.3);
         const Vec dout = rnd<T>(n, ++seed), dw0 = rnd<float>(M * 9, ++seed);
-        auto run = [&](const char* vec) {
-          const ScopedEnv paired("VIT_DWCONV_VEC", vec);
+        auto run = [&](const char* channels) {
+          const ScopedKernels paired(channels);
           DevBuf<T> d_x(x, "inp", off), d_w(w, "weight"), d_dout(dout, "dout", off);
           DevBuf<T> out(n, "out", off), dinp(n, "dinp", off), act1(n, "act1", off);
           DevBuf<T> dw(n, "dw", off), act2(n, "act2", off), dfc1(n, "dfc1", off);
@@ -700,7 +701,8 @@ TYPED_TEST(CudaOps, DwConvPairedChannelsGiveTheSameBits) {
                                   act1.download(), dw.download(),       act2.download(),
                                   dfc1.download(), l_dweight.download()};
         };
-        const std::vector<Vec> one = run("1"), two = run("2");
+        const std::vector<Vec> one = run("dwconv_forward=1,dwconv_backward=1"),
+                               two = run("dwconv_forward=2,dwconv_backward=2");
         const char* names[] = {"out", "dinp", "dweight", "act1",
                                "dw",  "act2", "dfc1",    "dweight (local)"};
         for (size_t k = 0; k < one.size(); ++k) expect_same_bits(names[k], two[k], one[k]);

@@ -46,7 +46,7 @@ std::vector<double> to_doubles(const Floats& v) {
 }
 
 // The launches of dwconv.cu with small grids (the grid-stride loops then take several turns) and
-// `chunks` column chunks for the weight gradient; kVec channels a thread (VIT_DWCONV_VEC).
+// `chunks` column chunks for the weight gradient; kVec channels a thread (the plan's dwconv choice).
 struct Launch {
   Shape s;
   int columns() const { return s.B * s.gw * s.C; }
@@ -127,7 +127,7 @@ TEST(DwconvKernelsOnHost, MatchTheCpuReference) {
   }
 }
 
-// Two channels a thread (VIT_DWCONV_VEC=2, where C is even) against one: every output bit for
+// Two channels a thread (--kernels dwconv_*=2, where C is even) against one: every output bit for
 // bit, in fp32 and bf16, with two column chunks. C = 70 leaves the last 32-lane block part empty; C
 // = 130 spans three blocks of pairs.
 template <typename T>

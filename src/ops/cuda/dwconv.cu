@@ -18,6 +18,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/dwconv_kernels.cuh"
+#include "ops/cuda/plan_timing.cuh"
 #include "ops/cuda/ops.h"
 
 namespace vit::cuda {
@@ -43,21 +44,14 @@ struct ConvThreads {
 // Two neighbouring channels a thread, moved as one 4-byte (bf16) or 8-byte (fp32) access,
 // where C is even and every tensor 2-element aligned: half the load and store instructions. The
 // same bits as one channel (each channel's sums in the same order;
-// DwconvKernelsOnHost.PairedChannelsGiveTheSameBits). By default the forward pairs and the
-// backward does not: on the device the paired forward is faster, and the paired backward slower
-// (its registers go 64 -> 96). VIT_DWCONV_VEC=1 or 2: that many in both.
-int asked_channels(int unset) {
-  // Read at every call, as the other switches are (a test compares both in one process).
-  const char* env = std::getenv("VIT_DWCONV_VEC");
-  if (!env || !*env) return unset;
-  VIT_CHECK(std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0,
-            std::string("VIT_DWCONV_VEC=") + env + ": expected 1 or 2");
-  return env[0] - '0';
-}
+// DwconvKernelsOnHost.PairedChannelsGiveTheSameBits). How many is the kernel plan's (the
+// dwconv families): by rule the forward pairs and the backward does not (the paired backward's
+// registers go 64 -> 96); --kernels dwconv_forward / dwconv_backward force one; autotune times
+// the forward's two.
 template <typename T, typename... Ptrs>
-int channels_a_thread(int unset, Index C, const Ptrs*... tensors) {
+int channels_a_thread(int planned, Index C, const Ptrs*... tensors) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(tensors) % (2 * sizeof(T)) == 0) && ...);
-  return asked_channels(unset) == 2 && C % 2 == 0 && aligned ? 2 : 1;
+  return planned == 2 && C % 2 == 0 && aligned ? 2 : 1;
 }
 
 template <typename T>
@@ -72,10 +66,14 @@ void conv_forward(T* out, const T* inp, const T* weight, Index B, Index N, Index
         int(C));
     VIT_CUDA_LAUNCHED();
   };
-  if (channels_a_thread<T>(2, C, out, inp) == 2)
-    launch(dwconv3x3_forward_kernel<T, 2>, 2);
-  else
-    launch(dwconv3x3_forward_kernel<T, 1>, 1);
+  // out (B, N, C) is overwritten: the autotuner may time the candidates here
+  auto run = [&](const KernelChoice& choice) {
+    if (channels_a_thread<T>(choice.param, C, out, inp) == 2)
+      launch(dwconv3x3_forward_kernel<T, 2>, 2);
+    else
+      launch(dwconv3x3_forward_kernel<T, 1>, 1);
+  };
+  run(tuned_choice(dwconv_key(true, B, N, C, storage_of_t<T>()), run));
 }
 
 template <typename T>
@@ -109,7 +107,8 @@ void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T
         int(cols_per_chunk));
     VIT_CUDA_LAUNCHED();
   };
-  if (channels_a_thread<T>(1, C, dinp, dout, inp) == 2)
+  const int planned = planned_choice(dwconv_key(false, B, N, C, storage_of_t<T>())).param;
+  if (channels_a_thread<T>(planned, C, dinp, dout, inp) == 2)
     launch(dwconv3x3_backward_kernel<T, 2>, 2);
   else
     launch(dwconv3x3_backward_kernel<T, 1>, 1);
