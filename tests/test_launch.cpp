@@ -129,6 +129,41 @@ TEST(LaunchEnv, BadVariablesGetOneClearLine) {
   EXPECT_EQ(error_of({{"WORLD_SIZE", "1"}, {"RANK", "0"}}), "");
 }
 
+// Two local ranks and one GPU: an error naming both counts, unless NCCL 2.30's multi-rank
+// switch asks for it; a rank never silently lands on another rank's GPU.
+TEST(ChooseGpu, MoreLocalRanksThanGpusNeedsTheMultiRankSwitch) {
+  Vars v = {{"RANK", "1"},
+            {"WORLD_SIZE", "2"},
+            {"LOCAL_RANK", "1"},
+            {"LOCAL_WORLD_SIZE", "2"},
+            {"MASTER_ADDR", "127.0.0.1"},
+            {"MASTER_PORT", "29500"}};
+  const vit::LaunchEnv e = vit::read_launch_env(&v);
+  EXPECT_EQ(vit::choose_gpu(e, 2, &v), 1);
+  EXPECT_EQ(vit::choose_gpu(e, 8, &v), 1);
+  std::string err;
+  try {
+    vit::choose_gpu(e, 1, &v);
+  } catch (const vit::Error& x) {
+    err = x.what();
+  }
+  EXPECT_NE(err.find("rank 1: 2 ranks on this host and 1 GPU: launch one rank per GPU, or set "
+                     "NCCL_MULTI_RANK_GPU_ENABLE=1"),
+            std::string::npos)
+      << err;
+  v["NCCL_MULTI_RANK_GPU_ENABLE"] = "1";
+  EXPECT_EQ(vit::choose_gpu(e, 1, &v), 0);
+  // Rank 0 of the same job sees the same error without LOCAL_WORLD_SIZE's help only when its
+  // own local rank is past the GPUs; with it, every local rank does.
+  Vars r0 = {{"RANK", "0"},
+             {"WORLD_SIZE", "2"},
+             {"LOCAL_RANK", "0"},
+             {"LOCAL_WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "127.0.0.1"},
+             {"MASTER_PORT", "29500"}};
+  EXPECT_THROW(vit::choose_gpu(vit::read_launch_env(&r0), 1, &r0), vit::Error);
+}
+
 // A free TCP port on localhost (bound once and released; the tests use it right away).
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -75,11 +75,6 @@ PollState comm_state(ncclComm_t comm, std::string* why) {
   return PollState::Failed;
 }
 
-bool env_is_one(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "1";
-}
-
 class NcclComm : public Comm {
  public:
   NcclComm(const LaunchEnv& env, int device, const ncclUniqueId& id, double timeout_s,
@@ -96,18 +91,24 @@ class NcclComm : public Comm {
     watchdog_ = std::make_unique<Watchdog>(rank_, "NCCL", std::move(hooks), real_clock(), 0.1,
                                            kAbortGraceS);
     watchdog_->set_timeout(timeout_s);
-    timeout_s_ = timeout_s;
   }
   // Unwinding from an error, the other ranks may wait in a collective for this one, which a
   // stream synchronisation and a finalize would wait for too: abort instead, under a deadline.
+  // The watchdog watches the teardown too (a peer that hangs now would hold the finalize).
   ~NcclComm() override {
-    watchdog_.reset();
     const bool unwinding = std::uncaught_exceptions() > 0;
     bool clean = false;
-    if (!unwinding && cudaStreamSynchronize(stream_) == cudaSuccess &&
-        ncclCommFinalize(comm_) != ncclInternalError)
-      clean = poll_until([&] { return comm_state(comm_, nullptr); }, timeout_s_, real_clock()) ==
-              PollState::Done;
+    if (!unwinding) {
+      enqueued_ = false;
+      watchdog_->begin("teardown");
+      const ncclResult_t rc = cudaStreamSynchronize(stream_) == cudaSuccess
+                                  ? ncclCommFinalize(comm_)  // non-blocking: polled
+                                  : ncclUnhandledCudaError;
+      clean = (rc == ncclSuccess || rc == ncclInProgress) &&
+              poll_until([&] { return comm_state(comm_, nullptr); }, 0, real_clock()) ==
+                  PollState::Done;
+    }
+    watchdog_.reset();
     if (clean)
       ncclCommDestroy(comm_);
     else
@@ -122,10 +123,7 @@ class NcclComm : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
-  void set_timeout(double seconds) override {
-    timeout_s_ = seconds;
-    watchdog_->set_timeout(seconds);
-  }
+  void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
 
   void allreduce_sum(float* data, size_t n) override { allreduce(data, n, ncclSum); }
   void allreduce_sum(double* data, size_t n) override { allreduce(data, n, ncclSum); }
@@ -155,6 +153,7 @@ class NcclComm : public Comm {
 
  private:
   static constexpr double kAbortGraceS = 10.0;  // ncclCommAbort's time before a hard exit
+  static constexpr size_t kKeepStagingBytes = size_t(1) << 20;  // evaluation sums, flags, names
 
   // Non-blocking init, bounded by the timeout: a rank that never joins would hold it forever.
   void init(const ncclUniqueId& id, double timeout_s) {
@@ -296,18 +295,26 @@ class NcclComm : public Comm {
     cuda_ok(e, op);
     std::memcpy(data, pinned_, bytes);
     watchdog_->end();
+    // A large host collective (ZeRO-1's moment gather for a checkpoint: the whole moments)
+    // does not keep its scratch: it would hold device memory that the sharding saved.
+    if (staging_bytes_ > kKeepStagingBytes) release_staging();
   }
-  // Pinned host and device scratch of at least `bytes` (grown by doubling, kept).
+  // Pinned host and device scratch of at least `bytes` (grown by doubling; kept up to
+  // kKeepStagingBytes).
   void grow_staging(size_t bytes) {
     if (bytes <= staging_bytes_) return;
+    const size_t n = std::max(bytes, 2 * staging_bytes_);
+    release_staging();
+    cuda_ok(cudaMalloc(&staging_, n), "staging buffer");
+    cuda_ok(cudaMallocHost(&pinned_, n), "pinned staging buffer");
+    staging_bytes_ = n;
+  }
+  void release_staging() {
     cuda_ok(cudaStreamSynchronize(stream_), "synchronize");
     if (staging_) cudaFree(staging_);
     if (pinned_) cudaFreeHost(pinned_);
     staging_ = pinned_ = nullptr;
-    const size_t n = std::max(bytes, 2 * staging_bytes_);
-    cuda_ok(cudaMalloc(&staging_, n), "staging buffer");
-    cuda_ok(cudaMallocHost(&pinned_, n), "pinned staging buffer");
-    staging_bytes_ = n;
+    staging_bytes_ = 0;
   }
 
   const int rank_, size_, device_;
@@ -320,34 +327,20 @@ class NcclComm : public Comm {
   size_t staging_bytes_ = 0;
   std::atomic<bool> enqueued_{false};  // the watched collective's done_ is recorded
   bool started_ = false;               // sums started that the op stream has not waited for
-  double timeout_s_ = 0;
   std::unique_ptr<Watchdog> watchdog_;
 };
-
-// This rank's GPU: its local rank's, when there are enough for every local rank. Several ranks
-// on one GPU only on request (NCCL 2.30's NCCL_MULTI_RANK_GPU_ENABLE=1; older NCCL refuses it),
-// or where Slurm binds a GPU per task (each rank then sees its own).
-int choose_device(const LaunchEnv& env) {
-  int devices = 0;
-  cuda_ok(cudaGetDeviceCount(&devices), "device count");
-  VIT_CHECK(devices > 0, "NCCL: no CUDA device");
-  const int local = std::max(env.local_size, env.local_rank + 1);
-  const bool allowed = env_is_one("NCCL_MULTI_RANK_GPU_ENABLE") ||
-                       (env.launcher == Launcher::Slurm && std::getenv("SLURM_GPUS_PER_TASK"));
-  VIT_CHECK(local <= devices || allowed,
-            fmt::format("rank {}: {} ranks on this host and {} GPU{}: launch one rank per GPU, "
-                        "or set NCCL_MULTI_RANK_GPU_ENABLE=1 to run several on one GPU (needs "
-                        "NCCL >= 2.30; experimental)",
-                        env.rank, local, devices, devices == 1 ? "" : "s"));
-  return env.local_rank % devices;
-}
 
 }  // namespace
 
 std::shared_ptr<Comm> make_nccl_comm(const LaunchEnv& env, Comm* bootstrap, double timeout_s) {
   // The device first: MPI_Init and NCCL then open their context on it, not on GPU 0.
-  const int device = choose_device(env);
+  int devices = 0;
+  cuda_ok(cudaGetDeviceCount(&devices), "device count");
+  const int device = choose_gpu(env, devices);
   cuda_ok(cudaSetDevice(device), "set device");
+  // NCCL prints its warnings only when asked; they go to this rank's stdout (rank 0's console,
+  // the other ranks' rank<R>.log in the run folder).
+  ::setenv("NCCL_DEBUG", "WARN", /*overwrite=*/0);
   std::shared_ptr<Comm> mpi;
   if (!bootstrap && env.launcher == Launcher::Mpi && env.size > 1) {
     mpi = make_comm();

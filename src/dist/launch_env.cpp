@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -115,6 +116,21 @@ LaunchEnv read_launch_env(const std::map<std::string, std::string>* vars) {
     read_master(e, env);
   }
   return e;
+}
+
+int choose_gpu(const LaunchEnv& e, int devices, const std::map<std::string, std::string>* vars) {
+  const Env env(vars);
+  VIT_CHECK(devices > 0, fmt::format("rank {}: no CUDA device", e.rank));
+  const int local = std::max(e.local_size, e.local_rank + 1);
+  const char* shared = env.get("NCCL_MULTI_RANK_GPU_ENABLE");
+  const bool allowed = (shared && std::string(shared) == "1") ||
+                       (e.launcher == Launcher::Slurm && env.has("SLURM_GPUS_PER_TASK"));
+  VIT_CHECK(local <= devices || allowed,
+            fmt::format("rank {}: {} ranks on this host and {} GPU{}: launch one rank per GPU, "
+                        "or set NCCL_MULTI_RANK_GPU_ENABLE=1 to run several on one GPU (needs "
+                        "NCCL >= 2.30; experimental)",
+                        e.rank, local, devices, devices == 1 ? "" : "s"));
+  return e.local_rank % devices;
 }
 
 int rank_in_multi_rank_job() noexcept {

@@ -31,6 +31,13 @@ const char* launcher_name(Launcher l);
 // OpenMPI's take precedence (mpirun may run under Slurm), then torchrun's, then Slurm's.
 LaunchEnv read_launch_env(const std::map<std::string, std::string>* env = nullptr);
 
+// This rank's GPU among the `devices` it sees: its local rank's (local_rank % devices). More
+// local ranks than GPUs throws vit::Error with one line, unless several ranks per GPU were asked
+// for (NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL >= 2.30) or Slurm binds a GPU per task
+// (SLURM_GPUS_PER_TASK: each rank sees its own). `vars` as for read_launch_env.
+int choose_gpu(const LaunchEnv& env, int devices,
+               const std::map<std::string, std::string>* vars = nullptr);
+
 // This process's rank when its launcher started several (-1 otherwise, or when the launcher's
 // variables are unreadable). Never throws: for the last error report.
 int rank_in_multi_rank_job() noexcept;

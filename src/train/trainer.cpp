@@ -278,6 +278,11 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
 
   cfg_ = plan_.final_cfg;
   open_run_dir();
+  // A worker rank's stdout (its copy of the progress lines, NCCL's warnings) goes to its own
+  // log in the run folder: rank 0's console stays one rank's, and nothing a rank says is lost.
+  if (rank_ > 0 &&
+      !std::freopen((fs::path(run_dir_) / fmt::format("rank{}.log", rank_)).c_str(), "a", stdout))
+    throw Error(fmt::format("cannot open rank{}.log in the run folder {}", rank_, run_dir_));
   start_weights();
   st_.args_yaml = args_yaml;
   // What eval/export need to reproduce the input pipeline and name the classes.
