@@ -73,6 +73,32 @@ TEST_F(NcclWorldOfOne, CollectivesOnDeviceAndHostBuffers) {
 #endif
 }
 
+// Host buffers go through pinned memory and device scratch; one over 1 MiB (ZeRO-1's moment
+// gather) frees that scratch afterwards, and the next, smaller one allocates it again. The
+// device memory in use comes back to where it was.
+TEST_F(NcclWorldOfOne, LargeHostCollectiveLeavesNoScratchBehind) {
+#ifdef VIT_HAS_NCCL
+  auto comm = world_of_one();
+  double small[2] = {0.5, -1.0};
+  comm->allreduce_sum(small, 2);  // the kept scratch exists from here on
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  std::vector<float> big(size_t(16) << 20);  // (16 Mi) 64 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = float(i % 1000) * 0.25f;
+  const std::vector<float> want = big;
+  comm->allgather(big.data(), {big.size()});
+  EXPECT_EQ(big, want);
+  comm->allreduce_sum(small, 2);
+  EXPECT_EQ(small[0], 0.5);
+  EXPECT_EQ(small[1], -1.0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  size_t free1 = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+  EXPECT_GE(free1 + (size_t(8) << 20), free0) << "the 64 MiB scratch of the gather was kept";
+#endif
+}
+
 TEST_F(NcclWorldOfOne, EngineTrainsBitwiseAsWithoutCommunicator) {
 #ifdef VIT_HAS_NCCL
   const vit::ModelConfig c = vit::test::config_of(vit::test::kComparisonCases[1]);
