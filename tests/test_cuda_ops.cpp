@@ -253,7 +253,6 @@ TYPED_TEST(CudaOps, LayerNorm) {
 // 1000) keep the row-in-registers kernels.
 class CudaLayerNormVec : public CudaTest {};
 TEST_F(CudaLayerNormVec, MatchesTheCpu) {
-  const ScopedEnv vec("VIT_LAYERNORM_VEC", "1");
   for (Index C : {64, 128, 192, 256, 384, 512, 768, 1024})
     EXPECT_TRUE(gpu::layernorm_vectorized(C)) << "C=" << C;
   for (Index C : {1, 100, 320, 1000, 1280}) EXPECT_FALSE(gpu::layernorm_vectorized(C)) << "C=" << C;
@@ -264,15 +263,6 @@ TEST_F(CudaLayerNormVec, MatchesTheCpu) {
       {77, 512, 1.0, 0.0},        {64, 384, 1e-2, 1e3},      {5 * 50, 100, 2.0, 0.5}};
   uint64_t seed = 700;
   for (const LayerNormCase& c : cases) check_layernorm<__nv_bfloat16>(c, seed);
-}
-
-// VIT_LAYERNORM_VEC=0: bf16 rows keep the row-in-registers kernels at every width, which then
-// meet the same tolerances (with the switch on, CudaOps/bf16.LayerNorm runs the 16-byte ones).
-TEST_F(CudaLayerNormVec, OffKeepsTheRowKernels) {
-  const ScopedEnv off("VIT_LAYERNORM_VEC", "0");
-  for (Index C : {64, 192, 384, 768, 1024}) EXPECT_FALSE(gpu::layernorm_vectorized(C)) << "C=" << C;
-  uint64_t seed = 800;
-  for (const LayerNormCase& c : kLayerNormCases) check_layernorm<__nv_bfloat16>(c, seed);
 }
 
 TYPED_TEST(CudaOps, Attention) {
@@ -380,7 +370,7 @@ TYPED_TEST(CudaOps, ElementwisePacksMatchTheScalarPath) {
     for (size_t k = 0; k < packed.size(); ++k) expect_same_bits(names[k], packed[k], scalar[k]);
     // And the packed path is the op: GELU against the CPU as in the Activations test. The
     // absolute term scales with max|x|: at n = 1 the one input is x = -6.14, whose fp32 reference
-    // is -0 by cancellation in 1 + erf while VIT_GELU_FAST=1's one-exponential form gives the
+    // is -0 by cancellation in 1 + erf while gelu=fast's one-exponential form gives the
     // true -2.53e-9 (fp64); an atol scaled by max|ref| = 0 failed that correct kernel on an H200.
     Vec gf(n);
     cpu::gelu_forward(gf.data(), x.data(), n);
@@ -459,7 +449,6 @@ TYPED_TEST(CudaOps, BiasGradPacksAreDeterministicColumnSums) {
 // included. (The 16-byte kernels, bf16's default, sum in another order: CudaLayerNormVec.)
 TYPED_TEST(CudaOps, LayerNormRowsInRegistersMatchTheLoop) {
   using T = TypeParam;
-  const ScopedEnv rows("VIT_LAYERNORM_VEC", "0");
   uint64_t seed = 510;
   for (Index C : {Index(1), Index(40), Index(100), Index(192), Index(384), Index(500), Index(768),
                   Index(1000), Index(1024)}) {
@@ -803,7 +792,7 @@ TYPED_TEST(CudaOps, EmbedTokens) {
 }
 
 // The wide-word patch and token kernels (embed_kernels.cuh, the default where shapes and
-// pointers allow) against the one-thread-an-element ones (VIT_EMBED_WIDE=0) on the same inputs,
+// pointers allow) against the one-thread-an-element ones (embed=narrow) on the same inputs,
 // at ViT-S/16's shapes and ViT-Ti/4's: the copies and the token sums bit for bit, dpos (batch
 // sums in slices instead of in order) within fp32 rounding and the same bits on a rerun.
 TYPED_TEST(CudaOps, EmbedWideKernelsGiveTheElementwiseBits) {
@@ -820,8 +809,8 @@ TYPED_TEST(CudaOps, EmbedWideKernelsGiveTheElementwiseBits) {
     DevBuf<T> patch(rnd<T>(c.B * G * c.C, ++seed), "patch_out"), cls(rnd<T>(c.C, ++seed), "cls");
     DevBuf<T> pos(rnd<T>(N * c.C, ++seed), "pos"), dx(rnd<T>(c.B * N * c.C, ++seed), "dx");
     const Vec dpos0 = rnd<float>(N * c.C, ++seed);
-    auto run = [&](const char* wide) {
-      const ScopedEnv env("VIT_EMBED_WIDE", wide);
+    auto run = [&](const char* width) {
+      const ScopedKernels plan(width);
       DevBuf<T> patches(c.B * G * F, "patches"), x(c.B * N * c.C, "x"), dpatch(c.B * G * c.C, "dp");
       DevBuf<float> dpos(dpos0, "dpos");
       gpu::im2patches(patches.get(), img.get(), c.B, Index(3), c.H, c.H, c.P);
@@ -831,7 +820,8 @@ TYPED_TEST(CudaOps, EmbedWideKernelsGiveTheElementwiseBits) {
       gpu::synchronize();
       return std::vector<Vec>{patches.download(), x.download(), dpatch.download(), dpos.download()};
     };
-    const std::vector<Vec> wide = run("1"), again = run("1"), each = run("0");
+    const std::vector<Vec> wide = run("embed=wide"), again = run("embed=wide"),
+                           each = run("embed=narrow");
     expect_same_bits("patches", wide[0], each[0]);
     expect_same_bits("x", wide[1], each[1]);
     expect_same_bits("dpatch_out", wide[2], each[2]);
@@ -904,7 +894,7 @@ TYPED_TEST(CudaOps, Pool) {
 }
 
 // The pooling backward's chunk kernel (pool_kernels.cuh, the default where C and the pointers
-// allow) against the one-thread-an-element one (VIT_POOL_WIDE=0) on the same inputs: the same
+// allow) against the one-thread-an-element one (pool=narrow) on the same inputs: the same
 // formula a value, so the same bits, at ViT-Ti/4's pooled shape and with a class token.
 TYPED_TEST(CudaOps, PoolWideKernelGivesTheElementwiseBits) {
   using T = TypeParam;
@@ -915,14 +905,14 @@ TYPED_TEST(CudaOps, PoolWideKernelGivesTheElementwiseBits) {
       SCOPED_TRACE(str(s) + (avg ? " avg" : " token"));
       DevBuf<T> d_dout(rnd<T>(s.B * s.C, ++seed), "dout");
       const Vec dx0 = rnd<T>(s.B * s.N * s.C, ++seed);
-      auto run = [&](const char* wide) {
-        const ScopedEnv env("VIT_POOL_WIDE", wide);
+      auto run = [&](const char* width) {
+        const ScopedKernels plan(width);
         DevBuf<T> d_dx(dx0, "dx");
         gpu::pool_backward(d_dx.get(), d_dout.get(), s.B, s.N, s.prefix, s.C, avg);
         gpu::synchronize();
         return d_dx.download();
       };
-      expect_same_bits("dx", run("1"), run("0"));
+      expect_same_bits("dx", run("pool=wide"), run("pool=narrow"));
     }
   }
 }
@@ -1044,8 +1034,9 @@ TEST_F(CudaOpsFp32Residual, LayerNormMatchesTheEmulation) {
     expect_close("dweight", d_dw.download(), dw, {1e-4, 1e-5});
     expect_close("dbias", d_db.download(), db, {1e-4, 1e-5});
     // The row-in-registers kernel and the loop kernel (rows over 1024 channels) agree bitwise
-    // (the 16-byte kernels, the default where they apply, sum in another order).
-    const ScopedEnv rows("VIT_LAYERNORM_VEC", "0");
+    // where the row kernel runs (the 16-byte kernels, the rule where C deals into chunks, sum in
+    // another order).
+    if (gpu::layernorm_vectorized(c.C)) continue;
     gpu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
                            c.R, c.C, 1e-6f);
     gpu::layernorm_forward_loop(d_lout.get(), d_lmean.get(), d_lrstd.get(), d_x.get(), d_w.get(),

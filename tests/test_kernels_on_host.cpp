@@ -185,7 +185,7 @@ TEST(DwconvKernelsOnHost, PairedChannelsGiveTheSameBits) {
   }
 }
 
-// The one-exponential exact GELU (VIT_GELU_FAST=1) within the error its comment states, against
+// The one-exponential exact GELU (--kernels gelu=fast) within the error its comment states, against
 // the CPU's fp64 GELU and its derivative (cpu::gelu_forward / gelu_backward<double>), on a dense
 // grid: forward relative error under 1e-6 for |x| < 3 and 2e-6 for |x| < 5, the derivative's
 // absolute error under 5e-7 (the host's exp2f and division are correctly rounded; the device's

@@ -1,4 +1,5 @@
-// The 16-byte LayerNorm kernels (ops/cuda/layernorm_vec_kernels.cuh, VIT_LAYERNORM_VEC=1) run on
+// The 16-byte LayerNorm kernels (ops/cuda/layernorm_vec_kernels.cuh, the bf16 default where C
+// deals into chunks) run on
 // the CPU (tests/cuda_host_sim.h) against fp64 sums: the forward with and without the residual
 // add before it, the backward's dx and its weight and bias gradients' partial rows, at every
 // group width (8, 16, 32 lanes a row) and chunk count (1-4 a lane), for bf16 and fp32 storage and
@@ -6,7 +7,7 @@
 // the grid's strides are first checked. The residual sum is the separate op's formula, so the
 // stream is compared bit for bit; the normed values and gradients are fp32 sums in another order
 // than fp64's, so within rounding. The GPU tests run the kernels on the device too
-// (CudaOps/*.LayerNorm under VIT_LAYERNORM_VEC=1, gpu_check.sh's d_lnvec_ops).
+// (CudaOps/bf16.LayerNorm, CudaLayerNormVec.MatchesTheCpu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
