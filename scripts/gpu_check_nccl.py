@@ -88,7 +88,6 @@ def env_for(ranks):
         e["LD_LIBRARY_PATH"] = ":".join(libs)
     if ranks > 1 and DEVICE == "cuda":
         e["NCCL_MULTI_RANK_GPU_ENABLE"] = "1"  # two ranks, one GPU (NCCL >= 2.30)
-        e.setdefault("NCCL_DEBUG", "VERSION")  # rank 0's log names the NCCL that loaded
     return e
 
 
@@ -102,13 +101,40 @@ def train_flags(name, accum=1, prec="fp32", extra=""):
     return (f + " " + extra).split()
 
 
+def torchrun_cmd():
+    """torchrun, or the same through the Python that has torch (pip installs may leave it off
+    PATH); None when neither is there."""
+    if shutil.which("torchrun"):
+        return ["torchrun"]
+    py = os.environ.get("PY", sys.executable)
+    ok = subprocess.run([py, "-c", "import torch.distributed.run"], capture_output=True)
+    return [py, "-m", "torch.distributed.run"] if ok.returncode == 0 else None
+
+
+def nccl_version():
+    """ncclGetVersion of the library the ranks load (VIT_NCCL_DIR first), e.g. 23007; 0 if none."""
+    import ctypes
+    for path in ([os.path.join(NCCL_DIR, "libnccl.so.2")] if NCCL_DIR else []) + ["libnccl.so.2"]:
+        try:
+            lib = ctypes.CDLL(path)
+            v = ctypes.c_int(0)
+            if lib.ncclGetVersion(ctypes.byref(v)) == 0:
+                return v.value
+        except OSError:
+            continue
+    return 0
+
+
+TORCHRUN = None
+
+
 def launch(ranks, launcher, args):
     """The command line of `vitrain ARGS` on `ranks` ranks."""
     if ranks == 1:
         return [VITRAIN] + args
     if launcher == "mpirun":
         return ["mpirun", "-np", str(ranks), "--oversubscribe", VITRAIN] + args
-    return ["torchrun", "--no_python", "--nnodes", "1", "--nproc_per_node", str(ranks),
+    return TORCHRUN + ["--no_python", "--nnodes", "1", "--nproc_per_node", str(ranks),
             "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
             "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(WORK, "torchrun_logs"),
             VITRAIN] + args
@@ -222,9 +248,16 @@ def main():
     write_toy_idx(DATA)
     probe = subprocess.run([VITRAIN, "launch-check", "--help"], capture_output=True, text=True)
     real = "usage: vitrain launch-check" in probe.stdout
-    have_torchrun = shutil.which("torchrun") is not None
+    global TORCHRUN
+    TORCHRUN = torchrun_cmd()
+    have_torchrun = TORCHRUN is not None
     log(f"gpu_check_nccl: device {DEVICE}, dry {DRY}, vitrain {VITRAIN} "
         f"({'real' if real else 'stub: commands listed only'}), NCCL dir {NCCL_DIR or '-'}")
+    if DEVICE == "cuda":
+        v = nccl_version()
+        log(f"NCCL the ranks load: {v}")
+        # NCCL up to 2.29 refuses two ranks on one GPU ("Duplicate GPU detected").
+        record("nccl_at_least_2_30", v >= 23000, ["ncclGetVersion"], nccl_version=v)
     precs = ["fp32", "bf16"] if DEVICE == "cuda" else ["fp32"]
     cases = [(m, a, p) for m in ("dp", "zero1") for a in (1, 3) for p in precs]
     plan = []
@@ -245,9 +278,6 @@ def main():
         if ranks == 2:
             m, a, p = name.split("_")[1:]
             compare(f"equal_{m}_{a}_{p}", name, f"r1_{a}_{p}", FP32_TOL if p == "fp32" else BF16_TOL, cmd)
-    nccl_version = next((l.strip() for l in tail("r2_dp_a1_fp32", 400).splitlines() if "NCCL version" in l), "")
-    if nccl_version:
-        log(nccl_version)
     # Resume across world sizes: stop after 7 updates, go on with the other world size.
     for first, then in ((2, 1), (1, 2)):
         name = f"resume_{first}to{then}"
