@@ -10,8 +10,9 @@ inside its budget with at least 85% of it used. results.json (schema vitrain-res
 of kind "budget") and each run's log tail (logs/CELL.txt) go to OUT; results.json is rewritten
 after every run, so a matrix cut short keeps what it measured.
 
+  budget_table.py --table OUT   print OUT/results.json as the Markdown table of docs/budget.md
   budget_table.py OUT [--vitrain PATH] [--budgets 60s,90s,5m] [--curricula none,size,efficienttrain]
-                  [--ema off,on] [--load 1] [--only CELL,...] [-- EXTRA vitrain flags]
+                  [--ema off,on] [--load 1] [--only CELL,...] [--commit C] [-- EXTRA vitrain flags]
 
 Cells are named <budget>_<curriculum>_<ema|noema>; --only runs the named ones. Python 3 standard
 library only.
@@ -24,6 +25,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,8 +104,31 @@ def write(a, meta, figures):
     os.replace(tmp, os.path.join(a.out, "results.json"))
 
 
+def table(out):
+    doc = json.load(open(os.path.join(out, "results.json"), encoding="utf-8"))
+    print("| budget | curriculum | EMA | used s | used % | process wall s | updates | top-1 % "
+          "| load (1 min) before → after | inside, >= 85% |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---|---|")
+    order = {"none": 0, "size": 1, "efficienttrain": 2}
+    figs = sorted(doc["figures"], key=lambda f: (f["budget_s"], order.get(f["curriculum"], 9),
+                                                  f["model_ema"]))
+    for f in figs:
+        ok = "yes" if f.get("inside") and f.get("used_85") else "no"
+        if f.get("too_small"):
+            ok += " (too small)"
+        used = f.get("used_s")
+        used_txt = f"{used:.1f} | {100 * f['used_frac']:.1f}" if used is not None else "- | -"
+        print(f"| {f['budget_s']:.0f} s | {f['curriculum']} | {'on' if f['model_ema'] else 'off'} "
+              f"| {used_txt} | {f['wall_s']:.1f} | {f.get('updates', '-')} | "
+              f"{f.get('top1_final') or '-'} | {f['load1_before']:.1f} → {f['load1_after']:.1f} "
+              f"| {ok} |")
+
+
 def main():
     argv = sys.argv[1:]
+    if len(argv) == 2 and argv[0] == "--table":
+        table(argv[1])
+        return 0
     extra = []
     if "--" in argv:
         i = argv.index("--")
@@ -116,6 +141,7 @@ def main():
     ap.add_argument("--ema", default="off,on")
     ap.add_argument("--load", type=int, default=1, help="busy loops beside each run")
     ap.add_argument("--only", default="", help="comma-separated cell names")
+    ap.add_argument("--commit", help="the commit vitrain was built from (default: git HEAD here)")
     a = ap.parse_args(argv)
     a.extra = extra
     if not os.access(a.vitrain, os.X_OK):
@@ -128,7 +154,7 @@ def main():
             "what": "budgeted runs of the default recipe (vit_fmnist_hybrid, Fashion-MNIST) with "
                     f"{a.load} busy loop(s) on the cores: used fraction and end vs budget",
             "command": "bench/budget_table.py " + " ".join(sys.argv[1:]),
-            "commit": (git("rev-parse", "--short", "HEAD") or "?") + ("+dirty" if dirty else ""),
+            "commit": a.commit or (git("rev-parse", "--short", "HEAD") or "?") + ("+dirty" if dirty else ""),
             "date": datetime.date.today().isoformat(),
             "device": {"kind": "cpu", "name": f"{os.cpu_count()}-core {cpu_name()}",
                        "driver": None, "cuda": None},
@@ -137,6 +163,7 @@ def main():
             "log_tail": "logs/"}
     only = set(filter(None, a.only.split(",")))
     runs_dir = tempfile.mkdtemp(prefix="budget_table_")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the busy loops end with it
     loads = [multiprocessing.Process(target=spin, daemon=True) for _ in range(a.load)]
     for p in loads:
         p.start()

@@ -96,6 +96,20 @@ TEST(BudgetPlanner, StopsWhenTheNextStepAndTheFinalEvaluationNoLongerFit) {
   EXPECT_TRUE(p.decide(7).stop);
 }
 
+TEST(BudgetPlanner, KeepsMoreForTheEvaluationWhenStepTimesSpread) {
+  FakeClock c;
+  vit::BudgetPlanner p(vit::TimeBudget{1000, 50}, {100, 1}, c.fn());
+  p.record_probe({0.1});  // 10 s
+  EXPECT_DOUBLE_EQ(p.eval_margin(), 1.1);
+  for (double s : {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 10.0}) p.record_step(s);
+  EXPECT_DOUBLE_EQ(p.eval_margin(), 1.1);  // one slow step of ten: the 80th percentile is 1 s
+  for (double s : {1.5, 1.6, 1.7, 1.8, 1.9}) p.record_step(s);
+  EXPECT_NEAR(p.eval_margin(), 1.7, 1e-12);  // 15 steps: the 12th of them sorted, over 1 s
+  EXPECT_NEAR(p.final_estimate(), 17.0, 1e-12);
+  for (double s : {1.0, 5.0, 1.0, 5.0, 1.0, 5.0, 1.0, 5.0, 1.0, 5.0, 1.0}) p.record_step(s);
+  EXPECT_DOUBLE_EQ(p.eval_margin(), 2.0);  // at most 2
+}
+
 TEST(BudgetPlanner, KeepsTwoEvaluationsWithEmaOnTheLatestEstimate) {
   FakeClock c;
   vit::BudgetPlanner p(vit::TimeBudget{1000, 50}, {10, 2}, c.fn());

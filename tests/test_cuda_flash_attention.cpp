@@ -15,10 +15,8 @@
 // Shapes: ViT-S heads (N = 197: a ragged 5-row last tile), every supported head dim, N = 1 and
 // 17 (one partial tile), N = 65 (a single-row last tile), odd B; one case with buffers offset by
 // one element (no 16-byte accesses); D = 32, 48, 64 over several tiles, N a multiple of the
-// tile. A second backward must give the same bits. The bf16 kernels (both sets) also against
-// the CPU emulation's rounding points (MatchesTheEmulationOnBothKernelSets). cuDNN's fused
-// attention (VIT_CUDNN_ATTENTION) against the same reference
-// (CudnnAttentionMatchesTheCpuReference).
+// tile. A second backward must give the same bits. The bf16 kernels also against the CPU
+// emulation's rounding points (MatchesTheEmulation).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -278,33 +276,6 @@ TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
   }
 }
 
-// VIT_FLASH_FUSED_BWD=1: the backward in one kernel where a block holds all of a head's keys
-// (N <= 208 where the device holds such a block, D <= 64; other shapes fall back to the two
-// kernels). dK and dV come from the dK/dV kernel's own code and dQ sums the same bf16 dS in the
-// same order as the dQ kernel, so every output must have the two kernels' bits (on the CPU
-// simulation, FlashKernelsOnHost.FusedBackwardGivesTheTwoKernelsBits). Which shapes take it
-// is the device's to say (a block of ceil(N / 16) warps must be resident with the kernel's
-// registers: N = 197's 13 warps at 152 registers were not on the H200, so they have a 128-register
-// build of the kernel), but the small ones must, or the comparison would compare the two-kernel
-// backward with itself; N = 197 (the first shape) says which it took.
-TEST_F(FlashAttentionBf16, FusedBackwardGivesTheTwoKernelsBits) {
-  {
-    const ScopedEnv on("VIT_FLASH_FUSED_BWD", "1");
-    EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(50, 32));
-    EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(17, 48));
-    EXPECT_TRUE(vit::cuda::flash_mma_fused_backward_takes(65, 64));  // ViT-Ti/4's heads
-    EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(65, 96));
-    EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(209, 64));
-    std::printf("fused backward at N = 197, D = 64: %s\n",
-                vit::cuda::flash_mma_fused_backward_takes(197, 64) ? "taken" : "not taken");
-  }
-  {
-    const ScopedEnv off("VIT_FLASH_FUSED_BWD", "0");
-    EXPECT_FALSE(vit::cuda::flash_mma_fused_backward_takes(50, 32));
-  }
-  compare_switch("VIT_FLASH_FUSED_BWD", "0", "1", 6000, expect_same_outputs);
-}
-
 // ViT-S/16 batch 256: the fused op against the unfused GPU attention (same inputs, both within
 // their tolerances of each other), and the time of each, printed for the record.
 TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
@@ -344,138 +315,3 @@ TYPED_TEST(FlashAttention, VitSmallBatch256AgainstUnfused) {
 }
 
 }  // namespace
-
-// VIT_CUDNN_ATTENTION (ops/cuda/cudnn_attention.cu): cuDNN's fused attention in place of the
-// flash kernels, the forward alone (our backward then reads cuDNN's statistics), the backward
-// alone (reading ours) and both, against the fp64 reference with the bf16 tolerances of
-// MatchesCpuReference, on the aligned shapes (misaligned buffers go to the flash kernels). The
-// backward alone also runs each of its graphs forced (VIT_CUDNN_BWD=graph, op) on a few. In the
-// default route order it must run at ViT-S/16's shape; elsewhere, and on a forced route, it may
-// decline (the op then runs the flash kernels, which the same check holds to; stderr says
-// why). Where it ran on the engines cuDNN does not note as nondeterministic (the default), a
-// second pass must give the same bits. Skips, saying why, where the machine's cuDNN is missing
-// or predates the forward operation: that is the library's absence, not the GPU's.
-TEST_F(FlashAttentionBf16, CudnnAttentionMatchesTheCpuReference) {
-  using T = bf16;
-  const std::string lib = gpu::cudnn_attention_library();
-  std::printf("[ info     ] %s\n", lib.c_str());
-  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
-  const long version = std::atol(lib.c_str() + 6);
-  if (version < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation (9.13.1)";
-  const Tol t_out{2e-2, 8e-3}, t_lse{1e-4, 1e-5}, t_dqkv{3e-2, 1.5e-2};
-  const std::pair<const char*, const char*> runs[] = {
-      {"fwd", ""}, {"bwd", ""}, {"bwd", "graph"}, {"bwd", "op"}, {"1", ""}};
-  for (const auto& [mode, route] : runs) {
-    const bool fwd = mode[0] != 'b', bwd = mode[0] != 'f';
-    const ScopedEnv env("VIT_CUDNN_ATTENTION", mode), env_route("VIT_CUDNN_BWD", route);
-    uint64_t seed = 1300;
-    for (const Shape& s : kShapes) {
-      // A forced route only at ViT-S/16's heads and D = 32: each shape a route is a plan
-      // (cuDNN may compile its kernels), and b_flash has two minutes.
-      if (s.offset || (route[0] && !(s.N == 197 && s.D == 64) && s.D != 32)) continue;
-      SCOPED_TRACE(str(s) + " VIT_CUDNN_ATTENTION=" + mode + " VIT_CUDNN_BWD=" + route);
-      const Index C = s.H * s.D;
-      const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
-      const Reference ref = reference(qkv, dout, s);
-      DevBuf<T> d_qkv(qkv, "qkv"), d_dout(dout, "dout");
-      const gpu::CudnnAttentionCounts before = gpu::cudnn_attention_counts();
-      const DeviceResult got = run_bf16(s, d_qkv, d_dout);
-      const gpu::CudnnAttentionCounts after = gpu::cudnn_attention_counts();
-      const bool ran_fwd = after.forward > before.forward,
-                 ran_bwd = after.backward > before.backward,
-                 composite = after.composite > before.composite;
-      std::printf("[ info     ] %s mode %s route %s: cuDNN forward %s, backward %s\n",
-                  str(s).c_str(), mode, route[0] ? route : "auto", ran_fwd ? "ran" : "declined",
-                  !ran_bwd    ? "declined"
-                  : composite ? "ran (composite graph)"
-                              : "ran (operation)");
-      if (s.N == 197 && s.D == 64) {
-        EXPECT_EQ(ran_fwd, fwd) << "cuDNN's forward did not run at ViT-S/16's shape (stderr: why)";
-        if (!route[0]) {
-          EXPECT_EQ(ran_bwd, bwd) << "cuDNN's backward did not run at ViT-S/16's shape (stderr)";
-        }
-      }
-      EXPECT_FALSE(ran_fwd && !fwd);
-      EXPECT_FALSE(ran_bwd && !bwd);
-      if (route[0]) {
-        EXPECT_EQ(composite, ran_bwd && route[0] == 'g');
-      }
-      expect_close("out", got.out, ref.out, t_out);
-      expect_close("lse", got.lse, ref.lse, t_lse);
-      expect_close("dqkv", got.dqkv, ref.dqkv, t_dqkv);
-      // The engines planned by default are the deterministic ones: a second pass, the same bits.
-      if (after.nondeterministic == before.nondeterministic && (ran_fwd || ran_bwd)) {
-        const DeviceResult again = run_bf16(s, d_qkv, d_dout);
-        expect_same_bits("cuDNN's forward, repeated", again.out, got.out);
-        expect_same_bits("cuDNN's statistics, repeated", again.lse, got.lse);
-        expect_same_bits("cuDNN's backward, repeated", again.dqkv, got.dqkv);
-      }
-    }
-  }
-}
-
-// Nondeterminism from atomics may show only with many blocks in flight (llm.c found cuDNN's
-// backward repeatable at small batches and not at large ones), so the deterministic engines are
-// also held to repeated bits at ViT-S/16's full shape, B = 256, on each backward route: five
-// passes, one set of bits. No reference (the shape check above covers the values).
-TEST_F(FlashAttentionBf16, CudnnAttentionRepeatsItsBitsAtViTSmallBatch256) {
-  using T = bf16;
-  const std::string lib = gpu::cudnn_attention_library();
-  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
-  if (std::atol(lib.c_str() + 6) < 91301) GTEST_SKIP() << lib << " has no SDPA forward operation";
-  const Shape s{256, 197, 6, 64};
-  const Index C = s.H * s.D;
-  const Vec qkv = rnd<T>(s.B * s.N * 3 * C, 1400), dout = rnd<T>(s.B * s.N * C, 1401);
-  DevBuf<T> d_qkv(qkv, "qkv"), d_dout(dout, "dout");
-  const ScopedEnv env("VIT_CUDNN_ATTENTION", "1");
-  for (const char* route : {"graph", "op"}) {
-    SCOPED_TRACE(std::string("VIT_CUDNN_BWD=") + route);
-    const ScopedEnv env_route("VIT_CUDNN_BWD", route);
-    const gpu::CudnnAttentionCounts before = gpu::cudnn_attention_counts();
-    const DeviceResult first = run_bf16(s, d_qkv, d_dout);
-    const gpu::CudnnAttentionCounts after = gpu::cudnn_attention_counts();
-    std::printf("[ info     ] route %s: backward %s\n", route,
-                after.backward > before.backward ? "ran" : "declined");
-    if (after.backward == before.backward) continue;  // declined: the flash kernels ran
-    EXPECT_EQ(after.nondeterministic, before.nondeterministic);
-    for (int pass = 1; pass < 5; ++pass) {
-      const DeviceResult again = run_bf16(s, d_qkv, d_dout);
-      expect_same_bits("cuDNN's backward, pass " + std::to_string(pass), again.dqkv, first.dqkv);
-    }
-  }
-}
-
-// The graphs' descriptors as cudnn_attention.cu builds them (tensors, strides, the by-value
-// scalars, the SDPA operations, and the composite backward's matmuls, pointwise ops, reduction
-// and reshapes), finalized by the library itself: no device needed, so this runs wherever the
-// toolkit's cuDNN is (CI included) and catches a descriptor cuDNN rejects before a GPU session
-// would. Skips where libcudnn.so.9 is not there; the SDPA operations where it predates them.
-TEST(CudnnAttentionOperation, TheLibraryAcceptsTheDescriptors) {
-  using G = gpu::CudnnAttentionGraph;
-  const std::string lib = gpu::cudnn_attention_library();
-  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
-  const long version = std::atol(lib.c_str() + 6);
-  const Shape shapes[] = {{256, 197, 6, 64}, {1024, 65, 3, 64}, {3, 50, 3, 32}, {2, 65, 4, 96}};
-  for (const Shape& s : shapes) {
-    SCOPED_TRACE(str(s));
-    EXPECT_EQ(gpu::cudnn_attention_check_graph(G::kBackwardComposite, s.B, s.N, s.H, s.D), "");
-    if (version >= 91301) {
-      EXPECT_EQ(gpu::cudnn_attention_check_graph(G::kForward, s.B, s.N, s.H, s.D), "");
-    }
-    if (version >= 91700) {
-      EXPECT_EQ(gpu::cudnn_attention_check_graph(G::kBackwardOperation, s.B, s.N, s.H, s.D), "");
-    }
-  }
-}
-
-// The check above can fail: a graph cuDNN cannot accept (here a negative batch) comes back as
-// cuDNN's message, not as "". (An empty one is not asked: cuDNN 9.19 divides by it, SIGFPE, so
-// cudnn_attention.cu never plans one.)
-TEST(CudnnAttentionOperation, TheLibraryRefusesANegativeBatch) {
-  using G = gpu::CudnnAttentionGraph;
-  const std::string lib = gpu::cudnn_attention_library();
-  if (lib.rfind("cuDNN ", 0) != 0) GTEST_SKIP() << lib;
-  const std::string said = gpu::cudnn_attention_check_graph(G::kBackwardComposite, -1, 197, 6, 64);
-  std::printf("[ info     ] %s\n", said.c_str());
-  EXPECT_NE(said, "");
-}

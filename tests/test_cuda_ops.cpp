@@ -1717,43 +1717,4 @@ TEST_F(CublasLtEpilogue, MatmulGeluTanhWithoutTheEpilogueIsTheSeparateOps) {
   ::unsetenv("VIT_GELU_EPILOGUE");
 }
 
-// VIT_BIAS_GRAD_EPILOGUE=1: a bf16 Linear's bias gradient from its weight-gradient GEMM's epilogue
-// (cuBLASLt's BGRADB, blas.cuh) against the column-sum pass (the switch off) on the same inputs,
-// both accumulating into nonzero gradients: dinp the same bits (its GEMM is untouched), dweight
-// and dbias fp32 sums of the same bf16 products or values in another order (1e-5 of the
-// largest), the epilogue's results the same bits on a rerun, and the epilogue must have run
-// (no miss) at ViT-S/16's and ViT-Ti/4's Linears.
-TEST_F(CublasLtEpilogue, WeightGradBiasEpilogueMatchesTheColumnSums) {
-  struct Case {
-    Index M, K, Nout;
-  };
-  uint64_t seed = 1900;
-  for (const Case& c : {Case{197 * 8, 384, 1152}, Case{65 * 16, 192, 192}, Case{50, 96, 384}}) {
-    SCOPED_TRACE("M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
-                 " Nout=" + std::to_string(c.Nout));
-    DevBuf<bf16> dout(rnd<bf16>(c.M * c.Nout, ++seed), "dout"),
-        inp(rnd<bf16>(c.M * c.K, ++seed), "inp"), weight(rnd<bf16>(c.Nout * c.K, ++seed), "weight");
-    const Vec dw0 = rnd<float>(c.Nout * c.K, ++seed), db0 = rnd<float>(c.Nout, ++seed);
-    auto run = [&](const char* on) {
-      const ScopedEnv env("VIT_BIAS_GRAD_EPILOGUE", on);
-      DevBuf<bf16> dinp(c.M * c.K, "dinp");
-      DevBuf<float> dw(dw0, "dweight"), db(db0, "dbias");
-      gpu::matmul_backward(dinp.get(), dw.get(), db.get(), dout.get(), inp.get(), weight.get(), c.M,
-                           c.K, c.Nout);
-      gpu::synchronize();
-      return std::vector<Vec>{dinp.download(), dw.download(), db.download()};
-    };
-    gpu::reset_gemm_fallback_count();
-    const std::vector<Vec> on = run("1"), again = run("1");
-    EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "cuBLASLt ran the GEMM and the sums apart";
-    EXPECT_EQ(gpu::gemm_fallback_count(), 0);
-    const std::vector<Vec> off = run("0");
-    expect_same_bits("dinp", on[0], off[0]);
-    expect_close("dweight", on[1], off[1], {0, 1e-5});
-    expect_close("dbias", on[2], off[2], {0, 1e-5});
-    expect_same_bits("dweight (rerun)", again[1], on[1]);
-    expect_same_bits("dbias (rerun)", again[2], on[2]);
-  }
-}
-
 }  // namespace

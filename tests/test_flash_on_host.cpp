@@ -9,8 +9,7 @@
 // 37,824 with other bits at N = 197, which a wrong fragment or mask turns into most). CI has no
 // GPU: this is where a change to the kernels' fragment layouts, masks, tile streaming or
 // padding skips is first checked. What the simulation cannot check (the device's arithmetic,
-// memory model, timing) stays with the GPU tests. The one-kernel backward
-// (VIT_FLASH_FUSED_BWD=1) is checked against the two kernels, bit for bit.
+// memory model, timing) stays with the GPU tests.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,7 +20,6 @@
 #include "cuda_host_sim.h"
 #include "cuda_host_sim_mma.h"
 #include "emu_test_util.h"
-#include "ops/cuda/flash_mma_fused_kernels.cuh"
 #include "ops/cuda/flash_mma_kernels.cuh"
 #include "ops/emu/ops.h"
 
@@ -56,9 +54,7 @@ const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50
 struct Launch {
   Shape s;
   bool vec = true;
-  int warps = k::kWarps;      // VIT_FLASH_WARPS
-  bool fused = false;         // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
-  bool fused_reload = false;  // its 13-warp build: key and value fragments reloaded per group
+  int warps = k::kWarps;  // VIT_FLASH_WARPS
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
@@ -75,24 +71,6 @@ struct Launch {
   void backward(vit::bf16* dqkv, const vit::bf16* dout, const vit::bf16* qkv, const float* lse,
                 const float* drow) const {
     const float scale = 1.0f / std::sqrt(float(D));
-    if (fused) {
-      if constexpr (D <= 64) {  // as flash_attention_mma.cu launches it
-        const int fused_warps = (s.N + 15) / 16;
-        ASSERT_LE(fused_warps, k::kFusedWarps);
-        cu::launch({unsigned(s.B * s.H)}, {unsigned(32 * fused_warps)},
-                   k::fused_backward_smem_bytes<D>(fused_warps), [&] {
-                     if (fused_reload)
-                       k::flash_mma_fused_backward_kernel<D, k::kFusedGroups,
-                                                          k::kFusedNarrowRegisters, true>(
-                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec);
-                     else
-                       k::flash_mma_fused_backward_kernel<D, k::kFusedGroups>(
-                           dqkv, dout, qkv, lse, drow, s.N, s.H, scale, vec);
-                   });
-        return;
-      }
-      FAIL() << "the fused backward runs head dims up to 64";
-    }
     const int tiles = s.tiles(warps);
     cu::launch({grid()}, {threads()}, k::dkv_smem_bytes<D>(warps), [&] {
       k::flash_mma_dkv_kernel<D>(dqkv, dout, qkv, lse, drow, s.N, s.H, tiles, scale, vec);
@@ -191,38 +169,6 @@ TEST(FlashKernelsOnHost, TileLoadPathsGiveTheSameBits) {
   const Case c = make_case(s, 900);
   const Result with = run_kernels(Launch{s}, c.qkv, c.dout, c.e_out, c.e_lse);
   expect_same_results(run_kernels(Launch{s, false}, c.qkv, c.dout, c.e_out, c.e_lse), with);
-}
-
-// VIT_FLASH_FUSED_BWD=1: one block owns all of a head's keys and forms dQ from the dS^T tiles
-// its warps leave in shared memory. dK and dV come from the dK/dV kernel's own helper and dQ
-// sums the same dS values, 16 keys at a time in ascending order, as the dQ kernel does, so all
-// of dqkv must have the two kernels' bits: N = 197 (13 warps, the last with 5 keys), 17 (2
-// samples, 2 heads), 65 (a last query tile of one row), 208 (13 full warps, the most); D = 32,
-// 48 (16-column dQ units) and 64; the scalar tile loads too; both builds (the key and value
-// fragments held, and reloaded per query group as the 13-warp blocks run it).
-TEST(FlashKernelsOnHost, FusedBackwardGivesTheTwoKernelsBits) {
-  const struct {
-    Shape s;
-    bool vec;
-  } cases[] = {{kShapes[0], true},
-               {kShapes[1], true},
-               {kShapes[2], true},
-               {{1, 208, 1, 32}, true},
-               {kShapes[2], false}};
-  uint64_t seed = 1000;
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.s.str() + (c.vec ? "" : " scalar"));
-    const Case in = make_case(c.s, ++seed);
-    Launch two{c.s, c.vec}, fused{c.s, c.vec};
-    fused.fused = true;
-    const Result want = run_kernels(two, in.qkv, in.dout, in.e_out, in.e_lse);
-    for (const bool reload : {false, true}) {
-      SCOPED_TRACE(reload ? "fragments reloaded per group" : "fragments held");
-      fused.fused_reload = reload;
-      const Result got = run_kernels(fused, in.qkv, in.dout, in.e_out, in.e_lse);
-      vit::emu_test::expect_same_bits(widen(got.dqkv), widen(want.dqkv));
-    }
-  }
 }
 
 // VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps instead of 4. Each warp computes its 16 rows over

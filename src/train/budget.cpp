@@ -141,8 +141,16 @@ void BudgetPlanner::record_evaluation(double seconds) {
   set_eval_estimate(seconds / double(shape_.evals));
 }
 
+double BudgetPlanner::eval_margin() const {
+  if (steps_.size() < 5) return kEvalMargin;
+  std::vector<double> v(steps_.begin(), steps_.end());
+  std::sort(v.begin(), v.end());
+  const double q80 = v[size_t(0.8 * double(v.size() - 1))], mid = median(v);
+  return mid > 0 ? std::clamp(q80 / mid, kEvalMargin, kMaxEvalMargin) : kEvalMargin;
+}
+
 double BudgetPlanner::final_estimate() const {
-  return one_eval_s_ < 0 ? 0.0 : double(shape_.evals) * kEvalMargin * one_eval_s_;
+  return one_eval_s_ < 0 ? 0.0 : double(shape_.evals) * eval_margin() * one_eval_s_;
 }
 
 BudgetVerdict BudgetPlanner::decide(int64_t updates) const {

@@ -51,16 +51,19 @@ struct BudgetVerdict {
 // evaluation size (probes), and whole evaluations when the run makes them. With the injected
 // clock (the run's elapsed seconds) it stops when
 //   now + kStepMargin * updates * median(the last kStepWindow steps) + final_s > usable,
-//   final_s = evals * kEvalMargin * (the latest one-evaluation estimate),
-// so one slow step moves the median little, and every stop rests on a probe taken after the
-// last update: a stop that the estimates call for first asks for a fresh probe (wants_probe).
+//   final_s = evals * margin * (the latest one-evaluation estimate),
+//   margin = clamp(80th percentile / median of those steps, kEvalMargin, kMaxEvalMargin),
+// so one slow step moves the median little, a machine whose load swings (its step times
+// spread) keeps more time for an evaluation that may run slower than its probe, and every stop
+// rests on a probe taken after the last update: a stop that the estimates call for first asks
+// for a fresh probe (wants_probe).
 class BudgetPlanner {
  public:
   using Clock = std::function<double()>;
   static constexpr double kStepMargin = 2.0;  // a busy machine's step times jitter by 2x
   // An evaluation sums many batches, so its time varies far less than a step's; the reserve
   // (TimeBudget::reserve_s) takes the rest.
-  static constexpr double kEvalMargin = 1.1;
+  static constexpr double kEvalMargin = 1.1, kMaxEvalMargin = 2.0;
   static constexpr size_t kStepWindow = 15;
   // Probes: the first times more batches (a new evaluation model's first ones pay for cold
   // buffers and caches); the first third of a probe's batches is left out of its median. All
@@ -85,6 +88,7 @@ class BudgetPlanner {
   void record_evaluation(double seconds);  // a whole end-of-epoch evaluation (all `evals`)
   BudgetVerdict decide(int64_t updates = 1) const;
   double final_estimate() const;  // final_s of decide()
+  double eval_margin() const;     // margin above
   // One line for a run stopped with verdict.too_small: what took the budget, and a budget that
   // would train for half of the time after start-up.
   std::string too_small_line(int64_t updates) const;

@@ -210,10 +210,10 @@ PrefPtr make_pref(const GemmKey& k) {
   return p;
 }
 
-// An epilogue the caller can do without (the GELU ones, the weight gradient's bias sums): where
-// cuBLASLt refuses it, the call returns false and the caller runs separate ops.
+// An epilogue the caller can do without (the GELU ones): where cuBLASLt refuses it, the call
+// returns false and the caller runs separate ops.
 bool optional_epilogue(const GemmKey& k) {
-  return k.al_aux || k.epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  return k.al_aux;
 }
 
 void report_no_algo(const GemmKey& k, cublasStatus_t st) {
@@ -570,21 +570,6 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
       alignment(dbias, 0, 1) >= kBiasAlign && gelu_epilogue_fits(ld_aux, N));
 }
 
-template <typename T>
-bool gemm_weight_grad_bgrad(Index Nout, Index K, Index M, const T* dout, const T* inp,
-                            float* dweight, float* dbias) {
-  // dweight (Nout, K) += dout (M, Nout)^T @ inp (M, K): row-major C = A^T B with the M tokens
-  // as the GEMM's k, so cuBLASLt's B (our A, dout) has the bias's sums: BGRADB, written in D's
-  // type (fp32) to dbias (Nout).
-  if (Nout <= 0 || K <= 0) return true;
-  VIT_CHECK(M > 0 && dbias, "cuda::gemm_weight_grad_bgrad: M > 0 and a bias gradient");
-  GemmExtras ex;
-  ex.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-  ex.bias = dbias;  // an output
-  return gemm_optional_epilogue(true, false, Nout, K, M, dout, Nout, inp, K, 1.0f, dweight, K, ex,
-                                alignment(dbias, 0, 1) >= kBiasAlign);
-}
-
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,
                                  const float*, Index, Index, float, float*, Index, Index, Index,
                                  const float*);
@@ -596,8 +581,6 @@ template void gemm<bf16, float>(bool, bool, Index, Index, Index, float, const bf
                                 const float*);
 template bool gemm_gelu_tanh_aux<bf16>(bool, Index, Index, Index, const bf16*, Index, const bf16*,
                                        Index, bf16*, Index, const bf16*, bf16*, Index);
-template bool gemm_weight_grad_bgrad<bf16>(Index, Index, Index, const bf16*, const bf16*, float*,
-                                           float*);
 template bool gemm_dgelu_tanh_bgrad<bf16>(bool, Index, Index, Index, const bf16*, Index,
                                           const bf16*, Index, bf16*, Index, const bf16*, Index,
                                           bf16*);

@@ -35,13 +35,4 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
                            const T* B, Index ldb, T* C, Index ldc, const T* aux, Index ld_aux,
                            T* dbias);
 
-// The weight gradient with the bias gradient in its epilogue (cuBLASLt's BGRADB):
-// dweight (Nout, K) += dout (M, Nout)^T @ inp (M, K), and dbias (Nout, fp32, OVERWRITTEN) = the
-// column sums of dout. False (nothing enqueued) where cuBLASLt has no algorithm or dbias is not
-// 16-byte aligned (both counted as an epilogue miss) or VIT_GEMM_FALLBACK=1 (not counted, as for
-// the GELU epilogues): the caller then runs the GEMM and the sums apart.
-template <typename T>
-bool gemm_weight_grad_bgrad(Index Nout, Index K, Index M, const T* dout, const T* inp,
-                            float* dweight, float* dbias);
-
 }  // namespace vit::cuda

@@ -475,7 +475,6 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N,
   const int tiles = check_shape(B, N, H, D);
   const bool vec = aligned16(out) && aligned16(qkv);
   if constexpr (std::is_same_v<T, bf16>) {
-    if (cudnn_attention_forward(out, lse, qkv, B, N, H, D)) return;
     flash_mma_forward(out, lse, qkv, B, N, H, D, vec);
   } else {
     const float scale_log2 = kLog2e / std::sqrt(float(D));
@@ -494,9 +493,6 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   const int tiles = check_shape(B, N, H, D);
   const float scale = 1.0f / std::sqrt(float(D));
   const bool vec = aligned16(dqkv) && aligned16(dout) && aligned16(qkv);
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, N, H, D)) return;
-  }
   auto* drow = static_cast<float*>(scratch(size_t(B * H * N) * sizeof(float), kScratchFlash));
   flash_drow(drow, dout, out, B, N, H, D);
   if constexpr (std::is_same_v<T, bf16>) {

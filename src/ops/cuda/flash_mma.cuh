@@ -10,9 +10,6 @@ namespace vit::cuda {
 
 void flash_mma_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, Index B, Index N,
                        Index H, Index D, bool vec);
-// Whether flash_mma_backward runs the one-kernel backward (VIT_FLASH_FUSED_BWD=1) at this N and
-// head dim D on this device; else it runs the two-kernel one.
-bool flash_mma_fused_backward_takes(Index N, Index D);
 void flash_mma_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                         const float* lse, const float* drow, Index B, Index N, Index H, Index D,
                         bool vec);

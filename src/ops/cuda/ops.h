@@ -61,10 +61,7 @@ enum ScratchSlot : int {
   kScratchPixelSteps = 8,     // pixel steps: the other half of the ping-pong (B, C, S, S) uint8
   kScratchLocalFfn = 9,       // the locality FFN's separate ops: act1, d(act1) (B, N, M)
   kScratchGeluBiasGrad = 10,  // the GELU epilogue's bias gradient (Hid) in the storage type
-  kScratchGemmSplit = 11,     // the sm_90a weight gradient's per-split partial sums fp32
-  kScratchCudnn = 12,         // cuDNN's attention workspace (VIT_CUDNN_ATTENTION)
-  kScratchBiasGrad = 13,      // a Linear's bias gradient from the GEMM epilogue (Nout) fp32
-  kScratchSlots = 14,
+  kScratchSlots = 11,
 };
 // Grows `slot` to at least `bytes` now, so a model can size its scratch before the first step
 // (and before capturing a CUDA graph, which must not see a slot move).
@@ -83,9 +80,8 @@ uint64_t scratch_epoch();
 // their shape and alignment (blas.cu; process-wide, counted per call; runs forced with
 // VIT_GEMM_FALLBACK=1 are not counted). A model shape should never need it.
 Index gemm_fallback_count();
-// Calls of the GELU epilogues (matmul_gelu_tanh_*) and of the weight gradient's bias epilogue
-// (VIT_BIAS_GRAD_EPILOGUE=1) that ran as separate ops because cuBLASLt had no algorithm or the
-// operands did not fit (a switched-off epilogue is not counted).
+// Calls of the GELU epilogues (matmul_gelu_tanh_*) that ran as separate ops because cuBLASLt had
+// no algorithm or the operands did not fit (a switched-off epilogue is not counted).
 Index gelu_epilogue_miss_count();
 void reset_gemm_fallback_count();  // both counts
 // GEMM autotuning (VIT_GEMM_AUTOTUNE=1, or set_gemm_autotune): each GEMM shape planned while
@@ -96,16 +92,9 @@ void set_gemm_autotune(bool on);
 bool gemm_autotune();
 Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
 
-// The sm_90a wgmma GEMM (gemm_sm90.h) for the bf16 Linears' forward, data and weight gradients
-// (with the exact GELU's forward and backward in its epilogues), opt-in while it is new
-// (VIT_SM90_GEMM=1 for all three, or a comma-separated list of fwd, dgrad, wgrad): used where
-// the device is a Hopper (compute capability 9.0) and the operands fit, else cuBLASLt. Calls
-// that ran it, process-wide (a test's proof that it was used).
-Index sm90_gemm_count();
-
 // The kernel routes a switch selects and that may decline (a shape, a device, a library): how
-// many op calls took each, process-wide, in a fixed order of names (sm90_gemm, cudnn_forward,
-// flash_fused_backward, ...; route_counts.cu; core/kernel_calls.h says how they are counted).
+// many op calls took each, process-wide, in a fixed order of names (route_counts.cu;
+// core/kernel_calls.h says how they are counted).
 KernelCalls kernel_route_counts();
 
 
@@ -127,9 +116,7 @@ template <typename T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, Index M, Index K, Index Nout);
 // The Linear before the exact GELU: pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias (Hid),
-// act (M, Hid) = gelu(pre), pre rounded before the GELU. In bf16 with the sm_90a GEMM on
-// (sm90_gemm_count) one GEMM whose epilogue writes both; otherwise matmul_forward and
-// gelu_forward (always under VIT_GELU_FAST=1, whose formula the epilogue lacks).
+// act (M, Hid) = gelu(pre), pre rounded before the GELU: matmul_forward and gelu_forward.
 template <typename T>
 void matmul_gelu_forward(T* act, T* pre, const T* inp, const T* weight, const T* bias, Index M,
                          Index K, Index Hid);
@@ -215,32 +202,6 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, Index B, Index N,
 template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                               Index B, Index N, Index H, Index D);
-
-// cuDNN's fused attention in place of those kernels for bf16, opt-in (cudnn_attention.cu):
-// VIT_CUDNN_ATTENTION=1 both directions, fwd or bwd one. The same arguments and results as the
-// flash ops (lse: the same natural-log statistics); true if cuDNN ran it, false (nothing done,
-// one line on stderr the first time) where it is not asked for, not loadable, too old, or
-// declines the shape or the buffers' alignment. Not bitwise reproducible by contract.
-bool cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, Index B, Index N, Index H,
-                             Index D);
-bool cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                              const float* lse, Index B, Index N, Index H, Index D);
-// How many times cuDNN ran each direction in this process (tests and the bench's check), how
-// many backward runs took the composite graph (VIT_CUDNN_BWD), and how many runs were on an
-// engine cuDNN notes as nondeterministic (only with VIT_CUDNN_NONDETERMINISTIC=1).
-struct CudnnAttentionCounts {
-  long forward = 0, backward = 0, composite = 0, nondeterministic = 0;
-};
-CudnnAttentionCounts cudnn_attention_counts();
-// "cuDNN <version>" as loaded, or why it was not.
-std::string cudnn_attention_library();
-// The graphs cudnn_attention.cu plans: the SDPA forward, the SDPA backward operation, and the
-// backward composed of matmuls and pointwise ops (cudnn_attention_graphs.h).
-enum class CudnnAttentionGraph { kForward, kBackwardOperation, kBackwardComposite };
-// Builds and finalizes a graph's operations and tensors for a shape, which needs the library but
-// no device: "" if cuDNN accepts them, else its message (tests).
-std::string cudnn_attention_check_graph(CudnnAttentionGraph graph, Index B, Index N, Index H,
-                                        Index D);
 
 // Exact (erf) GELU, tanh-approximation GELU (PyTorch's gelu(approximate='tanh')) and
 // h-swish, elementwise over n values.

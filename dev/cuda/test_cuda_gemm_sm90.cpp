@@ -1,9 +1,8 @@
-// The sm_90a wgmma GEMM (ops/cuda/gemm_sm90.h) on the device: every output against the fp64
+// The sm_90a wgmma GEMM (dev/cuda/gemm_sm90.h) on the device: every output against the fp64
 // sum of the same bf16 operands (within one bf16 step plus 2^-18 of sum |a b|, and at most 2%
 // not the nearest bf16: fp32 accumulation in another order), the GELU epilogue's activation
 // against the exact GELU of its own stored pre-activation (plus the fp32 formula's absolute
-// error, phi_slack), row padding and guard bytes untouched, and the Linear ops
-// taking it under VIT_SM90_GEMM=1 with cuBLASLt's results. Skips on a GPU that is not a Hopper
+// error, phi_slack), row padding and guard bytes untouched. Skips on a GPU that is not a Hopper
 // (compute capability 9.0); the operand checks run without a device. Its CPU twin,
 // test_gemm_sm90_on_host.cpp, runs the same kernel source in CI.
 #include <gtest/gtest.h>
@@ -16,7 +15,7 @@
 
 #include "bf16_ulps.h"
 #include "cuda_test_util.h"
-#include "ops/cuda/gemm_sm90.h"
+#include "gemm_sm90.h"
 #include "ops/cuda/ops.h"
 
 namespace {
@@ -25,7 +24,6 @@ using vit::Index;
 using vit::test::bf16_steps;
 using vit::test::DevBuf;
 using vit::test::rnd;
-using vit::test::ScopedEnv;
 using vit::test::Vec;
 using bf = __nv_bfloat16;
 namespace cu = vit::cuda;
@@ -217,94 +215,6 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Shape>& info) {
       return shape_name(info.param);
     });  // at the edges
-
-// Runs `ops` with VIT_SM90_GEMM set to `value` and returns the buffers it names, downloaded; the
-// kernel must have run `calls` times.
-template <typename Ops>
-std::vector<Vec> with_sm90(const char* value, Index calls, std::vector<DevBuf<bf>*> outs, Ops ops) {
-  ScopedEnv env("VIT_SM90_GEMM", value);
-  const Index before = cu::sm90_gemm_count();
-  ops();
-  vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
-  EXPECT_EQ(cu::sm90_gemm_count() - before, calls) << "VIT_SM90_GEMM=" << value;
-  std::vector<Vec> got;
-  for (DevBuf<bf>* o : outs) got.push_back(o->download());
-  return got;
-}
-
-// Within one bf16 step everywhere, and the same bits in all but 5%.
-void expect_near_bits(const char* what, const Vec& got, const Vec& ref) {
-  ASSERT_EQ(got.size(), ref.size());
-  size_t off = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    ASSERT_LE(bf16_steps(got[i], ref[i]), 1.0) << what << " [" << i << "]";
-    off += got[i] != ref[i];
-  }
-  EXPECT_LE(off, ref.size() / 20) << what << ": bits differ from cuBLASLt's";
-}
-
-// The ops under VIT_SM90_GEMM=1 take the kernel (counted) and give the cuBLASLt path's results
-// within one bf16 step: matmul_forward, matmul_gelu_forward's pre and act, matmul_backward's
-// dinp, and matmul_gelu_backward's dpre with fc1's bias gradient from it. Under
-// VIT_SM90_GEMM=gelu only the two GEMMs with a GELU epilogue take it, with the same results.
-TEST(CudaSm90GemmOps, LinearOpsTakeItWhenOptedIn) {
-  VIT_GPU_TEST_PRECONDITION();
-  if (!cu::sm90::gemm_available()) GTEST_SKIP() << "not a Hopper GPU (compute capability 9.0)";
-  const Index M = 394, K = 384, N = 1536;
-  const Vec x = rnd<bf>(M * K, 21), w = rnd<bf>(N * K, 22, 0.05), bias = rnd<bf>(N, 23, 0.5);
-  const Vec dy = rnd<bf>(M * K, 24), pre_in = rnd<bf>(M * N, 25, 1.5);
-  DevBuf<bf> dx(x, "x"), dw(w, "w"), db(bias, "bias"), ddy(dy, "dy"), dpre_in(pre_in, "pre");
-  DevBuf<bf> out(M * N, "out"), pre(M * N, "pre"), act(M * N, "act"), dinp(M * N, "dinp"),
-      dact(M * N, "dact");
-  DevBuf<float> dpre_bias(N, "dpre_bias");
-  auto forward = [&] {
-    cu::matmul_forward<bf>(out.get(), dx.get(), dw.get(), db.get(), M, K, N);
-    cu::matmul_gelu_forward<bf>(act.get(), pre.get(), dx.get(), dw.get(), db.get(), M, K, N);
-  };
-  const auto f_ref = with_sm90("0", 0, {&out, &pre, &act}, forward);
-  const auto f_got = with_sm90("1", 2, {&out, &pre, &act}, forward);
-  const auto f_gelu = with_sm90("gelu", 1, {&out, &pre, &act}, forward);
-  const char* f_names[] = {"matmul_forward", "matmul_gelu_forward pre", "matmul_gelu_forward act"};
-  for (int t = 0; t < 3; ++t) expect_near_bits(f_names[t], f_got[t], f_ref[t]);
-  EXPECT_EQ(f_gelu[0], f_ref[0]) << "VIT_SM90_GEMM=gelu: matmul_forward is cuBLASLt's";
-  for (int t = 1; t < 3; ++t) EXPECT_EQ(f_gelu[t], f_got[t]) << f_names[t];
-
-  // fc2 (hidden N -> K) backward: d(hidden) (M, N) = dy (M, K) @ w^T viewed as fc2's (K, N)
-  // weight, and its weight gradient (K, N) += dy^T act, then through the GELU of pre_in with
-  // fc1's bias gradient.
-  const Vec halves(K * N, 0.5f);
-  DevBuf<float> dweight(K * N, "dweight");
-  std::vector<float> bias_sums[3], weight_grads[3];
-  auto backward = [&](int side) {
-    return [&, side] {
-      vit::test::cuda_ok(cudaMemset(dpre_bias.get(), 0, N * sizeof(float)), "memset");
-      dweight.upload(halves);  // a gradient accumulates
-      cu::matmul_backward<bf>(dinp.get(), dweight.get(), nullptr, ddy.get(), act.get(), dw.get(), M,
-                              N, K);
-      cu::matmul_gelu_backward<bf>(out.get(), dpre_bias.get(), nullptr, nullptr, dact.get(),
-                                   ddy.get(), act.get(), dpre_in.get(), dw.get(), M, N, K);
-      vit::test::cuda_ok(cudaDeviceSynchronize(), "sync");
-      bias_sums[side] = dpre_bias.download();
-      weight_grads[side] = dweight.download();
-    };
-  };
-  const auto b_ref = with_sm90("0", 0, {&dinp, &out}, backward(0));
-  const auto b_got = with_sm90("1", 3, {&dinp, &out}, backward(1));
-  const auto b_gelu = with_sm90("gelu", 1, {&dinp, &out}, backward(2));
-  expect_near_bits("matmul_backward dinp", b_got[0], b_ref[0]);
-  expect_near_bits("matmul_gelu_backward dpre", b_got[1], b_ref[1]);
-  EXPECT_EQ(b_gelu[0], b_ref[0]) << "VIT_SM90_GEMM=gelu: matmul_backward's dinp is cuBLASLt's";
-  EXPECT_EQ(b_gelu[1], b_got[1]) << "VIT_SM90_GEMM=gelu: dpre";
-  EXPECT_EQ(bias_sums[2], bias_sums[1]) << "VIT_SM90_GEMM=gelu: fc1's bias gradient";
-  EXPECT_EQ(weight_grads[2], weight_grads[0]) << "VIT_SM90_GEMM=gelu: cuBLASLt's weight gradient";
-  for (Index j = 0; j < N; ++j)
-    ASSERT_NEAR(bias_sums[1][j], bias_sums[0][j], 1e-2 * (1.0 + std::fabs(bias_sums[0][j])))
-        << "fc1's bias gradient [" << j << "]";
-  for (Index i = 0; i < K * N; ++i)  // fp32 sums of 394 products in another order
-    ASSERT_NEAR(weight_grads[1][i], weight_grads[0][i],
-                1e-4 * (1.0 + std::fabs(weight_grads[0][i])))
-        << "matmul_backward dweight [" << i << "]";
-}
 
 // The weight gradient dweight (Nout, K) += dout (R, Nout)^T @ inp (R, K) against fp64 sums of
 // the same bf16 operands, over splits of the tokens (the last split short, R not a multiple of

@@ -21,7 +21,7 @@
 #include <mutex>
 
 #include "cuda_host_sim.h"
-#include "ops/cuda/sm90_desc.h"
+#include "sm90_desc.h"
 
 #define VIT_GRID_CONSTANT const
 

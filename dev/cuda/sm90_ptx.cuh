@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/sm90_desc.h"
+#include "sm90_desc.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define VIT_SM90_UNAVAILABLE() __trap()

@@ -1,5 +1,5 @@
 // cuDNN's backend API, loaded at run time: see cudnn_backend.h.
-#include "ops/cuda/cudnn_backend.h"
+#include "cudnn_backend.h"
 
 #if VIT_CUDNN_HEADERS
 

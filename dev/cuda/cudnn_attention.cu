@@ -1,9 +1,5 @@
-// cuDNN's fused attention as an opt-in alternative to our flash kernels for bf16
-// (VIT_CUDNN_ATTENTION=1, or fwd / bwd for one direction), so the two can be timed side by side
-// (issue 13: "or cuDNN 9's fused attention where it is faster for our shapes; measure both").
-// timm's attention under PyTorch runs cuDNN's kernels: on an H100 they took 1.1 ms forward and
-// 2.9 ms backward a ViT-S/16 b256 step, where ours take 2.1 and 5.8 on an H200
-// (docs/benchmarks.md).
+// cuDNN's fused attention as an alternative to the flash kernels for bf16 (VIT_CUDNN_ATTENTION=1,
+// or fwd / bwd for one direction), so the two can be timed side by side.
 //
 // The library is loaded at run time (cudnn_backend.h); a machine without cuDNN, or with one too
 // old for every graph, runs our kernels after one line on stderr saying why. The graphs
@@ -28,9 +24,9 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/cudnn_attention_graphs.h"
-#include "ops/cuda/cudnn_backend.h"
-#include "ops/cuda/ops.h"
+#include "cudnn_attention_graphs.h"
+#include "cudnn_backend.h"
+#include "cudnn_attention.h"
 
 namespace vit::cuda {
 
@@ -231,7 +227,8 @@ void execute(cudnnHandle_t handle, const Planned& p, std::vector<int64_t> ids,
     pointers.push_back(scratch(size_t(B * H * N) * sizeof(float), kScratchFlash));
   }
   const int64_t bytes = p.plan.workspace;
-  void* workspace = bytes > 0 ? scratch(size_t(bytes), kScratchCudnn) : nullptr;
+  // the unfused attention's slot: never live while the fused attention runs
+  void* workspace = bytes > 0 ? scratch(size_t(bytes), kScratchAttScores) : nullptr;
   check(api().set_stream(handle, stream()), "cudnnSetStream");
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace, "workspace");

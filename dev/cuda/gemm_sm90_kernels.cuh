@@ -31,7 +31,7 @@
 
 #ifndef VIT_CUDA_HOST_SIM
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/sm90_ptx.cuh"
+#include "sm90_ptx.cuh"
 #define VIT_GRID_CONSTANT const __grid_constant__
 #endif
 #include "ops/cuda/activation_math.cuh"

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ops/cuda/gemm_sm90.h"
-#include "ops/cuda/gemm_sm90_kernels.cuh"
+#include "gemm_sm90.h"
+#include "gemm_sm90_kernels.cuh"
 
 namespace vit::cuda::sm90 {
 namespace {
@@ -100,17 +100,15 @@ int resident_blocks() {
   return blocks;
 }
 
-// The persistent grid: one block per resident slot, fewer when the units are fewer
-// (VIT_SM90_PERSISTENT=0: a block per unit, as before 2026-11-28, for the bench to compare).
-// False (nothing enqueued) when no block fits.
+// The persistent grid: one block per resident slot, fewer when the units are fewer (a block per
+// unit measured slower). False (nothing enqueued) when no block fits.
 template <Epilogue kEpi, bool kTransA, bool kTransB>
 bool launch_kernel(const TensorMap& map_a, const TensorMap& map_b, const gemm_sm90::Params& p,
                    cudaStream_t stream) {
   const int slots = resident_blocks<kEpi, kTransA, kTransB>();
   if (slots <= 0) return false;
   const int units = gemm_sm90::unit_count(p);
-  const unsigned blocks =
-      unsigned(env_switch_on("VIT_SM90_PERSISTENT") ? std::min(slots, units) : units);
+  const unsigned blocks = unsigned(std::min(slots, units));
   gemm_sm90::gemm_kernel<kEpi, kTransA, kTransB>
       <<<blocks, gemm_sm90::kThreads, gemm_sm90::kSharedBytes, stream>>>(map_a, map_b, p);
   return true;

@@ -17,7 +17,7 @@
 #include "bf16_ulps.h"
 #include "cuda_host_sim.h"
 #include "cuda_host_sim_sm90.h"
-#include "ops/cuda/gemm_sm90_kernels.cuh"
+#include "gemm_sm90_kernels.cuh"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // finalizing these needs the library but no device (a plan needs a device's handle).
 #pragma once
 
-#include "ops/cuda/cudnn_backend.h"
+#include "cudnn_backend.h"
 
 #if VIT_CUDNN_HEADERS
 

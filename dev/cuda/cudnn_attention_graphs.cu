@@ -1,5 +1,5 @@
 // The attention operation graphs: see cudnn_attention_graphs.h.
-#include "ops/cuda/cudnn_attention_graphs.h"
+#include "cudnn_attention_graphs.h"
 
 #if VIT_CUDNN_HEADERS
 
