@@ -161,6 +161,31 @@ void check_matmul(const MatmulCase& c, uint64_t seed) {
   expect_close("dbias", d_db.download(), db, t_dw);
 }
 
+// The SIMT GEMM that stands in where cuBLASLt has no algorithm, called directly, against the
+// cuBLASLt Linear on the same operands (out = inp @ weight^T + bias, one rounding each): within
+// the Linear's tolerance of the CPU, and not counted as a fallback.
+TYPED_TEST(CudaOps, SimtGemmMatchesCublasLt) {
+  using T = TypeParam;
+  const Tol t_out = pick<T>({1e-5, 1e-6}, {8e-3, 2e-3});
+  uint64_t seed = 170;
+  for (const MatmulCase& c : {MatmulCase{3 * 197, 192, 576, true, true, 0},
+                              MatmulCase{7, 100, 10, false, true, 0}}) {
+    SCOPED_TRACE("M=" + std::to_string(c.M) + " K=" + std::to_string(c.K));
+    const Vec inp = rnd<T>(c.M * c.K, ++seed), w = rnd<T>(c.Nout * c.K, ++seed, 0.1);
+    const Vec b = rnd<T>(c.Nout, ++seed);
+    DevBuf<T> d_inp(inp, "inp"), d_w(w, "weight"), d_b(b, "bias");
+    DevBuf<T> lt(c.M * c.Nout, "out (cuBLASLt)"), simt(c.M * c.Nout, "out (SIMT)");
+    const T* bias = c.bias ? d_b.get() : nullptr;
+    gpu::reset_gemm_fallback_count();
+    gpu::matmul_forward(lt.get(), d_inp.get(), d_w.get(), bias, c.M, c.K, c.Nout);
+    gpu::gemm_simt<T, T>(false, true, c.M, c.Nout, c.K, 1.0f, d_inp.get(), c.K, 0, d_w.get(), c.K,
+                         0, 0.0f, simt.get(), c.Nout, 0, 1, bias);
+    gpu::synchronize();
+    expect_close("out", simt.download(), lt.download(), t_out);
+    EXPECT_EQ(gpu::gemm_fallback_count(), 0);
+  }
+}
+
 TYPED_TEST(CudaOps, Matmul) {
   const std::vector<MatmulCase> cases = {
       {3 * 197, 192, 576, true, true, 0},

@@ -355,8 +355,8 @@ const TC* epilogue_bias(const TC* bias, Index N) {
 }
 
 // Plain SIMT GEMM, one thread per output element, fp32 accumulation: the fallback when
-// cuBLASLt offers no algorithm, and the cross-check VIT_GEMM_FALLBACK=1 forces. Rounds to TC
-// once, after alpha, beta * C and the bias, as the cuBLASLt epilogue does.
+// cuBLASLt offers no algorithm (gemm_simt). Rounds to TC once, after alpha, beta * C and the
+// bias, as the cuBLASLt epilogue does.
 template <typename TAB, typename TC>
 __global__ void gemm_fallback_kernel(bool trans_a, bool trans_b, Index M, Index N, Index K,
                                      float alpha, const TAB* A, Index lda, Index stride_a,
@@ -377,21 +377,6 @@ __global__ void gemm_fallback_kernel(bool trans_a, bool trans_b, Index M, Index 
     if (bias) v += to_f32(bias[n]);
     *c = from_f32<TC>(v);
   }
-}
-
-template <typename TAB, typename TC>
-void gemm_fallback(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
-                   Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta,
-                   TC* C, Index ldc, Index stride_c, Index batch, const TC* bias) {
-  gemm_fallback_kernel<<<grid_stride_blocks(batch * M * N), kBlock, 0, stream()>>>(
-      trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-      batch, bias);
-  VIT_CUDA_LAUNCHED();
-}
-
-bool force_fallback() {
-  static const bool on = env_opt_in("VIT_GEMM_FALLBACK");
-  return on;
 }
 
 uint32_t float_bits(float x) {
@@ -499,6 +484,18 @@ bool gelu_epilogue_fits(Index ld_aux, Index N) {
 }  // namespace
 
 template <typename TAB, typename TC>
+void gemm_simt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
+               Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
+               Index ldc, Index stride_c, Index batch, const TC* bias) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  if (batch == 1) stride_a = stride_b = stride_c = 0;
+  gemm_fallback_kernel<<<grid_stride_blocks(batch * M * N), kBlock, 0, stream()>>>(
+      trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+      batch, bias);
+  VIT_CUDA_LAUNCHED();
+}
+
+template <typename TAB, typename TC>
 void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
           Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
           Index ldc, Index stride_c, Index batch, const TC* bias) {
@@ -506,32 +503,27 @@ void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, co
   VIT_CHECK(K > 0, "cuda::gemm: K must be positive");
   check_lds(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (batch == 1) stride_a = stride_b = stride_c = 0;
-  auto fallback = [&] {
-    gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                  ldc, stride_c, batch, bias);
-  };
-  if (force_fallback()) return fallback();
   GemmExtras ex;
   ex.bias = epilogue_bias(bias, N);
   if (ex.bias) ex.epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (!gemm_lt(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                stride_c, batch, ex)) {
     ++g_fallbacks;
-    fallback();
+    gemm_simt(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+              stride_c, batch, bias);
   }
 }
 
 namespace {
 
 // One GEMM with an optional epilogue (C = op(A) @ op(B) + beta C, alpha 1, not batched; the
-// epilogue operands of `ex`): false where it does not run, counted as a miss unless
-// VIT_GEMM_FALLBACK=1 turned it off (the caller then runs separate ops).
+// epilogue operands of `ex`): false where it does not run, counted as a miss (the caller then
+// runs separate ops).
 template <typename TAB, typename TC>
 bool gemm_optional_epilogue(bool trans_a, bool trans_b, Index M, Index N, Index K, const TAB* A,
                             Index lda, const TAB* B, Index ldb, float beta, TC* C, Index ldc,
                             const GemmExtras& ex, bool operands_fit) {
   check_lds(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (force_fallback()) return false;
   const bool ran = operands_fit && gemm_lt(trans_a, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0,
                                            beta, C, ldc, 0, 1, ex);
   if (!ran) ++g_epilogue_misses;
@@ -547,7 +539,7 @@ bool gemm_gelu_tanh_aux(bool trans_b, Index M, Index N, Index K, const T* A, Ind
   VIT_CHECK(K > 0 && bias && aux, "cuda::gemm_gelu_tanh_aux: K > 0, a bias and aux");
   GemmExtras ex;
   ex.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  ex.bias = force_fallback() ? nullptr : epilogue_bias(bias, N);
+  ex.bias = epilogue_bias(bias, N);
   ex.aux = aux;
   ex.ld_aux = ld_aux;
   return gemm_optional_epilogue(false, trans_b, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, ex,
@@ -570,6 +562,13 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
       alignment(dbias, 0, 1) >= kBiasAlign && gelu_epilogue_fits(ld_aux, N));
 }
 
+#define INSTANTIATE_SIMT(TAB, TC)                                                              \
+  template void gemm_simt<TAB, TC>(bool, bool, Index, Index, Index, float, const TAB*, Index,     \
+                                   Index, const TAB*, Index, Index, float, TC*, Index, Index,     \
+                                   Index, const TC*);
+INSTANTIATE_SIMT(float, float)
+INSTANTIATE_SIMT(bf16, bf16)
+INSTANTIATE_SIMT(bf16, float)
 template void gemm<float, float>(bool, bool, Index, Index, Index, float, const float*, Index, Index,
                                  const float*, Index, Index, float, float*, Index, Index, Index,
                                  const float*);

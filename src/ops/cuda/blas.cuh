@@ -17,11 +17,12 @@ template <typename TAB, typename TC>
 void gemm(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
           Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
           Index ldc, Index stride_c, Index batch = 1, const TC* bias = nullptr);
+// gemm_simt (ops.h): the same on the SIMT kernel gemm() falls back to.
 
 // The GELU epilogues (bf16; cuBLASLt's GELU is the tanh form, which the probe
 // CublasLtEpilogue.GeluIsTheErfOrTheTanhFormula checks on the device). Both return false, with
 // nothing enqueued, where cuBLASLt has no algorithm or the operands do not fit (ld_aux not a
-// multiple of 8, a misaligned bias gradient, VIT_GEMM_FALLBACK=1): the caller then runs the GEMM
+// multiple of 8, a misaligned bias gradient): the caller then runs the GEMM
 // and the activation as separate ops.
 // Forward: aux (M, N; ld_aux) = A (M, K) @ op(B) + bias (N), C (M, N) = gelu_tanh(aux), each
 // rounded once from fp32.

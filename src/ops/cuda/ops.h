@@ -77,9 +77,17 @@ void release_scratch();
 uint64_t scratch_epoch();
 
 // GEMMs that went to the plain SIMT fallback kernel because cuBLASLt offered no algorithm for
-// their shape and alignment (blas.cu; process-wide, counted per call; runs forced with
-// VIT_GEMM_FALLBACK=1 are not counted). A model shape should never need it.
+// their shape and alignment (blas.cu; process-wide, counted per call; direct gemm_simt calls
+// are not counted). A model shape should never need it.
 Index gemm_fallback_count();
+// The GEMM of blas.cuh (row-major C = alpha op(A) op(B) + beta C + bias, strided-batched) on
+// the plain SIMT kernel it falls back to where cuBLASLt has no algorithm, called directly: the
+// cross-check of cuBLASLt's results (CudaOps.SimtGemmMatchesCublasLt). (float, float),
+// (bf16, bf16) and (bf16, float).
+template <typename TAB, typename TC>
+void gemm_simt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
+               Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
+               Index ldc, Index stride_c, Index batch = 1, const TC* bias = nullptr);
 // Calls of the GELU epilogues (matmul_gelu_tanh_*) that ran as separate ops because cuBLASLt had
 // no algorithm or the operands did not fit (a switched-off epilogue is not counted).
 Index gelu_epilogue_miss_count();
