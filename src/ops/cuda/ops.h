@@ -26,7 +26,6 @@
 
 #include "core/batch_mix.h"
 #include "core/common.h"
-#include "core/kernel_calls.h"
 #include "core/pixel_step.h"
 #include "core/resize_plan.h"
 #include "ops/cpu/adamw.h"
@@ -99,12 +98,6 @@ void reset_gemm_fallback_count();  // both counts
 void set_gemm_autotune(bool on);
 bool gemm_autotune();
 Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
-
-// The kernel routes a switch selects and that may decline (a shape, a device, a library): how
-// many op calls took each, process-wide, in a fixed order of names (route_counts.cu;
-// core/kernel_calls.h says how they are counted).
-KernelCalls kernel_route_counts();
-
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>
