@@ -164,12 +164,12 @@ void check_matmul(const MatmulCase& c, uint64_t seed) {
 // The SIMT GEMM that stands in where cuBLASLt has no algorithm, called directly, against the
 // cuBLASLt Linear on the same operands (out = inp @ weight^T + bias, one rounding each): within
 // the Linear's tolerance of the CPU, and not counted as a fallback.
-TYPED_TEST(CudaOps, SimtGemmMatchesCublasLt) {
+TYPED_TEST(CudaOps, SimtMatmulMatchesCublasLt) {
   using T = TypeParam;
   const Tol t_out = pick<T>({1e-5, 1e-6}, {8e-3, 2e-3});
   uint64_t seed = 170;
-  for (const MatmulCase& c : {MatmulCase{3 * 197, 192, 576, true, true, 0},
-                              MatmulCase{7, 100, 10, false, true, 0}}) {
+  for (const MatmulCase& c :
+       {MatmulCase{3 * 197, 192, 576, true, true, 0}, MatmulCase{7, 100, 10, false, true, 0}}) {
     SCOPED_TRACE("M=" + std::to_string(c.M) + " K=" + std::to_string(c.K));
     const Vec inp = rnd<T>(c.M * c.K, ++seed), w = rnd<T>(c.Nout * c.K, ++seed, 0.1);
     const Vec b = rnd<T>(c.Nout, ++seed);
@@ -628,9 +628,9 @@ TYPED_TEST(CudaOps, DwConv) {
 }
 
 // The locality FFN's middle (local_ffn_forward/backward): every output bit for bit as the
-// three separate ops called one by one (h-swish, depthwise 3x3, h-swish and their backward), with fc1 values on
-// both sides of h-swish's kinks at +-3, class-token rows and none, and a ViT-S/16 layer's
-// width; without act1 (the backward recomputes it from fc1); dact2 is left as it was.
+// three separate ops called one by one (h-swish, depthwise 3x3, h-swish and their backward), with
+// fc1 values on both sides of h-swish's kinks at +-3, class-token rows and none, and a ViT-S/16
+// layer's width; without act1 (the backward recomputes it from fc1); dact2 is left as it was.
 template <typename T>
 void expect_local_ffn_is_the_three_ops() {
   uint64_t seed = 550;

@@ -23,10 +23,10 @@
 #include <tuple>
 #include <vector>
 
-#include "ops/cuda/common.cuh"
+#include "cudnn_attention.h"
 #include "cudnn_attention_graphs.h"
 #include "cudnn_backend.h"
-#include "cudnn_attention.h"
+#include "ops/cuda/common.cuh"
 
 namespace vit::cuda {
 

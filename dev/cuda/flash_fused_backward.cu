@@ -73,9 +73,9 @@ void with_fused_kernel(int warps, F&& f) {
   }
 }
 
-// Whether the fused backward takes this N and head dim on this device (VIT_FLASH_FUSED_BWD
-// aside): at most kFusedWarps warps of 16 keys, its shared memory within the device's limit, and
-// a block of that many warps resident with the kernel's registers.
+// Whether the fused backward takes this N and head dim on this device: at most kFusedWarps warps of
+// 16 keys, its shared memory within the device's limit, and a block of that many warps resident
+// with the kernel's registers.
 template <int kD>
 bool fused_backward_fits(Index N) {
   if constexpr (kD > 64) {
@@ -116,7 +116,6 @@ bool launch_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
 
 }  // namespace
 
-
 bool flash_mma_fused_backward_takes(Index N, Index D) {
   if (D != 32 && D != 48 && D != 64) return false;
   bool fits = false;
@@ -124,14 +123,13 @@ bool flash_mma_fused_backward_takes(Index N, Index D) {
   return fits;
 }
 
-
 bool flash_fused_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                           const float* drow, Index B, Index N, Index H, Index D, bool vec) {
   const float scale = 1.0f / std::sqrt(float(D));
   bool fused = false;
   with_head_dim(D, [&](auto d) {
-    fused = launch_fused_backward<decltype(d)::value>(dqkv, dout, qkv, lse, drow, B, N, H, scale,
-                                                      vec);
+    fused =
+        launch_fused_backward<decltype(d)::value>(dqkv, dout, qkv, lse, drow, B, N, H, scale, vec);
   });
   return fused;
 }

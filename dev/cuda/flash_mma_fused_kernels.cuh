@@ -1,5 +1,5 @@
 // The fused attention backward in one kernel for short sequences (N <= 16 kFusedWarps: every
-// ViT's 197 tokens at 224 px), VIT_FLASH_FUSED_BWD=1. The default backward is two kernels: dK/dV
+// ViT's 197 tokens at 224 px). vitrain's backward is two kernels: dK/dV
 // (a block owns 16-row groups of keys and streams the queries) and dQ (a block owns queries and
 // streams the keys), so S, P and dP are formed twice, 7 products where 5 would do; FlashAttention
 // -2 forms them once by adding dQ from every key block with atomics, which are not
@@ -9,7 +9,7 @@
 // to a shared (keys, queries) tile; then the block forms the tile's dQ = dS K over all the keys
 // from that tile and the keys already in shared memory, in units of 16 queries x 32 (or 16)
 // columns dealt to the warps round robin. Each unit sums the keys 16 at a time in ascending order,
-// the dQ kernel's chain, so dQ gets its bits. tests/test_flash_on_host.cpp runs this source on
+// the dQ kernel's chain, so dQ gets its bits. test_flash_fused_on_host.cpp runs this source on
 // the CPU against the two kernels.
 #pragma once
 #include "ops/cuda/flash_mma_kernels.cuh"
@@ -18,17 +18,16 @@ namespace vit::cuda::flash_mma_kernels {
 
 // The most warps (16 keys each) a fused block has: N <= 208 (ViTs' 197 tokens at 224 px). Each
 // thread has kFusedRegisters. 13 warps x 32 x 152 <= 65,536 was taken to mean that such a block
-// runs; it does not (first device run, H200, 2026-11-28: "too many resources requested for
-// launch"): an SM's four sub-partitions hold 16,384 registers each and a block's warps are dealt
-// to them in turn, so 13 warps allow 128 a thread, as a launch bound would have said. There,
-// holding the warp's keys and values as A fragments for the whole kernel spills 540 bytes
-// (ptxas, sm_90, D = 64); reloading them from shared memory for each query group spills 24 and
-// costs 16 ldmatrix.x4 a tile a warp, a quarter more than its products' own. So up to
-// kFusedWideWarps warps (N <= 192: ViT-Ti/4's 65, a size curriculum's smaller images) hold them
-// at kFusedRegisters, and 13 (N = 193-208: ViT-S/16 and ViT-B/16 at 224 px) reload them at
-// kFusedNarrowRegisters (kReloadKeys), until a device times it; the launch asks the runtime
-// whether the block is resident (flash_attention_mma.cu, block_fits) and falls back to the two
-// kernels if not.
+// runs; it does not (the device says "too many resources requested for launch"): an SM's four
+// sub-partitions hold 16,384 registers each and a block's warps are dealt to them in turn, so 13
+// warps allow 128 a thread, as a launch bound would have said. There, holding the warp's keys and
+// values as A fragments for the whole kernel spills 540 bytes (ptxas, sm_90, D = 64); reloading
+// them from shared memory for each query group spills 24 and costs 16 ldmatrix.x4 a tile a warp, a
+// quarter more than its products' own. So up to kFusedWideWarps warps (N <= 192: ViT-Ti/4's 65, a
+// size curriculum's smaller images) hold them at kFusedRegisters, and 13 (N = 193-208: ViT-S/16 and
+// ViT-B/16 at 224 px) reload them at kFusedNarrowRegisters (kReloadKeys), until a device times it;
+// the launch asks the runtime whether the block is resident (flash_fused_backward.cu, block_fits)
+// and declines if not.
 constexpr int kFusedWarps = 13;
 constexpr int kFusedWideWarps = 12;
 constexpr int kFusedRegisters = 152;

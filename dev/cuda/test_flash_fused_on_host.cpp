@@ -47,7 +47,7 @@ struct Launch {
   Shape s;
   bool vec = true;
   int warps = k::kWarps;      // VIT_FLASH_WARPS
-  bool fused = false;         // VIT_FLASH_FUSED_BWD=1: one block of ceil(N / 16) warps a head
+  bool fused = false;         // the one-kernel backward: one block of ceil(N / 16) warps a head
   bool fused_reload = false;  // its 13-warp build: key and value fragments reloaded per group
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
@@ -147,7 +147,7 @@ Case make_case(const Shape& s, uint64_t seed) {
   return c;
 }
 
-// VIT_FLASH_FUSED_BWD=1: one block owns all of a head's keys and forms dQ from the dS^T tiles
+// The one-kernel backward: one block owns all of a head's keys and forms dQ from the dS^T tiles
 // its warps leave in shared memory. dK and dV come from the dK/dV kernel's own helper and dQ
 // sums the same dS values, 16 keys at a time in ascending order, as the dQ kernel does, so all
 // of dqkv must have the two kernels' bits: N = 197 (13 warps, the last with 5 keys), 17 (2

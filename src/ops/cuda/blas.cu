@@ -485,8 +485,8 @@ bool gelu_epilogue_fits(Index ld_aux, Index N) {
 
 template <typename TAB, typename TC>
 void gemm_simt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
-               Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
-               Index ldc, Index stride_c, Index batch, const TC* bias) {
+               Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta,
+               TC* C, Index ldc, Index stride_c, Index batch, const TC* bias) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
   if (batch == 1) stride_a = stride_b = stride_c = 0;
   gemm_fallback_kernel<<<grid_stride_blocks(batch * M * N), kBlock, 0, stream()>>>(
@@ -562,9 +562,9 @@ bool gemm_dgelu_tanh_bgrad(bool trans_b, Index M, Index N, Index K, const T* A, 
       alignment(dbias, 0, 1) >= kBiasAlign && gelu_epilogue_fits(ld_aux, N));
 }
 
-#define INSTANTIATE_SIMT(TAB, TC)                                                              \
-  template void gemm_simt<TAB, TC>(bool, bool, Index, Index, Index, float, const TAB*, Index,     \
-                                   Index, const TAB*, Index, Index, float, TC*, Index, Index,     \
+#define INSTANTIATE_SIMT(TAB, TC)                                                             \
+  template void gemm_simt<TAB, TC>(bool, bool, Index, Index, Index, float, const TAB*, Index, \
+                                   Index, const TAB*, Index, Index, float, TC*, Index, Index, \
                                    Index, const TC*);
 INSTANTIATE_SIMT(float, float)
 INSTANTIATE_SIMT(bf16, bf16)

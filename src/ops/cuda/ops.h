@@ -81,12 +81,12 @@ uint64_t scratch_epoch();
 Index gemm_fallback_count();
 // The GEMM of blas.cuh (row-major C = alpha op(A) op(B) + beta C + bias, strided-batched) on
 // the plain SIMT kernel it falls back to where cuBLASLt has no algorithm, called directly: the
-// cross-check of cuBLASLt's results (CudaOps.SimtGemmMatchesCublasLt). (float, float),
+// cross-check of cuBLASLt's results (CudaOps.SimtMatmulMatchesCublasLt). (float, float),
 // (bf16, bf16) and (bf16, float).
 template <typename TAB, typename TC>
 void gemm_simt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha, const TAB* A,
-               Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta, TC* C,
-               Index ldc, Index stride_c, Index batch = 1, const TC* bias = nullptr);
+               Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta,
+               TC* C, Index ldc, Index stride_c, Index batch = 1, const TC* bias = nullptr);
 // Calls of the GELU epilogues (matmul_gelu_tanh_*) that ran as separate ops because cuBLASLt had
 // no algorithm or the operands did not fit (a switched-off epilogue is not counted).
 Index gelu_epilogue_miss_count();
@@ -123,11 +123,8 @@ void matmul_gelu_forward(T* act, T* pre, const T* inp, const T* weight, const T*
                          Index K, Index Hid);
 // The Linear after the exact GELU, backward through it: dweight (Nout, Hid) += dout (M, Nout)^T @
 // act, dbias (Nout) += column sums of dout, dpre (M, Hid) = gelu'(pre) * (dout @ weight (Nout,
-// Hid)) with the product rounded to T first (overwrite), dpre_bias (Hid) += its column sums. With
-// the sm_90a GEMM (bf16, VIT_SM90_GEMM=1) dpre is the data-gradient GEMM's epilogue, the same
-// bits as the separate ops, and so are the column sums, per 128-row block (in another order than
-// the separate pass: deterministic, not its bits); otherwise dact (M, Hid) receives the product
-// first (scratch).
+// Hid)) with the product rounded to T first (overwrite), dpre_bias (Hid) += its column sums; dact
+// (M, Hid) receives the product first (scratch).
 template <typename T>
 void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbias, T* dact,
                           const T* dout, const T* act, const T* pre, const T* weight, Index M,
