@@ -111,18 +111,20 @@ void BudgetPlanner::record_step(double seconds) {
 void BudgetPlanner::set_eval_estimate(double one_eval_s) {
   VIT_CHECK(one_eval_s >= 0 && std::isfinite(one_eval_s),
             "time budget: an evaluation time must be >= 0");
-  one_eval_s_ = one_eval_s;
+  evals_.push_back(one_eval_s);
+  if (evals_.size() > kEvalHistory) evals_.pop_front();
 }
 
 bool BudgetPlanner::wants_probe() const {
   if (last_probe_s_ < 0) return true;
   if (steps_since_probe_ == 0) return false;  // nothing new since the last
   const double now = clock_(), usable = budget_.usable_s(), since = now - last_probe_s_;
-  if (decide().stop) return since >= 0.01 * usable;
+  // A stop rests on kEvalHistory estimates, the last after the last update.
+  if (decide().stop) return since >= 0.01 * usable || evals_.size() < kEvalHistory;
   if (probe_spent_s_ >= kProbeShare * usable) return false;
   if (since >= 0.25 * usable) return true;
   const double left = slack(now);
-  return left < 0.5 * slack_at_probe_ && left > 0.25 * one_eval_s_;
+  return left < 0.5 * slack_at_probe_ && left > 0.25 * one_eval();
 }
 
 void BudgetPlanner::record_probe(const std::vector<double>& batch_seconds) {
@@ -138,19 +140,19 @@ void BudgetPlanner::record_probe(const std::vector<double>& batch_seconds) {
 }
 
 void BudgetPlanner::record_evaluation(double seconds) {
+  evals_.clear();  // a whole evaluation outweighs the probes before it
   set_eval_estimate(seconds / double(shape_.evals));
 }
 
-double BudgetPlanner::eval_margin() const {
-  if (steps_.size() < 5) return kEvalMargin;
-  std::vector<double> v(steps_.begin(), steps_.end());
-  std::sort(v.begin(), v.end());
-  const double q80 = v[size_t(0.8 * double(v.size() - 1))], mid = median(v);
-  return mid > 0 ? std::clamp(q80 / mid, kEvalMargin, kMaxEvalMargin) : kEvalMargin;
+double BudgetPlanner::one_eval() const {
+  if (evals_.empty()) return -1;
+  double sum = 0;
+  for (double e : evals_) sum += e;
+  return sum / double(evals_.size());
 }
 
 double BudgetPlanner::final_estimate() const {
-  return one_eval_s_ < 0 ? 0.0 : double(shape_.evals) * eval_margin() * one_eval_s_;
+  return evals_.empty() ? 0.0 : double(shape_.evals) * kEvalMargin * one_eval();
 }
 
 BudgetVerdict BudgetPlanner::decide(int64_t updates) const {

@@ -51,20 +51,19 @@ struct BudgetVerdict {
 // evaluation size (probes), and whole evaluations when the run makes them. With the injected
 // clock (the run's elapsed seconds) it stops when
 //   now + kStepMargin * updates * median(the last kStepWindow steps) + final_s > usable,
-//   final_s = evals * margin * (the latest one-evaluation estimate),
-//   margin = clamp(80th percentile / median of those steps, kEvalMargin, kMaxEvalMargin),
-// so one slow step moves the median little, a machine whose load swings (its step times
-// spread) keeps more time for an evaluation that may run slower than its probe, and every stop
-// rests on a probe taken after the last update: a stop that the estimates call for first asks
-// for a fresh probe (wants_probe).
+//   final_s = evals * kEvalMargin * mean(the last kEvalHistory one-evaluation estimates),
+// so one slow step moves the median little, probes taken at different moments of a load that
+// comes and goes average out, and every stop rests on kEvalHistory probes, the last taken after
+// the last update: a stop that the estimates call for first asks for a fresh probe
+// (wants_probe).
 class BudgetPlanner {
  public:
   using Clock = std::function<double()>;
   static constexpr double kStepMargin = 2.0;  // a busy machine's step times jitter by 2x
   // An evaluation sums many batches, so its time varies far less than a step's; the reserve
   // (TimeBudget::reserve_s) takes the rest.
-  static constexpr double kEvalMargin = 1.1, kMaxEvalMargin = 2.0;
-  static constexpr size_t kStepWindow = 15;
+  static constexpr double kEvalMargin = 1.1;
+  static constexpr size_t kStepWindow = 15, kEvalHistory = 3;
   // Probes: the first times more batches (a new evaluation model's first ones pay for cold
   // buffers and caches); the first third of a probe's batches is left out of its median. All
   // probes but the first and a stop's together take at most kProbeShare of the usable budget.
@@ -77,18 +76,20 @@ class BudgetPlanner {
   void record_step(double seconds);  // one training update took `seconds`
   // True when evaluation batches should be timed (probe_batches() of them, then record_probe)
   // before the next decision: none yet; a stop is due on the current estimates and the last
-  // probe is older than the last update (and than a hundredth of the usable budget); or, within
+  // probe is older than the last update (and than a hundredth of the usable budget, unless
+  // fewer than kEvalHistory estimates were made); or, within
   // kProbeShare, a quarter of the usable budget since the last, or the slack (the time left after
   // the final evaluation) halved since the last while still over a quarter of one evaluation.
   bool wants_probe() const;
   int probe_batches() const { return last_probe_s_ < 0 ? kFirstProbeBatches : kProbeBatches; }
   // The times of consecutive evaluation batches at the evaluation size: their median, without
-  // the first third, times the batches of one evaluation is the new estimate of one.
+  // the first third, times the batches of one evaluation is a new estimate of one.
   void record_probe(const std::vector<double>& batch_seconds);
-  void record_evaluation(double seconds);  // a whole end-of-epoch evaluation (all `evals`)
+  // A whole end-of-epoch evaluation (all `evals`): it replaces the probes' estimates.
+  void record_evaluation(double seconds);
   BudgetVerdict decide(int64_t updates = 1) const;
   double final_estimate() const;  // final_s of decide()
-  double eval_margin() const;     // margin above
+  double one_eval() const;        // the mean of the last kEvalHistory estimates (-1: none)
   // One line for a run stopped with verdict.too_small: what took the budget, and a budget that
   // would train for half of the time after start-up.
   std::string too_small_line(int64_t updates) const;
@@ -102,7 +103,7 @@ class BudgetPlanner {
   Clock clock_;
   double start_s_ = 0;         // the clock when the planner was made (after start-up)
   std::deque<double> steps_;   // the last kStepWindow step times
-  double one_eval_s_ = -1;     // the latest estimate of one evaluation (-1: none yet)
+  std::deque<double> evals_;   // the last kEvalHistory estimates of one evaluation
   double last_probe_s_ = -1;   // the clock at the last probe (-1: none yet)
   double slack_at_probe_ = 0;  // slack() right after it
   double probe_spent_s_ = 0;   // the probes' time after the first
