@@ -10,8 +10,9 @@
 # Environment: N (training files, 100000), NVAL (5000), SCALE (image size factor, 1),
 # FULL (full-size files for the prepare rate, 2000), KILLS (10), J (threads, 2),
 # WORK (/tmp/imagenet_rehearsal: the big data; never inside the repository),
-# COMMIT (what results.json names: HEAD), VITRAIN (build/vitrain), PY (/usr/bin/python3), TRAIN_EPOCHS (2), TRAIN_N (training files of
-# the killed training runs' folder: N, or fewer where a CPU cannot train N in the time).
+# COMMIT (what results.json names: HEAD), VITRAIN (build/vitrain), PY (/usr/bin/python3),
+# TRAIN_EPOCHS (2), TRAIN_N (training files of the killed training runs' folder: N, or fewer
+# where a CPU cannot train N in the time).
 set -euo pipefail
 OUT=${1:?usage: imagenet_rehearsal.sh OUT_DIR}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
