@@ -151,6 +151,19 @@ TEST(BudgetPlanner, AsksForProbesAtTheStartPeriodicallyNearTheEndAndBeforeAStop)
   EXPECT_FALSE(p.wants_probe());
 }
 
+TEST(BudgetPlanner, AStopAtTheStartRestsOnThreeProbes) {
+  FakeClock c;
+  vit::BudgetPlanner p(vit::TimeBudget{60, 3}, {100, 1}, c.fn());  // 57 s usable
+  p.record_probe({0.6});  // 66 s kept: a stop is due before the first update
+  ASSERT_TRUE(p.decide().stop);
+  EXPECT_TRUE(p.wants_probe());
+  p.record_probe({0.5});  // 50 s: the mean of 60 and 50 still calls for a stop
+  EXPECT_TRUE(p.wants_probe());
+  p.record_probe({0.1});  // 10 s: mean 40 s, 44 s kept, training goes on
+  EXPECT_FALSE(p.decide().stop);
+  EXPECT_FALSE(p.wants_probe());
+}
+
 TEST(BudgetPlanner, ProbesStayWithinTheirShareOfTheBudget) {
   FakeClock c;
   vit::BudgetPlanner p(vit::TimeBudget{200, 10}, {1, 1}, c.fn());  // 190 s usable

@@ -117,10 +117,12 @@ void BudgetPlanner::set_eval_estimate(double one_eval_s) {
 
 bool BudgetPlanner::wants_probe() const {
   if (last_probe_s_ < 0) return true;
+  // A stop rests on kEvalHistory estimates, the last after the last update.
+  const bool due = decide().stop;
+  if (due && evals_.size() < kEvalHistory) return true;
   if (steps_since_probe_ == 0) return false;  // nothing new since the last
   const double now = clock_(), usable = budget_.usable_s(), since = now - last_probe_s_;
-  // A stop rests on kEvalHistory estimates, the last after the last update.
-  if (decide().stop) return since >= 0.01 * usable || evals_.size() < kEvalHistory;
+  if (due) return since >= 0.01 * usable;
   if (probe_spent_s_ >= kProbeShare * usable) return false;
   if (since >= 0.25 * usable) return true;
   const double left = slack(now);

@@ -75,9 +75,9 @@ class BudgetPlanner {
 
   void record_step(double seconds);  // one training update took `seconds`
   // True when evaluation batches should be timed (probe_batches() of them, then record_probe)
-  // before the next decision: none yet; a stop is due on the current estimates and the last
-  // probe is older than the last update (and than a hundredth of the usable budget, unless
-  // fewer than kEvalHistory estimates were made); or, within
+  // before the next decision: none yet; a stop is due on the current estimates and fewer than
+  // kEvalHistory estimates were made, or the last probe is older than the last update and than
+  // a hundredth of the usable budget; or, within
   // kProbeShare, a quarter of the usable budget since the last, or the slack (the time left after
   // the final evaluation) halved since the last while still over a quarter of one evaluation.
   bool wants_probe() const;
