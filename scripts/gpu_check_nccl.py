@@ -9,6 +9,8 @@ global batch, on a toy data set (512 train / 128 eval images, 8x8, vit_fmnist_ti
                straight 1-rank loss curve
   sigstop      SIGSTOP one rank: the launcher exits non-zero within --dist-timeout + 30 s, and
                a rank's stderr names the operation that did not finish
+  memory       while the SIGSTOP job trains, each rank's device memory (nvidia-smi) stays
+               within one rank's plus NCCL_MIB (NCCL's own buffers)
   torchrun     the fp32 plain case and the SIGSTOP case under torchrun --no_python
 On the CPU (GPU_CHECK_DRY=1, DEVICE=cpu) the same steps run over MPI; bf16 is left out and the
 torchrun steps run `vitrain launch-check` (torchrun jobs on the CPU are refused by design). With
@@ -40,6 +42,9 @@ FP32_TOL = 1e-5
 # the rounding of bf16 casts downstream, and the loss may move by a few bf16 ulps (2^-8 each).
 BF16_TOL = float(os.environ.get("BF16_TOL", 4 * 2.0**-8))
 DIST_TIMEOUT = int(os.environ.get("NCCL_CHECK_DIST_TIMEOUT", "20"))
+# A rank of two may hold NCCL's own channel buffers and its CUDA context's share beyond one
+# rank's memory; the model state itself must not grow with the world size.
+NCCL_MIB = int(os.environ.get("NCCL_CHECK_NCCL_MIB", "1024"))
 WORK = os.path.join(DEST, "work")
 DATA = os.path.join(WORK, "data")
 OUTP = os.path.join(WORK, "out")
@@ -199,7 +204,62 @@ def pid_of_rank(rank, marker, var):
     return None
 
 
-def sigstop(check, launcher, var):
+def gpu_mib_by_pid():
+    """{pid: MiB of device memory} from nvidia-smi; {} without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    m = {}
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            m[int(parts[0])] = int(parts[1])
+    return m
+
+
+def rank_mib(ranks, name, var):
+    """Device MiB per rank of a running job (ranks 0..ranks-1), None where unknown."""
+    usage = gpu_mib_by_pid()
+    if ranks == 1:
+        pid = next((int(d) for d in os.listdir("/proc") if d.isdigit() and _is_run(d, name)), None)
+        return [usage.get(pid)]
+    return [usage.get(pid_of_rank(r, name, var)) for r in range(ranks)]
+
+
+def _is_run(pid, marker):
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return marker in cmd and cmd.startswith(VITRAIN)
+
+
+def one_rank_mib():
+    """Device MiB of a one-rank run of the same model, while it trains."""
+    name = "mem_r1"
+    cmd = launch(1, "-", train_flags(name, extra="--epochs 200"))
+    with open(os.path.join(WORK, name + ".log"), "w") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env_for(1),
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    mib = None
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        if len(losses(name)) >= 3:
+            mib = rank_mib(1, name, "")[0]
+            break
+        time.sleep(0.2)
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    return mib
+
+
+def sigstop(check, launcher, var, mem_ref=None):
+    """SIGSTOP rank 1 of a training 2-rank job; before that, with `mem_ref` (one rank's MiB),
+    each rank's device memory must stay within it plus NCCL's own buffers (NCCL_MIB)."""
     name = f"stop_{launcher}"
     cmd = launch(2, launcher, train_flags(name, extra="--epochs 200"))
     log_path = os.path.join(WORK, name + ".log")
@@ -211,6 +271,11 @@ def sigstop(check, launcher, var):
     while time.time() < deadline and p.poll() is None:
         if len(losses(name)) >= 3:  # training: the NCCL world is up and summing
             pid = pid_of_rank(1, name, var)
+            if pid and mem_ref:
+                per_rank = rank_mib(2, name, var)
+                ok = None not in per_rank and max(per_rank) <= mem_ref + NCCL_MIB
+                record(f"memory_{launcher}", ok, cmd, one_rank_mib=mem_ref,
+                       two_rank_mib=per_rank, nccl_allowance_mib=NCCL_MIB)
             if pid:
                 os.kill(pid, signal.SIGSTOP)
                 t_stop = time.time()
@@ -290,7 +355,8 @@ def main():
             log(tail(name + "_a") + tail(name + "_b"))
         else:
             compare(f"resume_{first}_to_{then}", name, "r1_a1_fp32", FP32_TOL, c1 + ["&&"] + c2)
-    sigstop("sigstop_mpirun", "mpirun", "OMPI_COMM_WORLD_RANK")
+    mem_ref = one_rank_mib() if DEVICE == "cuda" else None
+    sigstop("sigstop_mpirun", "mpirun", "OMPI_COMM_WORLD_RANK", mem_ref)
     if not have_torchrun:
         results.append(dict(check="torchrun", status="SKIP", note="no torchrun on this machine"))
     elif DEVICE == "cuda":
