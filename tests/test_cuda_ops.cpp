@@ -477,6 +477,8 @@ TYPED_TEST(CudaOps, LayerNormRowsInRegistersMatchTheLoop) {
   uint64_t seed = 510;
   for (Index C : {Index(1), Index(40), Index(100), Index(192), Index(384), Index(500), Index(768),
                   Index(1000), Index(1024)}) {
+    // bf16 rows the 16-byte kernels deal never take the row kernels (the plan's layernorm rule)
+    if (std::is_same_v<T, __nv_bfloat16> && gpu::layernorm_vectorized(C)) continue;
     // Hostile rows: a large mean and a small spread, within what the storage type resolves
     // (bf16's spacing at 1e3 is 4, so there a row of mean 1e3 and std 1e-2 is constant).
     const double hostile_mean = std::is_same_v<T, float> ? 1e3 : 30.0;
