@@ -8,7 +8,9 @@ decodable files (all but the manifest's empty and truncated ones), in vitrain's 
 (label, then path byte-wise), each with its label and a size that is the source's scaled to a
 longer side of MAX_SIDE (+-1 px: the DCT-domain downscale rounds first). With --ref every
 record's stored bytes must have the same sha256 as the reference pack's (an uninterrupted
-prepare). --sums writes one sha256 per record. Prints one JSON line; exit 1 on any mismatch.
+prepare). With --pixels SPLIT_DIR (a pack made with --format raw --max-side 0) every record's
+pixels must be PIL's decode of its file, within 1 level on average: CMYK, greyscale and PNG
+files decoded right. --sums writes one sha256 per record. Prints one JSON line; exit 1 on any mismatch.
 
 --compare-runs: RUN (killed and resumed) must have REF_RUN's loss at every step and the same
 final weights and EMA weights, bit for bit; the line lists the EfficientTrain++ stages of the
@@ -24,7 +26,7 @@ import sys
 SKIPPED_KINDS = ("empty", "truncated")
 
 
-def read_pack(path):
+def read_pack(path, keep_bytes=False):
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     if mm[:8] != b"VITPACK1":
@@ -43,7 +45,8 @@ def read_pack(path):
         off, size, label, h, w, c, mode = struct.unpack_from("<QIiHHBB", mm, index_off + 24 * i)
         blob = mm[data_off + off:data_off + off + size]
         records.append({"label": label, "h": h, "w": w, "c": c, "mode": mode,
-                        "sha256": hashlib.sha256(blob).hexdigest()})
+                        "sha256": hashlib.sha256(blob).hexdigest(),
+                        "blob": blob if keep_bytes else None})
     return {"classes": classes, "max_side": max_side, "records": records}
 
 
@@ -115,8 +118,9 @@ def main():
     p.add_argument("max_side", type=int)
     p.add_argument("--ref")
     p.add_argument("--sums")
+    p.add_argument("--pixels", help="the split's folder: compare a raw, full-size pack's pixels")
     a = p.parse_args()
-    pack = read_pack(a.pack)
+    pack = read_pack(a.pack, keep_bytes=bool(a.pixels))
     rows = expected_rows(a.manifest, a.split)
     want = [r for r in rows if r["kind"] not in SKIPPED_KINDS]
     errors = []
@@ -137,6 +141,18 @@ def main():
         if len(ref) != len(recs) or diff:
             errors.append(f"{diff} records differ from the reference pack "
                           f"({len(recs)} vs {len(ref)} records)")
+    if a.pixels:  # raw records at full size against PIL's decode of each source file
+        import numpy as np
+        from PIL import Image
+        for i, (rec, row) in enumerate(zip(recs, want)):
+            got = np.frombuffer(rec["blob"], np.uint8).astype(int)
+            with Image.open(f"{a.pixels}/{row['path']}") as im:
+                ref = np.asarray(im.convert("RGB" if rec["c"] == 3 else "L")).astype(int)
+            if rec["mode"] != 0 or got.size != ref.size:
+                errors.append(f"record {i} ({row['path']}): not raw at the source's size")
+            elif np.abs(got - ref.reshape(-1)).mean() > 1.0:
+                errors.append(f"record {i} ({row['kind']} {row['path']}): pixels differ from "
+                              f"PIL's by {np.abs(got - ref.reshape(-1)).mean():.2f} on average")
     if a.sums:
         with open(a.sums, "w") as f:
             f.write("".join(r["sha256"] + "\n" for r in recs))

@@ -36,6 +36,11 @@ for s in train val; do
   $CHECK "$W/ref/$s.vitpack" "$M" $s 40 > "$W/check.json" || fail "$(cat "$W/check.json")"
 done
 
+# Those used are decoded as PIL decodes them (CMYK, greyscale, the PNG too): a raw, full-size pack.
+"$VITRAIN" prepare --data-dir "$W/data" --out "$W/raw" --max-side 0 --format raw -j 2 > /dev/null 2>&1
+$CHECK "$W/raw/train.vitpack" "$M" train 0 --pixels "$W/data/train" > "$W/check.json" ||
+  fail "$(cat "$W/check.json")"
+
 # 3. prepare killed with SIGKILL while it writes, then re-run: no partial pack is ever in place,
 # the dead run's temp file is removed, and every record matches the reference.
 for delay in 0 0.2; do
