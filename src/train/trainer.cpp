@@ -738,7 +738,7 @@ Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const double dt_step =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   step_est_ = step_est_ == 0 ? dt_step : std::max(dt_step, 0.9 * step_est_ + 0.1 * dt_step);
-  if (planner_) planner_->record_step(dt_step);
+  if (planner_) planner_->record_step(dt_step, S);
   ++t.window;
   const bool last = u + 1 == upe_;
   const bool log_now = (u + 1) % args_.log_interval == 0 || last;
@@ -868,6 +868,7 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
   }
   if (spent) {  // the compute or time budget is spent: final evaluation at the final size
     if (verdict_.too_small) fmt::print("{}\n", planner_->too_small_line(engine_->num_steps()));
+    const double t_final = elapsed();
     if (updates_since_eval_ > 0 || !evaluated_once_)
       eval_and_save(epoch, train_loss, ips, lr_now, frac_now);
     if (plan_.budget) st_.spent_budget_s = plan_.budget->total_s;
@@ -877,9 +878,11 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
       save_state(epoch, u);
     out_->write_plot();
     if (plan_.budget)
-      fmt::print("Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates\n", elapsed(),
-                 plan_.budget->total_s, 100.0 * elapsed() / plan_.budget->total_s,
-                 engine_->num_steps());
+      fmt::print(
+          "Budget: stopped after {:.1f}s of {:.1f}s ({:.1f}% used), {} updates; the final "
+          "evaluation and checkpoint took {:.1f}s ({:.1f}s kept for them)\n",
+          elapsed(), plan_.budget->total_s, 100.0 * elapsed() / plan_.budget->total_s,
+          engine_->num_steps(), elapsed() - t_final, verdict_.final_s);
     else
       fmt::print("Compute budget spent: {:.0f} final-size images, {} updates\n", compute_.consumed,
                  engine_->num_steps());
