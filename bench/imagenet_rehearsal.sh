@@ -22,10 +22,13 @@ PY=${PY:-/usr/bin/python3} TRAIN_EPOCHS=${TRAIN_EPOCHS:-2} TRAIN_N=${TRAIN_N:-$N
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 LOG=$OUT/log.txt
-: > "$LOG"
 RES=$WORK/results.txt  # key=value lines, turned into results.json at the end
 mkdir -p "$WORK"
-: > "$RES"
+# FROM_TRAINING=1 redoes only the training part (5.), keeping the earlier parts' figures and log.
+if [ "${FROM_TRAINING:-0}" != 1 ]; then
+  : > "$LOG"
+  : > "$RES"
+fi
 say() { echo "$*" | tee -a "$LOG"; }
 put() { echo "$1=$2" >> "$RES"; }
 fail() { say "FAIL: $*"; exit 1; }
@@ -55,6 +58,7 @@ say "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 put commit "${COMMIT:-$(git -C "$SRC" rev-parse --short HEAD)}"
 put load_at_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 
+if [ "${FROM_TRAINING:-0}" != 1 ]; then
 # 1. The data sets: the big one, a small one (the start-up baseline), full-size files (the rate).
 D=$WORK/data
 if [ ! -e "$D/manifest.tsv" ]; then
@@ -126,6 +130,7 @@ done
 put prepare_kills "$KILLS"
 put prepare_dead_temp_files_removed "$removed"
 put prepare_whole_packs_seen_after_kills "$whole_in_place"
+fi
 
 # 5. The recipe with CPU overrides on a pack, uninterrupted, then killed KILLS times at random
 # moments and resumed each time; the losses and the final weights (raw and EMA) must be the
