@@ -61,7 +61,8 @@ using namespace cudnn;
 // atomics) are planned, so a run and its resume, or an eager pass and its CUDA graph, keep the
 // same bits, as with our kernels; a shape with none left declines to them.
 bool any_engine() {
-  return env_opt_in("VIT_CUDNN_NONDETERMINISTIC");
+  const char* env = std::getenv("VIT_CUDNN_NONDETERMINISTIC");
+  return env && env[0] == '1';
 }
 
 // The backward's two graphs: cuDNN's SDPA backward operation, and the composite graph
