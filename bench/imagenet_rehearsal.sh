@@ -58,6 +58,7 @@ say "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 put commit "${COMMIT:-$(git -C "$SRC" rev-parse --short HEAD)}"
 put load_at_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 
+PREP=(prepare --max-side 256 --format jpeg --quality 90 -j "$J")  # the recipe's preparation
 if [ "${FROM_TRAINING:-0}" != 1 ]; then
 # 1. The data sets: the big one, a small one (the start-up baseline), full-size files (the rate).
 D=$WORK/data
@@ -82,7 +83,6 @@ tv startup_small "$VITRAIN" "${STARTUP[@]}" --data-dir "$WORK/small" > /dev/null
 tv startup_big "$VITRAIN" "${STARTUP[@]}" --data-dir "$D" > /dev/null
 
 # 3. prepare: the reference packs, their rate and peak RSS; full-size files for the rate too.
-PREP=(prepare --max-side 256 --format jpeg --quality 90 -j "$J")
 rm -rf "$WORK/ref" "$WORK/full_pack"
 tv prepare_full "$VITRAIN" "${PREP[@]}" --data-dir "$WORK/full" --out "$WORK/full_pack" \
   2> "$WORK/prepare_full.err" | tee -a "$LOG"
