@@ -151,25 +151,6 @@ TEST(BudgetPlanner, AsksForProbesAtTheStartPeriodicallyNearTheEndAndBeforeAStop)
   EXPECT_FALSE(p.wants_probe());
 }
 
-TEST(BudgetPlanner, TheEvaluationEstimateFollowsTheStepTimes) {
-  FakeClock c;
-  vit::BudgetPlanner p(vit::TimeBudget{1000, 50}, {100, 1}, c.fn());
-  p.record_probe({0.2});  // 20 s, no steps yet: in seconds
-  EXPECT_DOUBLE_EQ(p.one_eval(), 20.0);
-  for (int i = 0; i < 3; ++i) p.record_step(0.5, 16);
-  EXPECT_TRUE(p.wants_probe());  // a ratio at this size is missing
-  p.record_probe({0.2});         // 20 s = 40 steps of 0.5 s
-  EXPECT_FALSE(p.wants_probe());
-  EXPECT_DOUBLE_EQ(p.one_eval(), 20.0);
-  for (int i = 0; i < 15; ++i) p.record_step(1.0, 16);  // the machine now twice as slow
-  EXPECT_DOUBLE_EQ(p.one_eval(), 40.0);
-  p.record_step(0.2, 8);  // another size: the seconds stand in until a ratio at it
-  EXPECT_DOUBLE_EQ(p.one_eval(), 20.0);
-  p.record_step(0.2, 8);
-  p.record_step(0.2, 8);
-  EXPECT_TRUE(p.wants_probe());
-}
-
 TEST(BudgetPlanner, AStopAtTheStartRestsOnThreeProbes) {
   FakeClock c;
   vit::BudgetPlanner p(vit::TimeBudget{60, 3}, {100, 1}, c.fn());  // 57 s usable
@@ -186,8 +167,7 @@ TEST(BudgetPlanner, AStopAtTheStartRestsOnThreeProbes) {
 TEST(BudgetPlanner, ProbesStayWithinTheirShareOfTheBudget) {
   FakeClock c;
   vit::BudgetPlanner p(vit::TimeBudget{200, 10}, {1, 1}, c.fn());  // 190 s usable
-  for (int i = 0; i < 3; ++i) p.record_step(0.1);
-  p.record_probe({0.01});        // the first probe does not count
+  p.record_probe({0.01});                                          // the first probe does not count
   for (int i = 0; i < 2; ++i) {  // 2 x 2 s of probes past the 3.8 s share
     p.record_step(0.1);
     c.t += 48;  // a quarter of the usable budget
@@ -277,7 +257,7 @@ SimResult simulate(const SimRun& r) {
     const double at_size = r.step_s * std::max(0.05, double(size * size) / (kFinal * kFinal));
     const double dt = (out.updates == 0 ? r.first_step_s : at_size) * factor();
     c.t += dt;
-    p.record_step(dt, size);
+    p.record_step(dt);
     ++out.updates;
   }
   for (int e = 0; e < (r.ema ? 2 : 1); ++e)

@@ -101,13 +101,8 @@ BudgetPlanner::BudgetPlanner(TimeBudget budget, FinalEvalShape shape, Clock cloc
   start_s_ = clock_();
 }
 
-void BudgetPlanner::record_step(double seconds, int size) {
+void BudgetPlanner::record_step(double seconds) {
   VIT_CHECK(seconds >= 0 && std::isfinite(seconds), "time budget: a step time must be >= 0");
-  if (size != size_) {  // another size: other step times, another ratio
-    steps_.clear();
-    ratios_.clear();
-    size_ = size;
-  }
   steps_.push_back(seconds);
   if (steps_.size() > kStepWindow) steps_.pop_front();
   ++steps_since_probe_;
@@ -118,14 +113,6 @@ void BudgetPlanner::set_eval_estimate(double one_eval_s) {
             "time budget: an evaluation time must be >= 0");
   evals_.push_back(one_eval_s);
   if (evals_.size() > kEvalHistory) evals_.pop_front();
-  const double step = step_median();
-  if (steps_.size() < kMinSteps || step <= 0) return;
-  ratios_.push_back(one_eval_s / step);
-  if (ratios_.size() > kEvalHistory) ratios_.pop_front();
-}
-
-double BudgetPlanner::step_median() const {
-  return steps_.empty() ? 0.0 : median({steps_.begin(), steps_.end()});
 }
 
 bool BudgetPlanner::wants_probe() const {
@@ -134,7 +121,6 @@ bool BudgetPlanner::wants_probe() const {
   const bool due = decide().stop;
   if (due && evals_.size() < kEvalHistory) return true;
   if (steps_since_probe_ == 0) return false;  // nothing new since the last
-  if (ratios_.empty() && steps_.size() >= kMinSteps) return true;
   const double now = clock_(), usable = budget_.usable_s(), since = now - last_probe_s_;
   if (due) return since >= 0.01 * usable;
   if (probe_spent_s_ >= kProbeShare * usable) return false;
@@ -157,17 +143,14 @@ void BudgetPlanner::record_probe(const std::vector<double>& batch_seconds) {
 
 void BudgetPlanner::record_evaluation(double seconds) {
   evals_.clear();  // a whole evaluation outweighs the probes before it
-  ratios_.clear();
   set_eval_estimate(seconds / double(shape_.evals));
 }
 
 double BudgetPlanner::one_eval() const {
-  const bool by_ratio = !ratios_.empty() && steps_.size() >= kMinSteps;
-  const std::deque<double>& v = by_ratio ? ratios_ : evals_;
-  if (v.empty()) return -1;
+  if (evals_.empty()) return -1;
   double sum = 0;
-  for (double e : v) sum += e;
-  return sum / double(v.size()) * (by_ratio ? step_median() : 1.0);
+  for (double e : evals_) sum += e;
+  return sum / double(evals_.size());
 }
 
 double BudgetPlanner::final_estimate() const {
@@ -177,7 +160,7 @@ double BudgetPlanner::final_estimate() const {
 BudgetVerdict BudgetPlanner::decide(int64_t updates) const {
   VIT_CHECK(updates >= 0, "time budget: updates until the next decision must be >= 0");
   BudgetVerdict v;
-  v.step_s = step_median();
+  v.step_s = steps_.empty() ? 0.0 : median({steps_.begin(), steps_.end()});
   v.final_s = final_estimate();
   const double now = clock_(), usable = budget_.usable_s();
   v.stop = now + kStepMargin * double(updates) * v.step_s + v.final_s > usable;

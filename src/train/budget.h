@@ -51,15 +51,11 @@ struct BudgetVerdict {
 // evaluation size (probes), and whole evaluations when the run makes them. With the injected
 // clock (the run's elapsed seconds) it stops when
 //   now + kStepMargin * updates * median(the last kStepWindow steps) + final_s > usable,
-//   final_s = evals * kEvalMargin * one_eval(),
-//   one_eval = mean(the last kEvalHistory ratios of an evaluation to the step median at the
-//              time it was measured) * median(the last kStepWindow steps),
-// so one slow step moves the median little, and the evaluation's estimate follows the load as
-// the step times do (a probe measures the machine for half a second; the steps, all the time).
-// Until there is a ratio at the current training size (a size change starts the steps and
-// ratios afresh), the mean of the last kEvalHistory estimates in seconds stands in. Every stop
-// rests on kEvalHistory probes, the last taken after the last update: a stop that the
-// estimates call for first asks for a fresh probe (wants_probe).
+//   final_s = evals * kEvalMargin * mean(the last kEvalHistory one-evaluation estimates),
+// so one slow step moves the median little, probes taken at different moments of a load that
+// comes and goes average out, and every stop rests on kEvalHistory probes, the last taken after
+// the last update: a stop that the estimates call for first asks for a fresh probe
+// (wants_probe).
 class BudgetPlanner {
  public:
   using Clock = std::function<double()>;
@@ -67,7 +63,7 @@ class BudgetPlanner {
   // An evaluation sums many batches, so its time varies far less than a step's; the reserve
   // (TimeBudget::reserve_s) takes the rest.
   static constexpr double kEvalMargin = 1.1;
-  static constexpr size_t kStepWindow = 15, kEvalHistory = 3, kMinSteps = 3;
+  static constexpr size_t kStepWindow = 15, kEvalHistory = 3;
   // Probes: the first times more batches (a new evaluation model's first ones pay for cold
   // buffers and caches); the first third of a probe's batches is left out of its median. All
   // probes but the first and a stop's together take at most kProbeShare of the usable budget.
@@ -77,12 +73,9 @@ class BudgetPlanner {
   // Throws vit::Error for a bad budget (TimeBudget's rules), batches < 1 or evals < 1.
   BudgetPlanner(TimeBudget budget, FinalEvalShape shape, Clock clock);
 
-  // One training update took `seconds`, at training image size `size` (any constant when the
-  // size does not change).
-  void record_step(double seconds, int size = 0);
+  void record_step(double seconds);  // one training update took `seconds`
   // True when evaluation batches should be timed (probe_batches() of them, then record_probe)
-  // before the next decision: none yet; no ratio at this size and kMinSteps steps at it; a stop
-  // is due on the current estimates and fewer than
+  // before the next decision: none yet; a stop is due on the current estimates and fewer than
   // kEvalHistory estimates were made, or the last probe is older than the last update and than
   // a hundredth of the usable budget; or, within
   // kProbeShare, a quarter of the usable budget since the last, or the slack (the time left after
@@ -92,11 +85,11 @@ class BudgetPlanner {
   // The times of consecutive evaluation batches at the evaluation size: their median, without
   // the first third, times the batches of one evaluation is a new estimate of one.
   void record_probe(const std::vector<double>& batch_seconds);
-  // A whole end-of-epoch evaluation (all `evals`): it replaces the probes' estimates and ratios.
+  // A whole end-of-epoch evaluation (all `evals`): it replaces the probes' estimates.
   void record_evaluation(double seconds);
   BudgetVerdict decide(int64_t updates = 1) const;
   double final_estimate() const;  // final_s of decide()
-  double one_eval() const;        // one_eval above (-1: nothing measured)
+  double one_eval() const;        // the mean of the last kEvalHistory estimates (-1: none)
   // One line for a run stopped with verdict.too_small: what took the budget, and a budget that
   // would train for half of the time after start-up.
   std::string too_small_line(int64_t updates) const;
@@ -104,7 +97,6 @@ class BudgetPlanner {
  private:
   double slack(double now) const { return budget_.usable_s() - now - final_estimate(); }
   void set_eval_estimate(double one_eval_s);
-  double step_median() const;
 
   TimeBudget budget_;
   FinalEvalShape shape_;
@@ -112,8 +104,6 @@ class BudgetPlanner {
   double start_s_ = 0;         // the clock when the planner was made (after start-up)
   std::deque<double> steps_;   // the last kStepWindow step times
   std::deque<double> evals_;   // the last kEvalHistory estimates of one evaluation
-  std::deque<double> ratios_;  // the last kEvalHistory of them over the step median then
-  int size_ = 0;               // the training size of the steps in steps_
   double last_probe_s_ = -1;   // the clock at the last probe (-1: none yet)
   double slack_at_probe_ = 0;  // slack() right after it
   double probe_spent_s_ = 0;   // the probes' time after the first

@@ -738,7 +738,7 @@ Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const double dt_step =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   step_est_ = step_est_ == 0 ? dt_step : std::max(dt_step, 0.9 * step_est_ + 0.1 * dt_step);
-  if (planner_) planner_->record_step(dt_step, S);
+  if (planner_) planner_->record_step(dt_step);
   ++t.window;
   const bool last = u + 1 == upe_;
   const bool log_now = (u + 1) % args_.log_interval == 0 || last;
