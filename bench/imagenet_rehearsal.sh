@@ -12,7 +12,7 @@
 # WORK (/tmp/imagenet_rehearsal: the big data; never inside the repository),
 # COMMIT (what results.json names: HEAD), VITRAIN (build/vitrain), PY (/usr/bin/python3),
 # TRAIN_EPOCHS (2), TRAIN_N (training files of the killed training runs' folder: N, or fewer
-# where a CPU cannot train N in the time).
+# where a CPU cannot train N in the time), PARTS (below).
 set -euo pipefail
 OUT=${1:?usage: imagenet_rehearsal.sh OUT_DIR}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,8 +24,11 @@ OUT=$(cd "$OUT" && pwd)
 LOG=$OUT/log.txt
 RES=$WORK/results.txt  # key=value lines, turned into results.json at the end
 mkdir -p "$WORK"
-# FROM_TRAINING=1 redoes only the training part (5.), keeping the earlier parts' figures and log.
-if [ "${FROM_TRAINING:-0}" != 1 ]; then
+# PARTS: which parts run (default all: data startup prepare kills training); a partial list keeps
+# the other parts' figures and log from an earlier run (results.txt and log.txt are appended to).
+PARTS=${PARTS:-all}
+part() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }
+if [ "$PARTS" = all ]; then
   : > "$LOG"
   : > "$RES"
 fi
@@ -59,9 +62,9 @@ put commit "${COMMIT:-$(git -C "$SRC" rev-parse --short HEAD)}"
 put load_at_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 PREP=(prepare --max-side 256 --format jpeg --quality 90 -j "$J")  # the recipe's preparation
-if [ "${FROM_TRAINING:-0}" != 1 ]; then
 # 1. The data sets: the big one, a small one (the start-up baseline), full-size files (the rate).
 D=$WORK/data
+if part data; then
 if [ ! -e "$D/manifest.tsv" ]; then
   rm -rf "$D"
   tv generate "$PY" "$SRC/bench/make_imagenet_like.py" --out "$D" --train "$N" --val "$NVAL" \
@@ -76,12 +79,34 @@ fi
 put train_files "$(count_files "$D" train)"
 put val_files "$(count_files "$D" val)"
 put data_mib "$(du -sm "$D" | cut -f1)"
+fi
 
-# 2. Training start-up: index both splits, the class map, one batch of 8 at 224 px.
+# 2. Training start-up: indexing alone (prepare both splits into a path that is a file: it indexes,
+# then stops with one error line), three times each, the small folder's taken off the big one's.
+if part index; then
+touch "$WORK/not_a_folder"
+for r in 1 2 3; do
+  for set in small data; do
+    /usr/bin/time -f "%e %M" -o "$WORK/index.time" "$VITRAIN" prepare --data-dir "$WORK/$set" \
+      --out "$WORK/not_a_folder" > /dev/null 2>&1 || true
+    read -r wall kib < "$WORK/index.time"
+    say "index $set (try $r): ${wall}s, peak RSS $((kib / 1024)) MiB"
+    echo "$set $wall $kib" >> "$WORK/index.tries"
+  done
+done
+put index_small_files "$(awk -F'\t' 'NR > 1' "$WORK/small/manifest.tsv" | wc -l)"
+put index_big_files "$(awk -F'\t' 'NR > 1' "$D/manifest.tsv" | wc -l)"
+put index_tries "$(tail -6 "$WORK/index.tries" | tr '\n' ';')"
+fi
+
+# 2b. Training start-up as a whole: index both splits, the class map, one batch of 8 at 224 px.
+if part startup; then
 STARTUP=(bench-data --img-size 224 -b 8 --batches 1 -j "$J")
 tv startup_small "$VITRAIN" "${STARTUP[@]}" --data-dir "$WORK/small" > /dev/null
 tv startup_big "$VITRAIN" "${STARTUP[@]}" --data-dir "$D" > /dev/null
+fi
 
+if part prepare; then
 # 3. prepare: the reference packs, their rate and peak RSS; full-size files for the rate too.
 rm -rf "$WORK/ref" "$WORK/full_pack"
 tv prepare_full "$VITRAIN" "${PREP[@]}" --data-dir "$WORK/full" --out "$WORK/full_pack" \
@@ -96,7 +121,9 @@ for s in train val; do
     tee -a "$LOG" | grep -q '"ok": true' || fail "reference $s pack does not match the folder"
 done
 put prepare_records "$(cat "$WORK"/ref_*.sums | wc -l)"
+fi
 
+if part kills; then
 # 4. prepare killed KILLS times at random moments, each re-run starting over (it removes the dead
 # run's temp file); after each kill, any pack in place must be whole; the last re-run finishes
 # and every record's sha256 is the reference's.
@@ -132,6 +159,7 @@ put prepare_dead_temp_files_removed "$removed"
 put prepare_whole_packs_seen_after_kills "$whole_in_place"
 fi
 
+if part training; then
 # 5. The recipe with CPU overrides on a pack, uninterrupted, then killed KILLS times at random
 # moments and resumed each time; the losses and the final weights (raw and EMA) must be the
 # uninterrupted run's, bit for bit.
@@ -178,10 +206,11 @@ $CHECK --compare-runs "$WORK/runs/ref" "$WORK/runs/killed" 0 | tee -a "$LOG" |
 put train_kills "$KILLS"
 put train_stages "$("$PY" -c "import json,sys; print(sorted({json.loads(l).get('stage') for l in open(sys.argv[1]) if '\"train\"' in l}))" "$WORK/runs/ref/log.jsonl" | tr -d ' ')"
 cp "$WORK/runs/ref/plot.png" "$OUT/plot.png"
+fi
 put load_at_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 "$PY" - "$RES" "$OUT/results.json" "$PY" <<'EOF'
-import json, platform, subprocess, sys
+import json, platform, statistics, subprocess, sys
 kv = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[1]) if "=" in l)
 def num(v):
     try:
@@ -189,12 +218,17 @@ def num(v):
     except ValueError:
         return v
 r = {k: num(v) for k, v in kv.items()}
-per_m = 1e6 / r["train_files"]
-# Linear extrapolation from this set to a million files, the small set's start-up taken off.
-r["index_s_per_million_files"] = round((r["startup_big_wall_s"] - r["startup_small_wall_s"]) * per_m, 1)
-r["index_mib_per_million_files"] = round((r["startup_big_rss_mib"] - r["startup_small_rss_mib"]) * per_m, 1)
-r["prepare_full_size_images_per_cpu_s"] = round(r["prepare_full_records"] / r["prepare_full_cpu_s"], 1)
-r["prepare_images_per_cpu_s"] = round(r["prepare_records"] / r["prepare_cpu_s"], 1)
+# Linear extrapolation to a million files: the median of the big folder's tries less the small
+# one's, per file indexed (both splits).
+if "index_tries" in r:
+    tries = [t.split() for t in r["index_tries"].split(";") if t]
+    med = lambda s, k: statistics.median(float(t[k]) for t in tries if t[0] == s)
+    per_m = 1e6 / (r["index_big_files"] - r["index_small_files"])
+    r["index_s_per_million_files"] = round((med("data", 1) - med("small", 1)) * per_m, 1)
+    r["index_mib_per_million_files"] = round((med("data", 2) - med("small", 2)) / 1024 * per_m, 1)
+if "prepare_cpu_s" in r:
+    r["prepare_full_size_images_per_cpu_s"] = round(r["prepare_full_records"] / r["prepare_full_cpu_s"], 1)
+    r["prepare_images_per_cpu_s"] = round(r["prepare_records"] / r["prepare_cpu_s"], 1)
 r["machine"] = {"cores": int(subprocess.check_output(["nproc"]).strip()),
                 "cpu": [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0],
                 "os": platform.platform()}
