@@ -147,21 +147,6 @@ struct ScopedKernels {
       : plan(vit::DeviceProps{}, vit::parse_kernel_options(options)), scope(&plan) {}
 };
 
-struct ScopedEnv {  // sets an environment variable for a scope, then restores it
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
-    if (had) old = std::getenv(n);
-    setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
-
 inline double max_abs(const Vec& v) {
   double m = 0;
   for (float x : v) m = std::max(m, double(std::fabs(x)));

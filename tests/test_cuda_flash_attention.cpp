@@ -238,25 +238,25 @@ TEST_F(FlashAttentionBf16, MatchesTheEmulation) {
   }
 }
 
-// Every output of `got` has the bits of `want`'s (a compare_switch check).
+// Every output of `got` has the bits of `want`'s (a compare_plans check).
 void expect_same_outputs(const DeviceResult& got, const DeviceResult& want) {
   expect_same_bits("out", got.out, want.out);
   expect_same_bits("lse", got.lse, want.lse);
   expect_same_bits("dqkv", got.dqkv, want.dqkv);
 }
 
-// For each shape, the mma.sync kernels on one set of random inputs with the switch `name` set
-// to `a`, then to `b`: check(result a, result b).
+// For each shape, the mma.sync kernels on one set of random inputs under the kernel options `a`,
+// then `b` (--kernels strings): check(result a, result b).
 template <typename Check>
-void compare_switch(const char* name, const char* a, const char* b, uint64_t seed, Check&& check) {
+void compare_plans(const char* a, const char* b, uint64_t seed, Check&& check) {
   using T = bf16;
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(str(s));
     const Index C = s.H * s.D;
     const Vec qkv = rnd<T>(s.B * s.N * 3 * C, ++seed), dout = rnd<T>(s.B * s.N * C, ++seed);
     DevBuf<T> d_qkv(qkv, "qkv", s.offset), d_dout(dout, "dout", s.offset);
-    auto run = [&](const char* value) {
-      ScopedEnv env(name, value);
+    auto run = [&](const char* options) {
+      const ScopedKernels plan(options);
       return run_bf16(s, d_qkv, d_dout);
     };
     const DeviceResult with_a = run(a), with_b = run(b);
@@ -264,15 +264,16 @@ void compare_switch(const char* name, const char* a, const char* b, uint64_t see
   }
 }
 
-// VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps, or the occupancy model's choice per kernel and N
-// ("auto", the default), instead of 4. Each warp computes its 16 rows over the same streamed
+// flash_warps: blocks of 1, 2 or 3 warps, or the occupancy model's choice per kernel and N
+// ("auto", the rule), instead of 4. Each warp computes its 16 rows over the same streamed
 // tiles whatever the block's height, so every output must have the 4-warp blocks' bits (on the
 // CPU simulation, FlashKernelsOnHost.BlockHeightsGiveTheSameBits).
 TEST_F(FlashAttentionBf16, BlockHeightsGiveTheSameBits) {
   uint64_t seed = 4000;
-  for (const char* warps : {"auto", "3", "2", "1"}) {
-    SCOPED_TRACE(std::string("VIT_FLASH_WARPS=") + warps);
-    compare_switch("VIT_FLASH_WARPS", "4", warps, seed += 100, expect_same_outputs);
+  for (const char* warps : {"flash_warps=auto", "flash_warps=3", "flash_warps=2",
+                            "flash_warps=1"}) {
+    SCOPED_TRACE(warps);
+    compare_plans("flash_warps=4", warps, seed += 100, expect_same_outputs);
   }
 }
 

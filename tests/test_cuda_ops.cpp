@@ -202,21 +202,6 @@ TYPED_TEST(CudaOps, Matmul) {
   for (const MatmulCase& c : cases) check_matmul<TypeParam>(c, seed += 10);
 }
 
-// VIT_GEMM_AUTOTUNE's timing runs write into scratch, never into C: the layer still matches
-// the CPU, the accumulated weight gradients (beta = 1) included, and timing chose for the new
-// shapes (ones no other test plans, so they are planned with autotuning on).
-TYPED_TEST(CudaOps, GemmAutotuneKeepsResultsAndAccumulation) {
-  struct AutotuneOn {  // on for this test, then as it was (VIT_GEMM_AUTOTUNE may have set it)
-    const bool was = gpu::gemm_autotune();
-    AutotuneOn() { gpu::set_gemm_autotune(true); }
-    ~AutotuneOn() { gpu::set_gemm_autotune(was); }
-  } on;
-  const Index before = gpu::gemm_autotuned_count();
-  check_matmul<TypeParam>({4 * 197 + 3, 384, 1152, true, true, 0}, 150);
-  check_matmul<TypeParam>({4 * 197 + 3, 1536, 384, true, true, 1}, 160);
-  EXPECT_GT(gpu::gemm_autotuned_count(), before) << "no GEMM shape was timed";
-}
-
 // LayerNorm rows of the op tests, (R, C) ~ Normal(shift, scale); the last is hostile: mean 1e3,
 // std 1e-2 (degenerate after bf16 rounding; an fp32 residual stream holds it).
 struct LayerNormCase {
@@ -1649,18 +1634,6 @@ GeluPairOut run_gelu_pair_on_device(const GeluPairCase& c, const GeluPairData& d
   return g.download();
 }
 
-// The same through the separate device ops (matmul, the GELU's backward with the bias sums).
-GeluPairOut run_separate_ops_on_device(const GeluPairCase& c, const GeluPairData& d) {
-  GeluPairDevice g(c, d);
-  gpu::matmul_forward<bf16>(g.pre.get(), g.inp.get(), g.w1.get(), g.b1.get(), c.R, c.C, c.Hid);
-  gpu::gelu_tanh_forward<bf16>(g.act.get(), g.pre.get(), c.R * c.Hid);
-  gpu::matmul_backward<bf16>(g.dact.get(), g.dw2.get(), g.db2.get(), g.dout.get(), g.act.get(),
-                             g.w2.get(), c.R, c.Hid, c.C);
-  gpu::gelu_tanh_backward_bias<bf16>(g.dpre.get(), g.db1.get(), g.dact.get(), g.pre.get(), c.R,
-                                     c.Hid);
-  return g.download();
-}
-
 // The emulation's forward, and its backward from the device's forward outputs (act, pre): the
 // backward's checks then compare results of the same bf16 inputs.
 GeluPairOut run_gelu_pair_in_emulation(const GeluPairCase& c, const GeluPairData& d,
@@ -1712,7 +1685,6 @@ void for_each_gelu_pair_case(uint64_t seed, F check) {
 //    (a random walk of sqrt(R) spacings): 2^-6 relative plus 2% of the largest.
 // And the epilogues must have run (no miss: they are the point of mlp_tanh on the GPU).
 TEST_F(CublasLtEpilogue, MatmulGeluTanhMatchesTheEmulation) {
-  ::unsetenv("VIT_GELU_EPILOGUE");
   for_each_gelu_pair_case(
       1700, [](const GeluPairCase& c, const GeluPairData& d, const GeluPairOut& got) {
         EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "cuBLASLt ran the separate ops";
@@ -1725,23 +1697,6 @@ TEST_F(CublasLtEpilogue, MatmulGeluTanhMatchesTheEmulation) {
         expect_close("fc2 dbias", got.db2, want.db2, {0, 1e-4});
         expect_close("fc1 dbias", got.db1, want.db1, {0x1p-6, 0.02});
       });
-}
-
-// VIT_GELU_EPILOGUE=0 (the bench's comparison): the separate device ops' bits.
-TEST_F(CublasLtEpilogue, MatmulGeluTanhWithoutTheEpilogueIsTheSeparateOps) {
-  ::setenv("VIT_GELU_EPILOGUE", "0", 1);
-  for_each_gelu_pair_case(
-      1800, [](const GeluPairCase& c, const GeluPairData& d, const GeluPairOut& got) {
-        EXPECT_EQ(gpu::gelu_epilogue_miss_count(), 0) << "a switched-off epilogue is no miss";
-        const GeluPairOut want = run_separate_ops_on_device(c, d);
-        expect_same_bits("pre", got.pre, want.pre);
-        expect_same_bits("act", got.act, want.act);
-        expect_same_bits("dpre", got.dpre, want.dpre);
-        expect_same_bits("fc2 dweight", got.dw2, want.dw2);
-        expect_same_bits("fc2 dbias", got.db2, want.db2);
-        expect_same_bits("fc1 dbias", got.db1, want.db1);
-      });
-  ::unsetenv("VIT_GELU_EPILOGUE");
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ const Shape kShapes[] = {{1, 197, 1, 64}, {2, 17, 2, 32}, {1, 65, 1, 48}, {1, 50
 struct Launch {
   Shape s;
   bool vec = true;
-  int warps = k::kWarps;  // VIT_FLASH_WARPS
+  int warps = k::kWarps;  // --kernels flash_warps
 
   unsigned grid() const { return unsigned(s.B * s.H * s.tiles(warps)); }
   unsigned threads() const { return unsigned(32 * warps); }
@@ -171,7 +171,7 @@ TEST(FlashKernelsOnHost, TileLoadPathsGiveTheSameBits) {
   expect_same_results(run_kernels(Launch{s, false}, c.qkv, c.dout, c.e_out, c.e_lse), with);
 }
 
-// VIT_FLASH_WARPS: blocks of 1, 2 or 3 warps instead of 4. Each warp computes its 16 rows over
+// flash_warps: blocks of 1, 2 or 3 warps instead of 4. Each warp computes its 16 rows over
 // the same streamed tiles whatever the block's height, so every output must have the 4-warp
 // blocks' bits: N = 197 in 5 blocks of 3 warps (the last with 5 rows), 65 in 3 of 2 and 5 of 1,
 // 17 and 50 in blocks that end past N.

@@ -99,13 +99,6 @@ const char* to_string(ChoiceWhy why) {
 
 namespace {
 
-ChoiceWhy why_from(const std::string& s) {
-  if (s == "tuned") return ChoiceWhy::kTuned;
-  if (s == "forced") return ChoiceWhy::kForced;
-  if (s == "recorded") return ChoiceWhy::kRecorded;
-  return ChoiceWhy::kRule;
-}
-
 const char* storage_name(Storage s) {
   return s == Storage::kBf16 ? "bf16" : "fp32";
 }

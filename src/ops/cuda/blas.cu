@@ -101,8 +101,6 @@ struct GemmPlan {
   LayoutPtr la, lb, lc;  // cuBLASLt's A (our B), B (our A), and C = D
   cublasLtMatmulHeuristicResult_t heur{};
   bool has_algo = false;
-  // Autotuning: the heuristic's other candidates, timed on the first call, then cleared.
-  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
 };
 
 struct Lt {
@@ -134,14 +132,6 @@ Lt& lt() {
 
 std::atomic<Index> g_fallbacks{0};
 std::atomic<Index> g_epilogue_misses{0};
-std::atomic<Index> g_autotuned{0};
-constexpr int kTuneCandidates = 8;  // algorithms timed per shape when autotuning
-constexpr int kTuneRuns = 3;        // timed runs of each, after one untimed
-
-std::atomic<bool>& autotune_flag() {
-  static std::atomic<bool> on{env_opt_in("VIT_GEMM_AUTOTUNE")};
-  return on;
-}
 
 template <typename T>
 constexpr cudaDataType_t data_type() {
@@ -242,7 +232,9 @@ GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
   plan.desc = make_desc(k, ex);
   const PrefPtr pref = make_pref(k);
   int found = 0;
-  std::vector<cublasLtMatmulHeuristicResult_t> results(autotune_flag() ? kTuneCandidates : 1);
+  // The heuristic's first algorithm only: timing its other candidates paid nothing on the device
+  // and may change a GEMM's bits (an algorithm that splits K sums in another order).
+  std::vector<cublasLtMatmulHeuristicResult_t> results(1);
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       ctx.handle, plan.desc.get(), plan.la.get(), plan.lb.get(), plan.lc.get(), plan.lc.get(),
       pref.get(), int(results.size()), results.data(), &found);
@@ -253,10 +245,6 @@ GemmPlan build_plan(const Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
   plan.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 &&
                   plan.heur.state == CUBLAS_STATUS_SUCCESS &&
                   plan.heur.workspaceSize <= kWorkspaceBytes;
-  if (plan.has_algo)
-    for (int i = 1; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= kWorkspaceBytes)
-        plan.candidates.push_back(results[i]);
   if (!plan.has_algo) report_no_algo(k, st == CUBLAS_STATUS_SUCCESS ? plan.heur.state : st);
   return plan;
 }
@@ -266,74 +254,6 @@ GemmPlan& plan_for(Lt& ctx, const GemmKey& k, const GemmExtras& ex) {
   auto it = ctx.plans.find(k);
   if (it == ctx.plans.end()) it = ctx.plans.emplace(k, build_plan(ctx, k, ex)).first;
   return it->second;
-}
-
-// Autotuning, on a plan's first call: times its algorithm and each candidate (kTuneRuns runs
-// after an untimed one) with the call's operands and alpha/beta, writing into a zeroed scratch
-// D of C's extent (`c_bytes`; the scratch is also the C read, so an accumulating GEMM's C stays
-// untouched), and keeps the fastest. Not during stream capture (no timing there): a shape
-// first seen in a capture keeps the heuristic's choice, so graph and eager passes agree.
-void tune_plan(Lt& ctx, const GemmKey& k, GemmPlan& plan, const void* A, const void* B,
-               const float* alpha, const float* beta, size_t c_bytes) {
-  std::vector<cublasLtMatmulHeuristicResult_t> cands;
-  cands.swap(plan.candidates);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  VIT_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
-  if (cands.empty() || capture != cudaStreamCaptureStatusNone) return;
-  cands.insert(cands.begin(), plan.heur);
-  // The scratch D (cudaMalloc, not device_alloc: a moment's scratch is no peak to report) and
-  // the two events, released on every way out.
-  struct Scratch {
-    void* d = nullptr;
-    cudaEvent_t t0 = nullptr, t1 = nullptr;
-    ~Scratch() {
-      if (t0) cudaEventDestroy(t0);
-      if (t1) cudaEventDestroy(t1);
-      if (d) cudaFree(d);
-    }
-  } sc;
-  if (cudaMalloc(&sc.d, c_bytes) != cudaSuccess) {
-    sc.d = nullptr;
-    cudaGetLastError();  // no room to time: the heuristic's choice stands
-    return;
-  }
-  void* d = sc.d;
-  VIT_CUDA_CHECK(cudaMemsetAsync(d, 0, c_bytes, stream()));
-  VIT_CUDA_CHECK(cudaEventCreate(&sc.t0));
-  VIT_CUDA_CHECK(cudaEventCreate(&sc.t1));
-  const cudaEvent_t t0 = sc.t0, t1 = sc.t1;
-  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(ctx.handle, plan.desc.get(), alpha, B, plan.la.get(), A, plan.lb.get(),
-                          beta, d, plan.lc.get(), d, plan.lc.get(), &algo, ctx.workspace,
-                          kWorkspaceBytes, stream());
-  };
-  float best_ms = 0.0f, first_ms = -1.0f;  // first_ms < 0: the heuristic's first could not run
-  size_t best = 0;
-  bool timed = false;
-  for (size_t i = 0; i < cands.size(); ++i) {
-    if (run(cands[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // this one cannot run it
-    VIT_CUDA_CHECK(cudaEventRecord(t0, stream()));
-    for (int r = 0; r < kTuneRuns; ++r) VIT_CUBLAS_CHECK(run(cands[i].algo));
-    VIT_CUDA_CHECK(cudaEventRecord(t1, stream()));
-    VIT_CUDA_CHECK(cudaEventSynchronize(t1));
-    float ms = 0.0f;
-    VIT_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    if (i == 0) first_ms = ms;
-    if (!timed || ms < best_ms) best_ms = ms, best = i;
-    timed = true;
-  }
-  if (!timed) return;
-  plan.heur = cands[best];
-  ++g_autotuned;
-  char first[64] = "(the heuristic's first could not run)";
-  if (first_ms >= 0)
-    std::snprintf(first, sizeof first, "against %.1f us for the heuristic's first",
-                  1e3 * first_ms / kTuneRuns);
-  std::fprintf(stderr,
-               "vitrain: GEMM M=%lld N=%lld K=%lld batch=%lld: autotuned, candidate %zu of %zu, "
-               "%.1f us %s\n",
-               (long long)k.M, (long long)k.N, (long long)k.K, (long long)k.batch, best + 1,
-               cands.size(), 1e3 * best_ms / kTuneRuns, first);
 }
 
 // Row-major operands must fit their leading dimensions; cuBLASLt would only say "invalid value".
@@ -390,15 +310,6 @@ uint32_t float_bits(float x) {
 
 Index gemm_fallback_count() {
   return g_fallbacks.load();
-}
-void set_gemm_autotune(bool on) {
-  autotune_flag().store(on);
-}
-bool gemm_autotune() {
-  return autotune_flag().load();
-}
-Index gemm_autotuned_count() {
-  return g_autotuned.load();
 }
 Index gelu_epilogue_miss_count() {
   return g_epilogue_misses.load();
@@ -457,10 +368,6 @@ bool gemm_lt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alpha,
   // built).
   if (ex.bias) set_attr(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, ex.bias);
   if (ex.aux) set_attr(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ex.aux);
-  if (!plan.candidates.empty()) {
-    const Index c_elems = (batch - 1) * stride_c + (M - 1) * ldc + N;  // C's extent
-    tune_plan(ctx, key, plan, A, B, &alpha, &beta, size_t(c_elems) * sizeof(TC));
-  }
   const cublasStatus_t st = cublasLtMatmul(
       ctx.handle, plan.desc.get(), &alpha, B, plan.la.get(), A, plan.lb.get(), &beta, C,
       plan.lc.get(), C, plan.lc.get(), &plan.heur.algo, ctx.workspace, kWorkspaceBytes, stream());

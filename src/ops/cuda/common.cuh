@@ -28,18 +28,6 @@ namespace vit::cuda {
 // After each kernel launch: catches bad launch configurations at the op that made them.
 #define VIT_CUDA_LAUNCHED() VIT_CUDA_CHECK(cudaGetLastError())
 
-// A fusion or kernel-set switch that is on by default: off only when the variable's value starts
-// with '0'. Read at every call, so a test or bench can flip it within one process.
-inline bool env_switch_on(const char* name) {
-  const char* env = std::getenv(name);
-  return !(env && env[0] == '0');
-}
-// An opt-in switch (off by default): on when set to a value that does not start with '0'.
-inline bool env_opt_in(const char* name) {
-  const char* env = std::getenv(name);
-  return env && env[0] != '\0' && env[0] != '0';
-}
-
 // Whether a pointer may be read or written in 16-byte words (null is); tests/cuda_host_sim.h has
 // the same for kernels it runs on the CPU.
 inline bool aligned16(const void* p) {

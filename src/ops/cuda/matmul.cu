@@ -50,11 +50,6 @@ void matmul_gelu_backward(T* dpre, float* dpre_bias, float* dweight, float* dbia
 
 namespace {
 
-// The GELU epilogues (bf16 only) unless VIT_GELU_EPILOGUE=0 (the separate ops, for the bench).
-bool gelu_epilogue_on() {
-  return env_switch_on("VIT_GELU_EPILOGUE");
-}
-
 __global__ void accumulate_bf16_kernel(float* dst, const bf16* src, Index n) {
   // dst (n) += src (n)
   VIT_GRID_STRIDE(i, n) dst[i] += __bfloat162float(src[i]);
@@ -67,9 +62,7 @@ void matmul_gelu_tanh_forward(T* act, T* pre, const T* inp, const T* weight, con
                               Index K, Index Hid) {
   // pre (M, Hid) = inp (M, K) @ weight (Hid, K)^T + bias; act (M, Hid) = gelu_tanh(pre)
   if constexpr (std::is_same_v<T, bf16>) {
-    if (gelu_epilogue_on() &&
-        gemm_gelu_tanh_aux<T>(true, M, Hid, K, inp, K, weight, K, act, Hid, bias, pre, Hid))
-      return;
+    if (gemm_gelu_tanh_aux<T>(true, M, Hid, K, inp, K, weight, K, act, Hid, bias, pre, Hid)) return;
   }
   matmul_forward(pre, inp, weight, bias, M, K, Hid);
   gelu_tanh_forward(act, static_cast<const T*>(pre), M * Hid);
@@ -85,17 +78,15 @@ void matmul_gelu_tanh_backward(T* dpre, float* dpre_bias, float* dweight, float*
   if constexpr (std::is_same_v<T, bf16>) {
     // dpre (M, Hid) = gelu_tanh'(pre) * (dout @ weight (Nout, Hid)) in the GEMM's epilogue, with
     // its column sums in T (Hid, in scratch), added to the fp32 gradient
-    if (gelu_epilogue_on()) {
-      auto* sums = static_cast<T*>(scratch(size_t(Hid) * sizeof(T), kScratchGeluBiasGrad));
-      if (gemm_dgelu_tanh_bgrad<T>(false, M, Hid, Nout, dout, Nout, weight, Hid, dpre, Hid, pre,
-                                   Hid, sums)) {
-        if (dpre_bias) {
-          accumulate_bf16_kernel<<<grid_stride_blocks(Hid), kBlock, 0, stream()>>>(dpre_bias, sums,
-                                                                                   Hid);
-          VIT_CUDA_LAUNCHED();
-        }
-        return;
+    auto* sums = static_cast<T*>(scratch(size_t(Hid) * sizeof(T), kScratchGeluBiasGrad));
+    if (gemm_dgelu_tanh_bgrad<T>(false, M, Hid, Nout, dout, Nout, weight, Hid, dpre, Hid, pre, Hid,
+                                 sums)) {
+      if (dpre_bias) {
+        accumulate_bf16_kernel<<<grid_stride_blocks(Hid), kBlock, 0, stream()>>>(dpre_bias, sums,
+                                                                                 Hid);
+        VIT_CUDA_LAUNCHED();
       }
+      return;
     }
   }
   // The separate ops: d(act) (M, Hid) into dact, then the GELU's backward with the bias sums.

@@ -88,16 +88,9 @@ void gemm_simt(bool trans_a, bool trans_b, Index M, Index N, Index K, float alph
                Index lda, Index stride_a, const TAB* B, Index ldb, Index stride_b, float beta,
                TC* C, Index ldc, Index stride_c, Index batch = 1, const TC* bias = nullptr);
 // Calls of the GELU epilogues (matmul_gelu_tanh_*) that ran as separate ops because cuBLASLt had
-// no algorithm or the operands did not fit (a switched-off epilogue is not counted).
+// no algorithm or the operands did not fit.
 Index gelu_epilogue_miss_count();
 void reset_gemm_fallback_count();  // both counts
-// GEMM autotuning (VIT_GEMM_AUTOTUNE=1, or set_gemm_autotune): each GEMM shape planned while
-// it is on times up to 8 of cuBLASLt's candidate algorithms on its first call and keeps the
-// fastest (one line on stderr per shape); shapes planned before keep theirs. Off by default:
-// timing chooses, so two runs may pick different algorithms and differ in the last bits.
-void set_gemm_autotune(bool on);
-bool gemm_autotune();
-Index gemm_autotuned_count();  // shapes whose algorithm timing chose, process-wide
 
 // Elementwise type conversion (fp32 <-> bf16, or a copy): dst (n) = src (n).
 template <typename TDst, typename TSrc>
