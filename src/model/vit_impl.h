@@ -431,8 +431,8 @@ void VitModel<Backend>::forward_block(int l, Index B, const Acc* s1, const Acc* 
 
   // FFN branch.
   if (!local) {
-    // fc1 and its GELU: one GEMM with the GELU in its epilogue on the GPU (bf16; the exact
-    // GELU's on a Hopper with VIT_SM90_GEMM, the tanh form's in cuBLASLt's).
+    // fc1 and its GELU: for the tanh form one GEMM with the GELU in cuBLASLt's epilogue on the
+    // GPU (bf16); the exact GELU runs as its own kernel after the GEMM.
     OpWork work = W::matmul_forward(BN, C, M);
     work.bytes += W::elementwise(BN * M, 1).bytes;  // act1 besides fc1
     ProfileScope prof("matmul_gelu_forward", work);
@@ -580,8 +580,8 @@ void VitModel<Backend>::backward_block(int l, Index B, const Acc* s1, const Acc*
   if (!local) {
     // fc2's backward through the GELU into d(fc1) (dhid_b; d(act1) in dhid_a where the backend
     // forms it) and fc1's bias gradient: on the GPU (bf16) the GELU's backward and the bias
-    // sums are the data-gradient GEMM's epilogue (the tanh form's in cuBLASLt's, the exact one's
-    // on a Hopper with VIT_SM90_GEMM).
+    // sums are the data-gradient GEMM's epilogue for the tanh form (cuBLASLt's); the exact
+    // one's are a kernel of their own.
     OpWork work = W::matmul_backward(BN, M, C);
     work.bytes += W::elementwise(BN * M, 1).bytes;  // fc1's output, read for the GELU
     ProfileScope prof("matmul_gelu_backward", work);
