@@ -102,6 +102,31 @@ TEST(Plot, PanelsAxesAndColours) {
   }
 }
 
+// Stage marks (a curriculum's size changes): dashed grey lines at their times in every panel,
+// none where there are no marks.
+TEST(Plot, StageMarksAreDashedLinesAtTheirTimes) {
+  const Image plain = decode(vit::render_training_plot(sample()));
+  EXPECT_EQ(count(plain, vit::plot_colour::mark, 0.0, 1.0).total, 0);
+  vit::PlotData d = sample();
+  d.marks = {{100.0, "96px"}, {300.0, "160px"}};
+  const Image im = decode(vit::render_training_plot(d));
+  std::vector<int> columns;  // x of each column with mark pixels
+  for (int x = 0; x < im.w; ++x) {
+    int n = 0;
+    for (int y = 0; y < im.h; ++y) n += im.at(x, y) == vit::plot_colour::mark;
+    if (n > 0) columns.push_back(x);
+    if (n > 0) EXPECT_GT(n, 100) << "column " << x << ": a line across the panels, not a dot";
+  }
+  ASSERT_EQ(columns.size(), 2u);
+  // Time 0..400 spans the same x range in every panel: 300 s lies three times as far from 0 as
+  // 100 s.
+  EXPECT_GT(columns[1], columns[0]);
+  // In each panel (a third of the height) there are dashes.
+  for (int p = 0; p < 3; ++p)
+    EXPECT_GT(count(im, vit::plot_colour::mark, 0.05 + p * 0.31, 0.05 + (p + 1) * 0.31).total, 20)
+        << "panel " << p;
+}
+
 TEST(Plot, OtherSizes) {
   const Image im = decode(vit::render_training_plot(sample(), 640, 1200));
   EXPECT_EQ(im.w, 640);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstring>
+#include <functional>
 #include <string_view>
 
 #include "core/common.h"
@@ -278,9 +279,26 @@ struct Panel {
   std::string title;
   std::vector<Series> series;
   bool include_zero = false, percent = false;
+  bool mark_labels = false;  // the marks' labels go at this panel's top
 };
 
-void draw_panel(Canvas& cv, int top, int height, const Panel& p, const Axis& xa) {
+// The marks as dashed vertical lines between ptop and bottom (under the series), their labels
+// just inside the panel's top where asked.
+void draw_marks(Canvas& cv, const std::vector<PlotMark>& marks, int left, int right, int ptop,
+                int bottom, bool labels, const std::function<double(double)>& X) {
+  const Rgb colour = rgb(plot_colour::mark);
+  for (const PlotMark& m : marks) {
+    if (!std::isfinite(m.t)) continue;
+    const int x = int(std::lround(X(m.t)));
+    if (x <= left || x >= right) continue;
+    for (int y = ptop + 1; y < bottom; y += 8)
+      cv.fill(x, y, x, std::min(y + 3, bottom - 1), colour);
+    if (labels) cv.text(x + 4, ptop + 4, m.label, kText, 1);
+  }
+}
+
+void draw_panel(Canvas& cv, int top, int height, const Panel& p, const Axis& xa,
+                const std::vector<PlotMark>& marks) {
   constexpr int kLeft = 104, kRightMargin = 28;
   const int left = kLeft, right = cv.w() - kRightMargin;
   const int ptop = top + 30, bottom = top + height - 34;
@@ -310,6 +328,7 @@ void draw_panel(Canvas& cv, int top, int height, const Panel& p, const Axis& xa)
   cv.fill(right, ptop, right, bottom, kFrame);
   cv.fill(left, bottom, right, bottom, kText);
   cv.fill(left, ptop, left, bottom, kText);
+  draw_marks(cv, marks, left, right, ptop, bottom, p.mark_labels, X);
 
   // Legend, right-aligned on the title row: colour swatch, name, latest value.
   int lx = right;
@@ -400,7 +419,10 @@ std::string render_training_plot(const PlotData& d, int width, int height) {
   const Panel panels[3] = {
       {"Loss",
        {{&d.train_loss, rgb(plot_colour::train_loss), "train", last_value(d.train_loss, "{:.4g}")},
-        {&d.eval_loss, rgb(plot_colour::eval_loss), "eval", last_value(d.eval_loss, "{:.4g}")}}},
+        {&d.eval_loss, rgb(plot_colour::eval_loss), "eval", last_value(d.eval_loss, "{:.4g}")}},
+       false,
+       false,
+       true},
       {"Eval top-1 accuracy (%)",
        {{&d.eval_top1, rgb(plot_colour::eval_top1), "top-1", last_value(d.eval_top1, "{:.2f}%")}},
        false,
@@ -412,7 +434,7 @@ std::string render_training_plot(const PlotData& d, int width, int height) {
   };
   const int header = 44, footer = 34;
   const int ph = (height - header - footer) / 3;
-  for (int i = 0; i < 3; ++i) draw_panel(cv, header + i * ph, ph, panels[i], xa);
+  for (int i = 0; i < 3; ++i) draw_panel(cv, header + i * ph, ph, panels[i], xa, d.marks);
   const std::string xlabel = "wall time (s)";
   cv.text((width - Canvas::text_width(xlabel)) / 2, height - footer + 8, xlabel, kBlack, 2, true);
   return encode_png(cv);

@@ -148,6 +148,10 @@ bool stdout_is_tty() {
   return isatty(STDOUT_FILENO) == 1;
 }
 
+std::string size_mark_label(int img_size) {
+  return fmt::format("{}px", img_size);
+}
+
 void load_plot_from_jsonl(const std::string& path, PlotData& plot, int64_t max_step) {
   std::ifstream in(path);
   std::string line;
@@ -164,6 +168,8 @@ void load_plot_from_jsonl(const std::string& path, PlotData& plot, int64_t max_s
       } else if (j.value("type", "") == "eval") {
         plot.eval_loss.push_back({t, j.value("eval_loss", 0.0)});
         plot.eval_top1.push_back({t, j.value("eval_top1", 0.0)});
+      } else if (j.value("type", "") == "size") {
+        plot.marks.push_back({t, size_mark_label(j.value("img_size", 0))});
       }
     } catch (const nlohmann::json::exception&) {
       continue;  // a line cut short by a kill, or one without the expected types

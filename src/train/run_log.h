@@ -75,7 +75,10 @@ std::string format_eval_line(int64_t epoch, double loss, double top1, double top
                              const std::string& label = "Test");
 bool stdout_is_tty();
 
-// Refills the plot curves from a run's log.jsonl up to optimizer step `max_step` (resume).
+// The plot's mark at a change of image size: "160px".
+std::string size_mark_label(int img_size);
+// Refills the plot curves and marks from a run's log.jsonl up to optimizer step `max_step`
+// (resume).
 void load_plot_from_jsonl(const std::string& path, PlotData& plot, int64_t max_step);
 
 }  // namespace vit

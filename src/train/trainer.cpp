@@ -466,6 +466,7 @@ void TrainRun::set_train_size(int size, int64_t epoch, int64_t update, double fr
                    {"img_size", size},
                    {"fraction", frac},
                    {"elapsed_s", elapsed()}});
+  out_->plot.marks.push_back({elapsed(), size_mark_label(size)});
   cfg_ = r.cfg;
   batches_->set_size(size, engine_->num_steps());
 }
