@@ -34,6 +34,7 @@ import time
 SCHEMA = "vitrain-results/1"
 STOP_RE = re.compile(r"Budget: stopped after ([0-9.]+)s of ([0-9.]+)s \(([0-9.]+)% used\), (\d+) updates")
 TOP1_RE = re.compile(r"Final test top-1: ([0-9.]+)%")
+FINAL_RE = re.compile(r"the final evaluation and checkpoint took ([0-9.]+)s \(([0-9.]+)s kept")
 
 
 def spin():
@@ -90,6 +91,9 @@ def run_cell(a, budget, curriculum, ema, runs_dir):
         fig.update({"used_s": used, "used_frac": round(used / total, 4), "updates": int(m.group(4)),
                     "inside": used <= total, "used_85": used >= 0.85 * total,
                     "too_small": "is too small for this run" in out})
+    fin = FINAL_RE.search(out)
+    if fin:
+        fig.update({"final_s": float(fin.group(1)), "final_kept_s": float(fin.group(2))})
     t = TOP1_RE.search(out)
     fig["top1_final"] = float(t.group(1)) if t else None
     return fig
@@ -106,9 +110,9 @@ def write(a, meta, figures):
 
 def table(out):
     doc = json.load(open(os.path.join(out, "results.json"), encoding="utf-8"))
-    print("| budget | curriculum | EMA | used s | used % | process wall s | updates | top-1 % "
-          "| load (1 min) before → after | inside, >= 85% |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---|---|")
+    print("| budget | curriculum | EMA | used s | used % | final eval s (kept) | process wall s "
+          "| updates | top-1 % | load (1 min) before → after | inside, >= 85% |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     order = {"none": 0, "size": 1, "efficienttrain": 2}
     figs = sorted(doc["figures"], key=lambda f: (f["budget_s"], order.get(f["curriculum"], 9),
                                                   f["model_ema"]))
@@ -116,10 +120,15 @@ def table(out):
         ok = "yes" if f.get("inside") and f.get("used_85") else "no"
         if f.get("too_small"):
             ok += " (too small)"
+        if "final_s" not in f:  # older rows: from the log tail
+            m = FINAL_RE.search(open(os.path.join(out, f["log_tail"]), encoding="utf-8").read())
+            if m:
+                f["final_s"], f["final_kept_s"] = float(m.group(1)), float(m.group(2))
+        fin = f"{f['final_s']:.1f} ({f['final_kept_s']:.1f})" if "final_s" in f else "-"
         used = f.get("used_s")
         used_txt = f"{used:.1f} | {100 * f['used_frac']:.1f}" if used is not None else "- | -"
         print(f"| {f['budget_s']:.0f} s | {f['curriculum']} | {'on' if f['model_ema'] else 'off'} "
-              f"| {used_txt} | {f['wall_s']:.1f} | {f.get('updates', '-')} | "
+              f"| {used_txt} | {fin} | {f['wall_s']:.1f} | {f.get('updates', '-')} | "
               f"{f.get('top1_final') or '-'} | {f['load1_before']:.1f} → {f['load1_after']:.1f} "
               f"| {ok} |")
 
