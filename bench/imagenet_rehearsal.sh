@@ -237,6 +237,16 @@ r["versions"] = {"python": platform.python_version(),
                  "libjpeg_turbo": subprocess.run("dpkg-query -W -f='${Version}' libjpeg62-turbo", shell=True, capture_output=True, text=True).stdout.strip(),
                  "pillow": subprocess.run([sys.argv[3], "-c", "import PIL; print(PIL.__version__)"], capture_output=True, text=True).stdout.strip(),
                  "skimage": subprocess.run([sys.argv[3], "-c", "import skimage; print(skimage.__version__)"], capture_output=True, text=True).stdout.strip()}
-json.dump(r, open(sys.argv[2], "w"), indent=1)
+# The run-artefact schema (scripts/results_tables.py); the rehearsal's own figures stay as
+# measured, under "measurements".
+import datetime
+out = {"schema": "vitrain-results/1",
+       "what": "ImageNet-shaped rehearsal of recipes/imagenet_vit_s_24h.yaml on the CPU "
+               "(bench/imagenet_rehearsal.sh)",
+       "command": "bash bench/imagenet_rehearsal.sh", "commit": r.pop("commit", None),
+       "date": datetime.date.today().isoformat(),
+       "device": {"kind": "cpu", "name": r["machine"]["cpu"]}, "versions": r.pop("versions"),
+       "log_tail": "log.txt", "figures": [], "measurements": r}
+json.dump(out, open(sys.argv[2], "w"), indent=1)
 EOF
 say "results: $OUT/results.json"
