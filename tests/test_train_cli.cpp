@@ -508,7 +508,8 @@ TEST_F(TrainCli, KernelPlanIsRecordedAndReplayedOnResume) {
   ASSERT_EQ(got.size(), ref.size());
   for (const auto& [step, loss] : ref) EXPECT_EQ(got.at(step), loss) << "step " << step;
   // The recorded picks stand (the forced height did not replace them).
-  for (const auto& e : plan_of()["plan"]) {
+  const nlohmann::json after = plan_of();
+  for (const auto& e : after["plan"]) {
     const std::string key = e.value("op", "") + " " + e.value("shape", "");
     if (!variant_of.count(key)) continue;
     EXPECT_EQ(e.value("why", ""), "recorded") << e;

@@ -128,7 +128,8 @@ std::string arch_text(const ModelConfig& cfg) {
 // "fused" where the plan runs attention fused (the GPU and its emulation, at the head dims
 // that have flash kernels), else "unfused".
 std::string attention_kind(const Engine& engine) {
-  for (const auto& e : engine.kernel_plan().at("plan"))
+  const nlohmann::ordered_json plan = engine.kernel_plan();  // the loop below reads it
+  for (const auto& e : plan.at("plan"))
     if (e.at("op") == "attention") return e.at("variant") == "flash" ? "fused" : "unfused";
   return "unfused";  // the CPU reference plans nothing: one kernel an op
 }

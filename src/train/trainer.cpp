@@ -297,10 +297,11 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
                st_.step, fmt::format("{} on {}", plan_.final_cfg.name, args.data_dir));
   out_->write_run_files(st_.args_yaml, data_.train->class_names());
   out_->write_kernel_plan(*engine_);
+  const nlohmann::ordered_json kernels = engine_->kernel_plan();
   out_->log.write({{"type", "kernels"},
                    {"file", "kernels.json"},
-                   {"options", engine_->kernel_plan().at("options")},
-                   {"device", engine_->kernel_plan().at("device")}});
+                   {"options", kernels.at("options")},
+                   {"device", kernels.at("device")}});
   compute_ = ComputeBudget(double(args.epochs), int64_t(data_.train->size()), F_);
   compute_.consumed = st_.compute_consumed;
   // Streamed data (photos of any size) is evaluated as timm does: resize + centre crop.
