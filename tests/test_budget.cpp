@@ -51,18 +51,28 @@ TEST(Duration, RejectsNumbersOutOfRange) {
   EXPECT_DOUBLE_EQ(vit::parse_duration_seconds("1h" + tiny + "s"), 3600.0);  // underflows to 0
 }
 
-TEST(TimeBudget, Fraction) {
+TEST(TimeBudget, ProgressEndsWhereTrainingEndsNotWhereTheEvaluationDoes) {
   const vit::TimeBudget b{1000, 100};  // 900 s usable
   EXPECT_DOUBLE_EQ(b.usable_s(), 900.0);
-  EXPECT_DOUBLE_EQ(b.fraction(0), 0.0);
-  EXPECT_DOUBLE_EQ(b.fraction(450), 0.5);
-  EXPECT_DOUBLE_EQ(b.fraction(2000), 1.0);
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 0, 0, 0), 0.0);
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 450, 0, 0), 0.5);
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 2000, 0, 0), 1.0);
+  // 300 s kept for the final evaluation: training ends at 600 s, and so do the schedules.
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 300, 300, 0), 0.5);
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 600, 300, 0), 1.0);
+  // A smaller estimate later never takes the progress back.
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 310, 100, 0.5), 0.5);
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 400, 100, 0.5), 0.5);
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 480, 100, 0.5), 0.6);
+  // No training time left: the schedules are at their end.
+  EXPECT_DOUBLE_EQ(vit::budget_progress(b, 10, 950, 0), 1.0);
+  EXPECT_THROW(vit::budget_progress(b, 10, -1, 0), vit::Error);
 }
 
 TEST(TimeBudget, RejectsBadConfiguration) {
-  EXPECT_THROW((vit::TimeBudget{0, 0}.fraction(1)), vit::Error);
+  EXPECT_THROW((vit::TimeBudget{0, 0}.usable_s()), vit::Error);
   EXPECT_THROW((vit::TimeBudget{100, 100}.usable_s()), vit::Error);
-  EXPECT_THROW((vit::TimeBudget{100, -1}.fraction(1)), vit::Error);
+  EXPECT_THROW((vit::TimeBudget{100, -1}.usable_s()), vit::Error);
 }
 
 // A clock the test moves by hand.
@@ -213,6 +223,7 @@ struct SimRun {
 struct SimResult {
   double end_s = 0;
   int64_t updates = 0;
+  double last_progress = 0;  // the schedules' progress at the last update
   bool too_small = false;
   std::string line;
 };
@@ -250,7 +261,8 @@ SimResult simulate(const SimRun& r) {
       if (v.too_small) out.line = p.too_small_line(out.updates);
       break;
     }
-    const double frac = budget.fraction(c.t);
+    const double frac = out.last_progress =
+        vit::budget_progress(budget, c.t, p.final_estimate(), out.last_progress);
     const int size = cur == "size"             ? vit::size_curriculum(int(frac * 6), 4, 4, 1, 28, 4)
                      : cur == "efficienttrain" ? vit::et_size(et, frac)
                                                : kFinal;
@@ -303,6 +315,8 @@ TEST(BudgetPlanner, SimulatedRunsUseTheirBudgetAndEndInsideIt) {
     EXPECT_LE(s.end_s, r.budget_s) << r.name;
     EXPECT_GE(s.end_s / r.budget_s, 0.85) << r.name << ": ended at " << s.end_s;
     EXPECT_GT(s.updates, 100) << r.name;
+    // The schedules (learning rate, curriculum stages) run to their end before the stop.
+    EXPECT_GE(s.last_progress, 0.95) << r.name;
   }
 }
 

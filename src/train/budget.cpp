@@ -80,8 +80,12 @@ double TimeBudget::usable_s() const {
   return total_s - reserve_s;
 }
 
-double TimeBudget::fraction(double elapsed_s) const {
-  return std::clamp(elapsed_s / usable_s(), 0.0, 1.0);
+double budget_progress(const TimeBudget& budget, double clock, double final_s, double previous) {
+  VIT_CHECK(final_s >= 0 && std::isfinite(final_s),
+            "time budget: the final evaluation's time must be >= 0");
+  const double horizon = budget.usable_s() - final_s;
+  const double progress = horizon > 0 ? std::clamp(clock / horizon, 0.0, 1.0) : 1.0;
+  return std::max(previous, progress);
 }
 
 namespace {

@@ -24,9 +24,16 @@ struct TimeBudget {
   double reserve_s = 0;
 
   double usable_s() const;  // total_s - reserve_s
-  // Fraction of the usable budget spent, clamped to [0, 1] (drives time-based schedules).
-  double fraction(double elapsed_s) const;
 };
+
+// Progress of a budget run's time-based schedules (learning rate, size curriculum,
+// EfficientTrain++ stages) at `clock` seconds: the share of the time until training is due to
+// end, usable - final_s, with final_s the time the stop rule keeps for the final evaluation, so
+// that the schedules finish where training does, not where the final evaluation does (on a
+// 60-s budget whose evaluation takes 20 s, clock / usable would stop them two thirds of the way).
+// final_s moves as its estimate improves, so the progress is at least `previous`: running back
+// could take the size curriculum down a size and up again. 1 once no training time is left.
+double budget_progress(const TimeBudget& budget, double clock, double final_s, double previous);
 
 // What a budget run's final evaluation runs: `batches` evaluation batches in this process (its
 // share, data parallel), `evals` times (2 with a model EMA: the weights, then the EMA's).

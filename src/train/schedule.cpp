@@ -18,4 +18,13 @@ double ema_decay(int64_t step, double decay, bool warmup) {
   return std::max(std::min(1.0 - std::pow(1.0 + double(t), -2.0 / 3.0), decay), 0.0);
 }
 
+double ema_first_share(int64_t steps, double decay, bool warmup) {
+  if (steps <= 1) return 1.0;
+  if (!warmup) return std::pow(decay, double(steps - 1));
+  double share = 1.0;
+  for (int64_t step = 2; step <= steps && share > 1e-12; ++step)
+    share *= ema_decay(step, decay, warmup);
+  return share;
+}
+
 }  // namespace vit

@@ -24,4 +24,9 @@ struct LrSchedule {
 // (decay 0); then `decay`, or with warm-up min(decay, 1 - (1 + (step - 1))^(-2/3)).
 double ema_decay(int64_t step, double decay, bool warmup);
 
+// The share of a model EMA that is still the weights after the first update once `steps`
+// updates ran: the product of ema_decay over updates 2..steps (decay^(steps - 1) without
+// warm-up). Above one half the EMA's evaluation shows those early weights more than the run's.
+double ema_first_share(int64_t steps, double decay, bool warmup);
+
 }  // namespace vit

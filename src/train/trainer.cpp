@@ -166,6 +166,7 @@ class TrainRun {
   void open_run_dir();
   void start_weights();
   void print_header() const;
+  void warn_if_ema_lags(int64_t updates, const char* when) const;
   EpochEnd run_epoch(int64_t epoch);
   void agree(bool epoch_end = false);
   bool budget_spent() const;
@@ -226,6 +227,7 @@ class TrainRun {
   // data-parallel checks.
   std::optional<BudgetPlanner> planner_;
   BudgetVerdict verdict_;
+  double progress_ = 0;  // the budget's schedule progress at the last update (budget_progress)
   double step_est_ = 0;
   // What the last agree() settled, on every rank alike.
   struct Agreement {
@@ -233,6 +235,7 @@ class TrainRun {
     double step_s = 0;     // the step time the clock extrapolates with until the next one
     int64_t at = 0;        // the update count then
     int64_t next = 0;      // the update count of the next one (data parallel)
+    double final_s = 0;    // the time the budget keeps for the final evaluation
     bool time_up = false;  // the budget's verdict
     bool stop = false;     // rank 0's stop request (data parallel)
   } agreed_;
@@ -417,7 +420,26 @@ void TrainRun::print_header() const {
   if (resumed_)
     fmt::print("Resumed at epoch {} update {} (step {}), training size {}\n", st_.epoch,
                st_.update_in_epoch, st_.step, cfg_.img_size);
+  if (!open_ended_) warn_if_ema_lags(upe_ * args_.epochs, "will have");
   std::fflush(stdout);
+}
+
+// A model EMA that is still mostly the first update's weights at the end of the run reports
+// (as the run's result, timm's convention) an accuracy near those weights': say so, once the
+// number of updates is known.
+void TrainRun::warn_if_ema_lags(int64_t updates, const char* when) const {
+  if (!args_.model_ema || rank_ != 0) return;
+  const double share = ema_first_share(updates, args_.model_ema_decay, args_.model_ema_warmup);
+  if (share <= 0.5) return;
+  std::fflush(stdout);  // after the lines before it, also when both go to one pipe
+  fmt::print(stderr,
+             "warning: the model EMA (decay {}{}) {} {} updates, so it is still {:.0f}% the "
+             "weights of the first one and its evaluation, the run's result, shows those; "
+             "{} suits a run this short\n",
+             args_.model_ema_decay, args_.model_ema_warmup ? ", warm-up" : "", when, updates,
+             100.0 * share,
+             args_.model_ema_warmup ? "a lower --model-ema-decay"
+                                    : "--model-ema-warmup (or a lower --model-ema-decay)");
 }
 
 double TrainRun::elapsed() const {
@@ -427,7 +449,7 @@ double TrainRun::elapsed() const {
 
 // Fraction of the schedule done: the time budget, else ET++'s compute, else epochs.
 double TrainRun::fraction(int64_t epoch, int64_t update) const {
-  if (plan_.budget) return plan_.budget->fraction(elapsed());
+  if (plan_.budget) return progress_;
   if (et_) return compute_.progress();
   return std::min(1.0, (double(epoch) + double(update) / double(upe_)) / double(args_.epochs));
 }
@@ -634,8 +656,8 @@ void TrainRun::agree(bool epoch_end) {
   const int64_t step = engine_->num_steps();
   if (world_ > 1 && !epoch_end && step < agreed_.next) return;
   constexpr double kCheckSeconds = 1.0;
-  // clock, verdict, updates until the next check, step time, stop request
-  double agreed[5] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0};
+  // clock, verdict, updates until the next check, step time, stop request, final evaluation
+  double agreed[6] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0, 0.0};
   if (rank_ == 0 && world_ > 1 && step_est_ > 0) {
     agreed[2] = std::clamp(std::floor(kCheckSeconds / step_est_), 1.0, 1e4);
     // Between checks the schedules extrapolate with 0.9 of the last interval's mean step time
@@ -645,7 +667,10 @@ void TrainRun::agree(bool epoch_end) {
         step > agreed_.at ? (agreed[0] - agreed_.clock) / double(step - agreed_.at) : step_est_;
     agreed[3] = 0.9 * mean_step;
   }
-  if (rank_ == 0 && plan_.budget) agreed[1] = time_is_up(int64_t(agreed[2])) ? 1.0 : 0.0;
+  if (rank_ == 0 && plan_.budget) {
+    agreed[1] = time_is_up(int64_t(agreed[2])) ? 1.0 : 0.0;
+    agreed[5] = planner_->final_estimate();
+  }
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
   agreed_.clock = world_ > 1 ? std::max(agreed[0], budget_clock()) : agreed[0];
   agreed_.time_up = agreed[1] != 0.0;
@@ -654,6 +679,7 @@ void TrainRun::agree(bool epoch_end) {
   agreed_.next = epoch_end ? step : step + int64_t(agreed[2]);
   agreed_.step_s = agreed[3];
   agreed_.stop = agreed[4] != 0.0;
+  agreed_.final_s = agreed[5];
 }
 
 // The stop rules of the open-ended runs, on what agree() last settled: compute spent, or no
@@ -702,7 +728,9 @@ void TrainRun::probe_eval() {
 Index TrainRun::train_update(int64_t epoch, int64_t u, EpochTally& t) {
   const auto t_step = std::chrono::steady_clock::now();
   // The schedules run on the clock all ranks agreed on (agree(), just before).
-  const double frac = plan_.budget ? plan_.budget->fraction(budget_clock()) : fraction(epoch, u);
+  if (plan_.budget)
+    progress_ = budget_progress(*plan_.budget, budget_clock(), agreed_.final_s, progress_);
+  const double frac = fraction(epoch, u);
   set_train_size(plan_.target_size(args_, epoch, frac), epoch, u, frac);
   const int S = cfg_.img_size;
   const double lr = plan_.lr_at(args_, engine_->num_steps(), frac);
@@ -906,6 +934,7 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
 }
 
 void TrainRun::print_summary() const {
+  if (open_ended_) warn_if_ema_lags(engine_->num_steps(), "had");
   fmt::print("*** Best metric: {:.3f} (epoch {})\n", st_.best_metric, st_.best_epoch);
   if (data_.streamed()) fmt::print("Skipped {} unreadable images\n", unreadable());
   const auto& rows = out_->summary.rows();
