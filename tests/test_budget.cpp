@@ -222,8 +222,10 @@ struct SimRun {
 
 struct SimResult {
   double end_s = 0;
+  double train_end_s = 0;  // the clock at the stop, before the final evaluation
   int64_t updates = 0;
-  double last_progress = 0;  // the schedules' progress at the last update
+  double last_progress = 0;                    // the schedules' progress at the last update
+  std::vector<std::pair<int, double>> stages;  // EfficientTrain++: (stage, clock at its start)
   bool too_small = false;
   std::string line;
 };
@@ -263,6 +265,8 @@ SimResult simulate(const SimRun& r) {
     }
     const double frac = out.last_progress =
         vit::budget_progress(budget, c.t, p.final_estimate(), out.last_progress);
+    if (out.stages.empty() || out.stages.back().first != vit::et_stage(frac))
+      out.stages.emplace_back(vit::et_stage(frac), c.t);
     const int size = cur == "size"             ? vit::size_curriculum(int(frac * 6), 4, 4, 1, 28, 4)
                      : cur == "efficienttrain" ? vit::et_size(et, frac)
                                                : kFinal;
@@ -272,6 +276,7 @@ SimResult simulate(const SimRun& r) {
     p.record_step(dt);
     ++out.updates;
   }
+  out.train_end_s = c.t;
   for (int e = 0; e < (r.ema ? 2 : 1); ++e)
     for (int64_t k = 0; k < r.eval_batches; ++k) c.t += r.eval_batch_s * factor();
   c.t += 0.2;  // weights, state and plot
@@ -330,6 +335,27 @@ TEST(BudgetPlanner, OneSlowFirstStepDoesNotEndTheRun) {
   EXPECT_GT(s.updates, 500);
   EXPECT_GE(s.end_s / r.budget_s, 0.85);
   EXPECT_LE(s.end_s, r.budget_s);
+}
+
+// The 24-hour recipe scaled down to minutes keeps its schedule's shape: every EfficientTrain++
+// stage runs, each starting at the same share of the training time as in the day-long run
+// (within 3% of it), although the final evaluation takes over a tenth of the short budget and a
+// thousandth of the long one.
+TEST(BudgetPlanner, AScaledDownBudgetKeepsTheDayLongScheduleShape) {
+  const SimRun day{"a day", 86400, "efficienttrain", true, 60, 0.3, 5.0, 1.5, 0.1, 1000, 0, false};
+  const SimRun minutes{"5 min", 300, "efficienttrain", true, 2, 0.05, 1.0, 1.5, 0.1, 157, 0, false};
+  const SimResult a = simulate(day), b = simulate(minutes);
+  ASSERT_EQ(a.stages.size(), 10u);
+  ASSERT_EQ(b.stages.size(), a.stages.size());
+  auto share = [](const SimResult& s, const SimRun& r, size_t k) {
+    return (s.stages[k].second - r.startup_s) / (s.train_end_s - r.startup_s);
+  };
+  for (size_t k = 0; k < a.stages.size(); ++k) {
+    EXPECT_EQ(a.stages[k].first, int(k));
+    EXPECT_EQ(b.stages[k].first, int(k));
+    EXPECT_NEAR(share(b, minutes, k), share(a, day, k), 0.03) << "stage " << k;
+  }
+  EXPECT_GT(b.end_s - b.train_end_s, 0.1 * minutes.budget_s);  // the evaluation's share
 }
 
 }  // namespace
