@@ -10,7 +10,8 @@
 #   bash scripts/gpu_check.sh [PHASES] [DEST]   PHASES: comma-separated, in this order:
 #     verify  versions (GPU, driver, CUDA, cuBLASLt, PyTorch, timm); every bundled GPU test
 #             binary with VIT_REQUIRE_GPU=1; compute-sanitizer memcheck on the op tests; the
-#             default recipe (vitrain train) and its top-1
+#             default recipe (vitrain train) and its top-1; bench/timm_load_check.py (timm's
+#             vit_small_patch16_224 loads a ViT-S/16 token export, logits vs vitrain eval)
 #     speed   issue 48's side-by-side table, per model: vitrain bench (its plan, autotune on),
 #             then timm in one process (bench/timm_bench.py: eager, torch.compile default,
 #             reduce-overhead, max-autotune-no-cudagraphs, interleaved chunks, each compile
@@ -18,7 +19,9 @@
 #     nccl    scripts/gpu_check_nccl.sh (two ranks on one GPU, NCCL 2.30), where it exists
 #     plan    the device's plan (kernels.json of a short autotuned train run), then the variants
 #             of scripts/gpu_presets.tsv (autotune on vs off among them) with bench --variant
-#     session = verify,speed,nccl,plan (the default); dry = session on the CPU with stub
+#     tta     time to accuracy: the default recipe by vitrain (verify's run where it passed in
+#             this call) and by bench/torch_fmnist_loop.py (PyTorch), per-epoch top-1 vs wall time
+#     session = verify,speed,nccl,plan,tta (the default); dry = session on the CPU with stub
 #             commands (scripts/gpu_check_stub.sh), no GPU or bundle needed
 # Each step has a cap and an expected time; a step the budget (GPU_CHECK_BUDGET_S, 540) cannot fit
 # is SKIP. DEST (default $OUT, else /tmp/gpu_check_out) is rewritten after every step, and
@@ -37,10 +40,10 @@ cd "$ROOT" || exit 2
 phases="${1:-session}"
 case "$phases" in */* | .) phases=session ;; *) shift ;; esac
 [ "$phases" = dry ] && phases=session && export GPU_CHECK_DRY=1
-[ "$phases" = session ] && phases=verify,speed,nccl,plan
+[ "$phases" = session ] && phases=verify,speed,nccl,plan,tta
 for p in ${phases//,/ }; do
-  case "$p" in verify | speed | nccl | plan) ;; *)
-    echo "gpu_check: unknown phase '$p' (session, dry, verify, speed, nccl, plan)" >&2
+  case "$p" in verify | speed | nccl | plan | tta) ;; *)
+    echo "gpu_check: unknown phase '$p' (session, dry, verify, speed, nccl, plan, tta)" >&2
     exit 2
     ;;
   esac
@@ -69,6 +72,8 @@ RECIPE="$(pick recipes/fmnist.yaml recipes/fmnist.yaml)"
 STUB="$ROOT/scripts/gpu_check_stub.sh"
 DATA="$BUNDLE/data/fashion-mnist" BIN="$BUNDLE/bin" DEVICE=cuda TRAIN_FLAGS=""
 TIMM_RUN="$PY $(pick bench/timm_bench.py py/timm_bench.py)"
+TIMM_LOAD_RUN="$PY $(pick bench/timm_load_check.py py/timm_load_check.py)"
+TORCH_LOOP_RUN="$PY $(pick bench/torch_fmnist_loop.py py/torch_fmnist_loop.py)"
 SPEED_MODELS="${GPU_CHECK_SPEED_MODELS:-vit_small_patch16_224:256:120 vit_tiny_patch4_32:1024:250 vit_base_patch16_224:256:60}"
 # The default recipe's top-1 on the H100/H200 before the kernel plan (docs/lab/gpu-notebook.md):
 # the report checks the run stays within 0.3 points of it.
@@ -81,8 +86,9 @@ if [ "$DRY" = 1 ]; then
   BIN="$WORK/stub" DATA="$WORK/stub_data" DEVICE=cpu ENV_OK=1
   mkdir -p "$BIN" "$DATA"
   for c in vitrain test_cuda_ops test_cuda_model test_cuda_flash_attention nvidia-smi \
-    compute-sanitizer timm_bench; do ln -s "$STUB" "$BIN/$c"; done
-  TIMM_RUN="$BIN/timm_bench"
+    compute-sanitizer timm_bench timm_load_check torch_fmnist_loop; do ln -s "$STUB" "$BIN/$c"; done
+  TIMM_RUN="$BIN/timm_bench" TIMM_LOAD_RUN="$BIN/timm_load_check"
+  TORCH_LOOP_RUN="$BIN/torch_fmnist_loop"
   if [ -n "${GPU_CHECK_DRY_VITRAIN:-}" ]; then
     rm -f "$BIN/vitrain" && ln -s "$(realpath "$GPU_CHECK_DRY_VITRAIN")" "$BIN/vitrain"
     SPEED_MODELS="${GPU_CHECK_SPEED_MODELS:-vit_bench_cpu:8:3}" DATA=/usr/share/datasets/fashion-mnist
@@ -99,6 +105,7 @@ else
     tee "$LOGS/env.log"
 fi
 export ROOT WORK LOGS MET BUNDLE BIN PY DATA DEVICE RECIPE ENV_OK DRY GPU_CHECK_DRY="$DRY" TIMM_RUN COMPILE_CAP_S \
+  TIMM_LOAD_RUN TORCH_LOOP_RUN \
   TIMM_MODES ROUNDS MEMCHECK_FILTER TRAIN_FLAGS VIT_LD_LIBRARY_PATH="${VIT_LD_LIBRARY_PATH:-}"
 echo "gpu_check: phases $phases, budget ${BUDGET_S}s, work dir $WORK, results to $DEST"
 
@@ -251,6 +258,34 @@ s_nccl() {
   [ -f "$d/results.json" ] && cp "$d/results.json" "$MET/$STEP_ID.nccl.json"
   return "$rc"
 }
+# timm's vit_small_patch16_224 (class token) loads vitrain's export of a ViT-S/16 trained for
+# one short epoch; logits against vitrain eval (fp32 and bf16) on seeded 224-pixel PNGs.
+s_timm_load() {
+  local out="$WORK/$STEP_ID.out" rc
+  need_bin vitrain
+  # shellcheck disable=SC2086  # TIMM_LOAD_RUN: "python3 path" or the dry run's stub
+  $TIMM_LOAD_RUN --vitrain "$BIN/vitrain" --device "$DEVICE" --work "$WORK/timm_load" 2>&1 |
+    tee "$out"
+  rc=${PIPESTATUS[0]}
+  json_lines "$out" || { no_json "$rc"; return; }
+  local err
+  err=$(grep -m1 -oE '"error": "[^"]*' "$MET/$STEP_ID.jsonl" | cut -d'"' -f4)
+  note "${err:-$(grep -cE ': pass$' "$out")/$(grep -cE ': (pass|FAIL)$' "$out") loader x precision \
+pairs match$(grep -m1 ' did not load: ' "$out" | cut -c17-120 | sed 's/^/; /')}"
+  return "$rc"
+}
+# The default recipe in a plain PyTorch loop (bench/torch_fmnist_loop.py): a JSON line an epoch.
+s_torch_loop() {
+  local out="$WORK/$STEP_ID.out" rc
+  # shellcheck disable=SC2086  # TORCH_LOOP_RUN: "python3 path" or the dry run's stub
+  PYTHONUNBUFFERED=1 $TORCH_LOOP_RUN --recipe "$RECIPE" --data-dir "$DATA" --device "$DEVICE" \
+    2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  json_lines "$out" || { no_json "$rc"; return; }
+  note "$(grep -oE '"(top1_final|loop_s|setup_s)": [0-9.]+' "$MET/$STEP_ID.jsonl" | tr -d '"' |
+    paste -sd' ')"
+  return "$rc"
+}
 for f in $(compgen -A function | grep -E '^(s_|vt$|note$|kv$|need_bin$|json_lines$|no_json$)'); do
   export -f "${f?}"
 done
@@ -334,6 +369,8 @@ phase_verify() {
       s_memcheck test_cuda_flash_attention '*MatchesTheEmulation*'
   step r_recipe verify 30 240 "train $(basename "$RECIPE") --device $DEVICE (the default recipe)" \
     s_recipe
+  step v_timm_load verify 40 150 "timm vit_small_patch16_224 (token) loads a vitrain export" \
+    s_timm_load
 }
 
 # vitrain, then timm, per model (ViT-S/16 first: it decides the most); then the locality FFN;
@@ -392,11 +429,22 @@ phase_plan() {
   done
 }
 
+# Time to accuracy: vitrain's side is verify's recipe run where it passed in this call.
+phase_tta() {
+  if ! grep -qE $'^r_recipe\t[^\t]*\t[^\t]*\tPASS\t' "$WORK/steps.tsv"; then
+    step tt_vitrain tta 30 240 "train $(basename "$RECIPE") --device $DEVICE (time to accuracy)" \
+      s_train fmnist_tta
+  fi
+  step tt_torch tta 60 300 "bench/torch_fmnist_loop.py: $(basename "$RECIPE") in PyTorch" \
+    s_torch_loop
+}
+
 step a_info verify 5 60 "GPU, driver, CUDA, cuBLASLt, PyTorch, timm, bundle" s_info
 want verify && phase_verify
 want speed && phase_speed
 want nccl && phase_nccl
 want plan && phase_plan
+want tta && phase_tta
 
 report 1
 echo

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The commands of a dry run of scripts/gpu_check.sh (GPU_CHECK_DRY=1 or `gpu_check.sh dry`): it
 # links this file under each command's name (vitrain, test_cuda_*, nvidia-smi,
-# compute-sanitizer, timm_bench), and it answers as that command would, in the output formats
-# gpu_check.sh and its report read: gtest's summary lines, vitrain's train lines and run folder
-# (kernels.json), bench's --json lines (the kernel plan's "kernels" field, --variant lines),
-# bench/timm_bench.py's lines. The figures are made up. GPU_CHECK_STUB_FAIL: a regex over
+# compute-sanitizer, timm_bench, timm_load_check, torch_fmnist_loop), and it answers as that
+# command would, in the output formats gpu_check.sh and its report read: gtest's summary lines,
+# vitrain's train lines and run folder (kernels.json), bench's --json lines (the kernel plan's
+# "kernels" field, --variant lines), the lines of bench/timm_bench.py, bench/timm_load_check.py
+# and bench/torch_fmnist_loop.py. The figures are made up. GPU_CHECK_STUB_FAIL: a regex over
 # "COMMAND ARGS..."; a matching call fails (for bench --variant: the variants it names).
 set -uo pipefail
 cmd="$(basename "$0")"
@@ -104,6 +105,26 @@ case "$cmd" in
       r=$(rate "$model" "$scale")
       echo "{$head,\"status\":\"ok\",\"img_per_s\":$r,\"chunk_img_per_s\":[$r,$r,$r],\"timed_s\":3.2,\"mfu\":0.1700}"
     done
+    ;;
+  timm_load_check) # bench/timm_load_check.py's JSON line and stderr summary
+    ok=true && fails "$all" && ok=false
+    res=""
+    for p in fp32 bf16; do
+      rel=3.1e-07 && [ "$p" = bf16 ] && rel=0.0042
+      [ "$ok" = false ] && [ "$p" = fp32 ] && rel=0.31
+      res+="${res:+, }{\"precision\": \"$p\", \"pass\": $ok, \"rel_l2\": $rel, \"max_abs_frac\": 0.001, \"top1_agree\": 1.0, \"loader\": \"timm vit_small_patch16_224\"}"
+      echo "timm_load_check: timm vit_small_patch16_224, vitrain $p: rel L2 $rel: $([ "$ok" = true ] && echo pass || echo FAIL)" >&2
+    done
+    echo "{\"check\": \"timm_load\", \"pass\": $ok, \"model\": \"vit_small_patch16_224\", \"classifier\": \"token\", \"export_architecture\": \"vit_tiny_patch16_224\", \"images\": 16, \"loaders\": [\"timm vit_small_patch16_224\"], \"load_errors\": {}, \"results\": [$res], \"timm\": \"0.0.stub\"}"
+    [ "$ok" = true ]
+    ;;
+  torch_fmnist_loop) # bench/torch_fmnist_loop.py: a line an epoch, then the summary line
+    fails "$all" && echo "torch_fmnist_loop: stub failure on purpose" >&2 && exit 1
+    top1=(85.9 88.2 89.5 90.4 91.0 91.3)
+    for e in 0 1 2 3 4 5; do
+      echo "{\"impl\": \"torch-loop\", \"epoch\": $e, \"top1\": ${top1[e]}, \"elapsed_s\": $((9 * e + 9)).5, \"train_s\": $((9 * e + 8))}"
+    done
+    echo "{\"impl\": \"torch-loop\", \"final\": true, \"model\": \"vit_fmnist_hybrid\", \"device\": \"$(arg --device "$@")\", \"epochs\": 6, \"batch\": 64, \"top1_final\": 91.3, \"top1_best\": 91.3, \"loop_s\": 54.5, \"setup_s\": 6.2, \"torch\": \"0.0.stub\"}"
     ;;
   *) echo "gpu_check_stub: no stub for $cmd" >&2 && exit 2 ;;
 esac
