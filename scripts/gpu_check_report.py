@@ -26,8 +26,15 @@ device check's own keys. Keys:
      rounds [img/s], status, step}  (bench --variant over scripts/gpu_presets.tsv)
     {kind: "train", run, model, recipe, device, epochs, top1_final, top1_best, wall_s,
      img_per_s, file}  (the default recipe)
-  checks [{name, value, target, pass (true | false | null: not measured)}]: issues 46/48's
-    acceptance points, figures timed over < 3 s, the recipe's top-1 vs GPU_CHECK_REF_TOP1,
+    {kind: "tta", name (vitrain | torch-loop), step, model, recipe, device, epochs, top1_final,
+     top1_best, curve [[s since the first update, top-1]], loop_s, process_s (the step's),
+     target_top1 (the lower final top-1 of the two), time_to_target_s, ratio_to {torch-loop:
+     its time to the target / vitrain's}, file | setup_s, impl_detail}  (time to accuracy)
+    {kind: "export", name (the loader), model, classifier, precision (vitrain eval's), pass,
+     rel_l2, max_abs_frac, top1_agree, tolerance, step}  (bench/timm_load_check.py)
+  checks [{name, value, target, op (">=" | "<="), pass (true | false | null: not measured)}]:
+    issues 46/48's acceptance points, figures timed over < 3 s, the recipe's top-1 vs
+    GPU_CHECK_REF_TOP1, timm's load of the ViT-S/16 export and its logits,
   plan [{op, shape, variant, why}]: the device's kernels.json (p_plan's, else the recipe's),
   bench_plans {model: [{op, shape, variant, why}]}: the plan of each model's vitrain figure,
   nccl: scripts/gpu_check_nccl.sh's own results.json, where it wrote one."""
@@ -86,8 +93,9 @@ def kernels_of(r):
 
 
 figures, samples, bench_plans = [], {}, {}
+OWN_LINES = {"tt_torch", "v_timm_load"}  # steps whose JSON lines are not bench figures
 for s in steps:
-    for r in read_jsonl(os.path.join(met, s["id"] + ".jsonl")):
+    for r in read_jsonl(os.path.join(met, s["id"] + ".jsonl")) if s["id"] not in OWN_LINES else []:
         base = {"model": r.get("model"), "batch": r.get("batch"), "step": s["id"],
                 "kernels": kernels_of(r), "mfu": r.get("mfu")}
         if "variant" in r:
@@ -153,9 +161,10 @@ def fig(name, model, kind="bench"):
 checks = []
 
 
-def check(name, value, target):
-    checks.append({"name": name, "value": value, "target": target,
-                   "pass": None if value is None else value >= target})
+def check(name, value, target, op=">="):
+    checks.append({"name": name, "value": value, "target": target, "op": op,
+                   "pass": None if value is None else
+                   value >= target if op == ">=" else value <= target})
 
 
 for model, mfu, ratio in (("vit_small_patch16_224", 0.40, 1.5), ("vit_base_patch16_224", 0.45, 1.3),
@@ -194,6 +203,58 @@ if top1 is not None and os.path.exists(summ):
                     "top1_final": top1, "top1_best": max(evals + [top1]),
                     "wall_s": float(last.get("seconds") or 0),
                     "img_per_s": float(last.get("img_per_s") or 0), "file": "r_recipe/summary.csv"})
+
+# Time to accuracy (issue 48): vitrain's recipe run (tt_vitrain, else verify's r_recipe where it
+# passed) and the PyTorch loop's (tt_torch), each a curve of (seconds since the first update,
+# evaluations included; test top-1) per epoch; the target is the lower of the two final top-1s.
+step_of = {s["id"]: s for s in steps}
+tta = []
+vsid = next((i for i in ("tt_vitrain", "r_recipe") if step_of.get(i, {}).get("status") == "PASS" and
+             os.path.exists(os.path.join(logs, i, "summary.csv"))), None)
+if vsid:
+    rows = [r for r in csv.DictReader(open(os.path.join(logs, vsid, "summary.csv"))) if r.get("eval_top1")]
+    if rows:
+        tta.append({"name": "vitrain", "step": vsid, "file": f"{vsid}/summary.csv",
+                    "curve": [[float(r["seconds"]), float(r["eval_top1"])] for r in rows]})
+trows = read_jsonl(os.path.join(met, "tt_torch.jsonl"))
+tcurve = [[r["elapsed_s"], r["top1"]] for r in trows if "epoch" in r and "top1" in r]
+if tcurve:
+    final_row = next((r for r in trows if r.get("final")), {})
+    tta.append({"name": "torch-loop", "step": "tt_torch", "setup_s": final_row.get("setup_s"),
+                "impl_detail": {k: final_row.get(k) for k in ("attention", "optimizer", "precision",
+                                                               "compile", "torch") if k in final_row},
+                "curve": tcurve})
+target = min(f["curve"][-1][1] for f in tta) if len(tta) == 2 else None
+for f in tta:
+    c = f["curve"]
+    reach = next((t for t, acc in c if target is not None and acc >= target), None)
+    f.update(kind="tta", model="vit_fmnist_hybrid", recipe="recipes/fmnist.yaml",
+             device=os.environ.get("DEVICE", "cuda"), epochs=len(c), top1_final=c[-1][1],
+             top1_best=max(acc for _, acc in c), loop_s=c[-1][0], target_top1=target,
+             time_to_target_s=reach, process_s=step_of.get(f["step"], {}).get("seconds"), ratio_to={})
+    figures.append(f)
+if len(tta) == 2 and all(f["time_to_target_s"] for f in tta):  # > 1: vitrain reaches it first
+    tta[0]["ratio_to"] = {"torch-loop": round(tta[1]["time_to_target_s"] / tta[0]["time_to_target_s"], 4)}
+# The export check (issue 48): timm's vit_small_patch16_224 (class token) loads vitrain's export
+# and its logits match vitrain eval's, per precision (bench/timm_load_check.py).
+tl = next((r for r in read_jsonl(os.path.join(met, "v_timm_load.jsonl")) if r.get("check")), None)
+if tl is not None:
+    for x in tl.get("results", []):
+        figures.append({"kind": "export", "name": x.get("loader"), "model": tl.get("model"),
+                        "classifier": tl.get("classifier"), "step": "v_timm_load",
+                        **{k: x.get(k) for k in ("precision", "pass", "rel_l2", "max_abs_frac",
+                                                 "top1_agree", "tolerance")}})
+    primary = "timm vit_small_patch16_224"
+    check("ViT-S/16 token export: timm vit_small_patch16_224 loads it (strict)",
+          int(primary in tl.get("loaders", [])), 1)
+    for prec, tol in (("fp32", 1e-4), ("bf16", 3e-2)):
+        x = next((x for x in tl.get("results", []) if x.get("loader") == primary and
+                  x.get("precision") == prec), None)
+        # pass: the relative L2, the max abs difference and the top-1 agreement within tolerance
+        check(f"ViT-S/16 token export: timm vs vitrain eval {prec}, logits rel L2", x and x.get("rel_l2"),
+              ((x or {}).get("tolerance") or {}).get("rel_l2", tol), "<=")
+        if x:
+            checks[-1]["pass"] = bool(x.get("pass"))
 
 plan_src = next((p for p in (os.path.join(logs, d, "kernels.json") for d in ("p_plan", "r_recipe"))
                  if os.path.exists(p)), None)
@@ -266,10 +327,30 @@ if var:
         vs = ", ".join(f"{x:.3f}x" for x in f["ratio_to"].values())
         L.append(f"| {f['model']} | {f['batch']} | {f['name']} | {f['kernels']} | {rounds} | "
                  f"{f['img_per_s'] or ''} | {vs} | {pct(f['mfu'])} | {f['step']} |")
+tt = [f for f in figures if f["kind"] == "tta"]
+if tt:
+    L += ["", "Time to accuracy, the default recipe (top-1 after each epoch at s since the first "
+          "update; target: the lower final top-1):", "",
+          "| impl | epochs | final top-1 | best | target | s to target | vs | loop s | step s | curve |",
+          "|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    for f in tt:
+        vs = ", ".join(f"{x:.2f}x {n}" for n, x in f["ratio_to"].items())
+        curve = ", ".join(f"{acc:g}@{t:.0f}s" for t, acc in f["curve"])
+        L.append(f"| {f['name']} | {f['epochs']} | {f['top1_final']} | {f['top1_best']} | "
+                 f"{f['target_top1'] or ''} | {f['time_to_target_s'] or ''} | {vs} | {f['loop_s']} | "
+                 f"{'' if f['process_s'] is None else f['process_s']} | {curve} |")
+ex = [f for f in figures if f["kind"] == "export"]
+if ex:
+    L += ["", "timm loads vitrain's ViT-S/16 token export; logits vs vitrain eval:", "",
+          "| loader | vitrain eval | rel L2 | max abs / max logit | top-1 agree | pass |",
+          "|---|---|---:|---:|---:|---|"]
+    L += [f"| {f['name']} | {f['precision']} | {f['rel_l2']:.3g} | {f['max_abs_frac']:.3g} | "
+          f"{f['top1_agree']} | {'yes' if f['pass'] else 'NO'} |" for f in ex]
 if checks:
-    L += ["", "Acceptance points (value >= target):", "", "| check | value | target | pass |",
-          "|---|---:|---:|---|"]
-    L += [f"| {c['name']} | {'' if c['value'] is None else c['value']} | {c['target']} | "
+    L += ["", "Acceptance points (value >= target, or <= where the target says):", "",
+          "| check | value | target | pass |", "|---|---:|---:|---|"]
+    L += [f"| {c['name']} | {'' if c['value'] is None else c['value']} | "
+          f"{'<= ' if c['op'] == '<=' else ''}{c['target']} | "
           f"{'not measured' if c['pass'] is None else 'yes' if c['pass'] else 'NO'} |" for c in checks]
 if plan:
     L += ["", f"The device's kernel plan ({len(plan)} ops, kernels.json): " +

@@ -6,10 +6,12 @@ and artefact show is right before a session depends on it. Exits non-zero on a m
                                    figures {name, model, batch, img_per_s, mfu, ratio_to} from
                                    the plan-era bench lines and the old kernel_calls ones, a mode
                                    that did not compile, a failed variant, the checks against
-                                   the issues' targets, the plan, the failure's tail first
+                                   the issues' targets, the plan, the failure's tail first, the
+                                   time-to-accuracy table, the export check's figures and checks
   gpu_check_report_test.py --dry   `gpu_check.sh dry` (stub commands) with a failing test binary
                                    and a failing variant, then with a budget too short for most
-                                   steps: the phases' order, each step's status, SKIP by budget"""
+                                   steps, then the tta phase alone: the phases' order, each
+                                   step's status, SKIP by budget, the tta and export figures"""
 import json
 import os
 import subprocess
@@ -33,6 +35,8 @@ STEPS = [  # id, phase, title, status, rc, seconds, cap, note
     ("p_variants_tiny_p4_32", "plan", "bench --variant", "PASS", "0", "30.0", "240", ""),
     ("p_variants_base_p16", "plan", "bench --variant", "SKIP", "-", "0", "240",
      "not started: needs ~60s, 40s of the budget left"),
+    ("v_timm_load", "verify", "timm loads a vitrain export", "FAIL", "1", "35.0", "150", ""),
+    ("tt_torch", "tta", "torch_fmnist_loop.py", "PASS", "0", "40.0", "300", ""),
 ]
 KV = {"a_info": "gpu=NVIDIA H200\ndriver=580.1\ncommit=0123456789abcdef\ntorch=2.9.0\n",
       "r_recipe": "top1=88.10\n", "s_vitrain_small_p16": "figure=vitrain\nsteps=120\n",
@@ -65,6 +69,20 @@ LINES = {
              ratio_to_first=0.9857, mfu=0.38),
         dict(S, impl="vitrain", variant="gelufast", env={"VIT_GELU_FAST": "1"},
              img_per_s_rounds=[], error="CUDA error: too many resources | in gelu")],
+    # the time-to-accuracy loop: 88.1 (vitrain's final, below this one's) first reached at 15 s
+    "tt_torch": [{"impl": "torch-loop", "epoch": 0, "top1": 87.0, "elapsed_s": 8.0},
+                 {"impl": "torch-loop", "epoch": 1, "top1": 88.3, "elapsed_s": 15.0},
+                 {"impl": "torch-loop", "epoch": 2, "top1": 88.6, "elapsed_s": 30.0},
+                 {"impl": "torch-loop", "final": True, "top1_final": 88.6, "setup_s": 5.0,
+                  "attention": "sdpa", "optimizer": "AdamW fused"}],
+    # timm's load: fp32 matches, bf16 does not, timm's local-dir loader missing
+    "v_timm_load": [{"check": "timm_load", "pass": False, "model": "vit_small_patch16_224",
+                     "classifier": "token", "loaders": ["timm vit_small_patch16_224"],
+                     "load_errors": {"timm local-dir": "RuntimeError: Unknown model"}, "results": [
+                         {"loader": "timm vit_small_patch16_224", "precision": p, "pass": ok,
+                          "rel_l2": rel, "max_abs_frac": 0.01, "top1_agree": 1.0,
+                          "tolerance": {"rel_l2": tol}}
+                         for p, ok, rel, tol in (("fp32", True, 2e-7, 1e-4), ("bf16", False, 0.05, 3e-2))]}],
     "p_variants_tiny_p4_32": [  # autotune on exactly as fast as off: it passes (>= 1.0x)
         dict(model="vit_tiny_patch4_32", batch=1024, variant=v, median_img_per_s=50000.0,
              ratio_to_first=1.0, kernels={"options": o}) for v, o in (("default", ""), ("tuned", "autotune=on"))]
@@ -113,7 +131,7 @@ def report_checks(expect):
     expect(summary.startswith("# gpu_check verify,speed,nccl,plan: FAIL"), "verdict: " + summary[:60])
     expect(res["verdict"] == "FAIL" and res["schema"] == "vitrain-results/1" and not res["dry"],
            "results.json's verdict, schema and dry flag")
-    expect(res["counts"] == {"PASS": 8, "FAIL": 1, "TIMEOUT": 0, "SKIP": 2}, f"counts {res['counts']}")
+    expect(res["counts"] == {"PASS": 9, "FAIL": 2, "TIMEOUT": 0, "SKIP": 2}, f"counts {res['counts']}")
     expect(res["commit"] == "0123456789abcdef" and res["device"]["name"] == "NVIDIA H200",
            "the commit and device")
     figs = {(f["kind"], f.get("name")): f for f in res["figures"]
@@ -150,6 +168,26 @@ def report_checks(expect):
                c["pass"] is False for c in res["checks"]), f"the 3 s check: {res['checks']}")
     expect(any(c["name"].startswith("default recipe: top-1") and c["value"] == 0.1 for c in res["checks"]),
            "the recipe's top-1 against GPU_CHECK_REF_TOP1")
+    tta = {f["name"]: f for f in res["figures"] if f["kind"] == "tta"}
+    v, t = tta.get("vitrain", {}), tta.get("torch-loop", {})
+    expect(v.get("step") == "r_recipe" and v.get("target_top1") == 88.1 and
+           v.get("time_to_target_s") == 10.0 and v.get("ratio_to") == {"torch-loop": 1.5} and
+           v.get("loop_s") == 21.5 and v.get("process_s") == 30.0, f"vitrain's time to accuracy: {v}")
+    expect(t.get("top1_final") == 88.6 and t.get("time_to_target_s") == 15.0 and
+           t.get("setup_s") == 5.0 and t.get("epochs") == 3, f"the PyTorch loop's: {t}")
+    expect(not [f for f in res["figures"] if f["kind"] == "bench" and f["step"] in ("tt_torch", "v_timm_load")],
+           "the loop's and the load check's lines are no bench figures")
+    ex = {f["precision"]: f for f in res["figures"] if f["kind"] == "export"}
+    expect(ex.get("fp32", {}).get("pass") is True and ex.get("bf16", {}).get("pass") is False,
+           f"the export figures: {ex}")
+    expect(by.get("ViT-S/16 token export: timm vit_small_patch16_224 loads it (strict)") is True and
+           by.get("ViT-S/16 token export: timm vs vitrain eval fp32, logits rel L2") is True and
+           by.get("ViT-S/16 token export: timm vs vitrain eval bf16, logits rel L2") is False,
+           f"the export checks: {by}")
+    expect(row_of(summary, "| torch-loop |", "88.3@15s") is not None and
+           row_of(summary, "| vitrain |", "1.50x torch-loop") is not None, "the time-to-accuracy table")
+    expect(row_of(summary, "eval bf16, logits rel L2", "<= 0.03", "NO") is not None,
+           "a <= check's row")
     expect(res["plan"] == PLAN and kernels["plan"] == PLAN, "the plan and kernels.json")
     expect(res["bench_plans"] == {"vit_small_patch16_224": PLAN}, f"bench plans: {res['bench_plans']}")
     old = [f for f in res["figures"] if f.get("name") == "old"]
@@ -181,9 +219,9 @@ def verdict_checks(expect):
         expect(got == want, f"verdict of {statuses} (final {final}): {got}, not {want}")
 
 
-def dry_run(dest, **env):
+def dry_run(dest, phases="dry", **env):
     script = os.path.join(ROOT, "scripts", "gpu_check.sh")
-    p = subprocess.run(["bash", script, "dry", dest], env=dict(os.environ, **env),
+    p = subprocess.run(["bash", script, phases, dest], env=dict(os.environ, GPU_CHECK_DRY="1", **env),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return p.returncode, p.stdout, json.load(open(os.path.join(dest, "results.json")))
 
@@ -199,12 +237,20 @@ def dry_checks(expect):
            f"DEST's files: {files}")
     st = {s["id"]: s["status"] for s in res["steps"]}
     order = [s["phase"] for s in res["steps"]]
-    expect(order == sorted(order, key=["verify", "speed", "nccl", "plan"].index),
+    expect(order == sorted(order, key=["verify", "speed", "nccl", "plan", "tta"].index),
            f"the phases' order: {order}")
     expect(st.get("t_model") == "FAIL" and st.get("p_variants_small_p16") == "FAIL" and
            st.get("t_ops") == "PASS" and st.get("m_ops") == "PASS" and st.get("r_recipe") == "PASS" and
-           st.get("p_plan") == "PASS" and st.get("p_variants_small_p16_local") == "PASS",
+           st.get("p_plan") == "PASS" and st.get("p_variants_small_p16_local") == "PASS" and
+           st.get("v_timm_load") == "PASS" and st.get("tt_torch") == "PASS" and "tt_vitrain" not in st,
            f"the steps' statuses: {st}")
+    tta = {f["name"]: f for f in res["figures"] if f["kind"] == "tta"}
+    expect(tta.get("vitrain", {}).get("step") == "r_recipe" and
+           tta["vitrain"].get("ratio_to", {}).get("torch-loop") and
+           tta.get("torch-loop", {}).get("epochs") == 6, f"time to accuracy on verify's run: {tta}")
+    expect(len([f for f in res["figures"] if f["kind"] == "export"]) == 2 and
+           [c["pass"] for c in res["checks"] if c["name"].startswith("ViT-S/16 token export")] ==
+           [True, True, True], "the export check's figures and checks")
     expect(os.path.exists(os.path.join(ROOT, "scripts", "gpu_check_nccl.sh")) or
            st.get("n_two_ranks") == "SKIP", "the NCCL step without its script")
     names = {(f["model"], f["name"]) for f in res["figures"] if f["kind"] == "bench"}
@@ -230,6 +276,13 @@ def dry_checks(expect):
            f"the steps that fit 30 s ran: {st}")
     expect(st.get("t_ops", ("", ""))[0] == "SKIP" and "needs ~30s" in st["t_ops"][1] and
            st.get("s_timm_small_p16", ("",))[0] == "SKIP", f"the steps that did not fit: {st}")
+    with tempfile.TemporaryDirectory() as dest:  # the tta phase alone: its own vitrain run
+        rc, out, res = dry_run(dest, "tta")
+    st = {s["id"]: s["status"] for s in res["steps"]}
+    tta = {f["name"]: f for f in res["figures"] if f["kind"] == "tta"}
+    expect(rc == 0 and st == {"a_info": "PASS", "tt_vitrain": "PASS", "tt_torch": "PASS"} and
+           tta.get("vitrain", {}).get("step") == "tt_vitrain" and "torch-loop" in tta,
+           f"gpu_check.sh tta alone: rc {rc}, {st}, {tta}\n{out[-1500:]}")
 
 
 def main():
