@@ -17,6 +17,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/common.h"
@@ -41,6 +42,12 @@ struct DeviceProps {
 DeviceProps fake_device(int sm);
 
 enum class Storage { kFp32, kBf16 };
+
+// The storage of element type T: fp32, or bf16 (the GPU's bf16, or the emulation's).
+template <typename T>
+constexpr Storage storage_of() {
+  return std::is_same_v<T, float> ? Storage::kFp32 : Storage::kBf16;
+}
 
 // The op families the plan chooses for. Dims per family (unused ones 0):
 //  attention, flash_forward, flash_backward: B, N, H, D

@@ -13,8 +13,7 @@ namespace {
 // (--kernels; other last bits than erff's), else through erff.
 template <typename T>
 bool gelu_fast(Index n) {
-  const Storage storage = std::is_same_v<T, float> ? Storage::kFp32 : Storage::kBf16;
-  return planned_choice(gelu_key(n, storage)).variant == "fast";
+  return planned_choice(gelu_key(n, storage_of<T>())).variant == "fast";
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ void conv_forward(T* out, const T* inp, const T* weight, Index B, Index N, Index
     else
       launch(dwconv3x3_forward_kernel<T, 1>, 1);
   };
-  run(tuned_choice(dwconv_key(true, B, N, C, storage_of_t<T>()), run));
+  run(tuned_choice(dwconv_key(true, B, N, C, storage_of<T>()), run));
 }
 
 template <typename T>
@@ -107,7 +107,7 @@ void conv_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T
         int(cols_per_chunk));
     VIT_CUDA_LAUNCHED();
   };
-  const int planned = planned_choice(dwconv_key(false, B, N, C, storage_of_t<T>())).param;
+  const int planned = planned_choice(dwconv_key(false, B, N, C, storage_of<T>())).param;
   if (channels_a_thread<T>(planned, C, dinp, dout, inp) == 2)
     launch(dwconv3x3_backward_kernel<T, 2>, 2);
   else

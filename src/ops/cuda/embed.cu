@@ -22,7 +22,7 @@ constexpr Index kInt32Max = 2147483647;
 // Whether the plan runs the patch embedding of B images of `patches` patches on wide words.
 template <typename T>
 bool embed_wide(Index B, Index patches) {
-  return planned_choice(embed_key(B, patches, storage_of_t<T>())).variant == "wide";
+  return planned_choice(embed_key(B, patches, storage_of<T>())).variant == "wide";
 }
 
 bool aligned_to(const void* p, int bytes) {
@@ -129,7 +129,7 @@ void im2patches(T* patches, const T* img, Index B, Index Cin, Index Himg, Index 
                                                                       Wimg, P);
     VIT_CUDA_LAUNCHED();
   };
-  launch(tuned_choice(embed_key(B, patch_count, storage_of_t<T>()), launch));
+  launch(tuned_choice(embed_key(B, patch_count, storage_of<T>()), launch));
 }
 
 template <typename T, typename X>

@@ -21,9 +21,4 @@ double time_launches_ms(const std::function<void(const KernelChoice&)>& launch,
 // (and the op stream is not capturing a graph, where nothing may wait).
 KernelChoice tuned_choice(const OpKey& key, const std::function<void(const KernelChoice&)>& launch);
 
-template <typename T>
-constexpr Storage storage_of_t() {
-  return std::is_same_v<T, float> ? Storage::kFp32 : Storage::kBf16;
-}
-
 }  // namespace vit::cuda

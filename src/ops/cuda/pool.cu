@@ -14,7 +14,7 @@ namespace {
 // tests/test_pool_on_host.cpp).
 template <typename T>
 bool pool_wide(Index B, Index N, Index C) {
-  return planned_choice(pool_key(B, N, C, storage_of_t<T>())).variant == "wide";
+  return planned_choice(pool_key(B, N, C, storage_of<T>())).variant == "wide";
 }
 
 template <typename T>
