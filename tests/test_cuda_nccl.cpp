@@ -87,7 +87,7 @@ TEST_F(NcclWorldOfOne, LargeHostCollectiveLeavesNoScratchBehind) {
   std::vector<float> big(size_t(16) << 20);  // (16 Mi) 64 MiB
   for (size_t i = 0; i < big.size(); ++i) big[i] = float(i % 1000) * 0.25f;
   const std::vector<float> want = big;
-  comm->allgather(big.data(), {big.size()});
+  comm->allgather(big.data(), big.size());  // one block: the world of one
   EXPECT_EQ(big, want);
   comm->allreduce_sum(small, 2);
   EXPECT_EQ(small[0], 0.5);

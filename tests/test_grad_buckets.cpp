@@ -116,10 +116,10 @@ class TwinComm : public vit::Comm {
     log.push_back({"wait", nullptr, Index(pending)});
     pending = 0;
   }
-  void reduce_scatter_sum(float*, const std::vector<size_t>&) override { fail(); }
-  void reduce_scatter_sum(double*, const std::vector<size_t>&) override { fail(); }
-  void allgather(float*, const std::vector<size_t>&) override { fail(); }
-  void allgather(double*, const std::vector<size_t>&) override { fail(); }
+  void reduce_scatter_sum(float*, size_t) override { fail(); }
+  void reduce_scatter_sum(double*, size_t) override { fail(); }
+  void allgather(float*, size_t) override { fail(); }
+  void allgather(double*, size_t) override { fail(); }
   void broadcast(void*, size_t, int) override { fail(); }
 
   size_t count(const std::string& op) const {

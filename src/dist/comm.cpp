@@ -20,10 +20,10 @@ class SingleComm : public Comm {
   std::string name() const override { return "single"; }
   void allreduce_sum(float*, size_t) override {}
   void allreduce_sum(double*, size_t) override {}
-  void reduce_scatter_sum(float*, const std::vector<size_t>&) override {}
-  void reduce_scatter_sum(double*, const std::vector<size_t>&) override {}
-  void allgather(float*, const std::vector<size_t>&) override {}
-  void allgather(double*, const std::vector<size_t>&) override {}
+  void reduce_scatter_sum(float*, size_t) override {}
+  void reduce_scatter_sum(double*, size_t) override {}
+  void allgather(float*, size_t) override {}
+  void allgather(double*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
 };
 
@@ -56,15 +56,9 @@ std::shared_ptr<Comm> make_comm() {
   return make_mpi_comm();
 }
 
-std::vector<size_t> shard_counts(size_t n, int world, int rank, size_t* lo, size_t* hi) {
-  const size_t chunk = (n + size_t(world) * 64 - 1) / (size_t(world) * 64) * 64;
-  std::vector<size_t> counts(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    const size_t a = std::min(n, size_t(r) * chunk), b = std::min(n, a + chunk);
-    counts[size_t(r)] = b - a;
-    if (r == rank) *lo = a, *hi = b;
-  }
-  return counts;
+size_t shard_block(size_t n, int world) {
+  const size_t w64 = size_t(std::max(world, 1)) * 64;
+  return (n + w64 - 1) / w64 * 64;
 }
 
 std::string broadcast_string(Comm& comm, std::string s, int root) {

@@ -34,13 +34,16 @@ class Comm {
   virtual void allreduce_sum_start(double* data, size_t n) { allreduce_sum(data, n); }
   virtual void progress() {}
   virtual void wait_all() {}
-  // Blocks: counts[r] consecutive elements per rank r, in rank order, together the whole buffer.
-  // reduce_scatter_sum: afterwards this rank's block holds the sum over the ranks of that
-  // block (the other blocks are unspecified). allgather: every rank's block to every rank.
-  virtual void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) = 0;
-  virtual void reduce_scatter_sum(double* data, const std::vector<size_t>& counts) = 0;
-  virtual void allgather(float* data, const std::vector<size_t>& counts) = 0;
-  virtual void allgather(double* data, const std::vector<size_t>& counts) = 0;
+  // ZeRO-1's collectives, in place over equal blocks: data holds size() * block elements, rank
+  // r's block at data + r * block (shard_block: a padded buffer). reduce_scatter_sum: afterwards
+  // this rank's block holds the sum over the ranks of that block (the other blocks are
+  // unspecified). allgather: every rank's block to every rank. NCCL: ncclReduceScatter /
+  // ncclAllGather with recv = data + rank * block; MPI: MPI_Reduce_scatter_block /
+  // MPI_Allgather with MPI_IN_PLACE.
+  virtual void reduce_scatter_sum(float* data, size_t block) = 0;
+  virtual void reduce_scatter_sum(double* data, size_t block) = 0;
+  virtual void allgather(float* data, size_t block) = 0;
+  virtual void allgather(double* data, size_t block) = 0;
   // bytes (n) of `root` to every rank.
   virtual void broadcast(void* data, size_t n, int root) = 0;
   // A collective that has not finished after `seconds` (a rank died or hangs) ends this rank
@@ -54,10 +57,11 @@ std::shared_ptr<Comm> make_comm();
 // Whether this build can join an MPI job.
 bool mpi_available();
 
-// ZeRO-1's partition of n elements over `world` ranks: blocks of a multiple of 64 elements
-// (the last shorter, trailing ones possibly empty). Returns the counts; `lo`/`hi` receive
-// rank's block [lo, hi).
-std::vector<size_t> shard_counts(size_t n, int world, int rank, size_t* lo, size_t* hi);
+// ZeRO-1's partition of n elements over `world` ranks: equal blocks of the returned size, a
+// multiple of 64 elements, the fewest with world * block >= n. Rank r owns [r * block,
+// (r + 1) * block); its elements at or past n are padding, which the buffers' owner allocates
+// (world * block in all) and keeps zero, so the collectives' sums and copies leave it zero.
+size_t shard_block(size_t n, int world);
 
 // A string of `root` (e.g. the run folder rank 0 created) to every rank.
 std::string broadcast_string(Comm& comm, std::string s, int root);

@@ -42,34 +42,25 @@ MPI_Datatype mpi_type() {
   return sizeof(T) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
 }
 
-// MPI counts and displacements are int: ZeRO-1 blocks stay far below 2^31 elements.
-std::vector<int> to_int(const std::vector<size_t>& v, const char* what) {
-  std::vector<int> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    VIT_CHECK(v[i] <= size_t(INT_MAX), std::string(what) + ": block too large for MPI");
-    r[i] = int(v[i]);
-  }
-  return r;
+// MPI counts are int: ZeRO-1 blocks stay far below 2^31 elements.
+int block_count(size_t block, const char* what) {
+  VIT_CHECK(block <= size_t(INT_MAX), std::string(what) + ": block too large for MPI");
+  return int(block);
 }
 
 template <typename T>
-void reduce_scatter_in_place(T* data, const std::vector<size_t>& counts, int rank) {
-  const std::vector<int> c = to_int(counts, "reduce_scatter");
-  size_t lo = 0;
-  for (int r = 0; r < rank; ++r) lo += counts[size_t(r)];
+void reduce_scatter_in_place(T* data, size_t block, int rank) {
+  const int c = block_count(block, "reduce_scatter");
   // In place, MPI leaves this rank's summed block at the start of the buffer.
-  mpi_ok(MPI_Reduce_scatter(MPI_IN_PLACE, data, c.data(), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD),
+  mpi_ok(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, c, mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD),
          "reduce_scatter");
-  if (lo > 0) std::memmove(data + lo, data, counts[size_t(rank)] * sizeof(T));
+  if (rank > 0) std::memmove(data + size_t(rank) * block, data, block * sizeof(T));
 }
 
 template <typename T>
-void allgather_in_place(T* data, const std::vector<size_t>& counts) {
-  const std::vector<int> c = to_int(counts, "allgather");
-  std::vector<int> displs(c.size(), 0);
-  for (size_t r = 1; r < c.size(); ++r) displs[r] = displs[r - 1] + c[r - 1];
-  mpi_ok(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, c.data(), displs.data(),
-                        mpi_type<T>(), MPI_COMM_WORLD),
+void allgather_in_place(T* data, size_t block) {
+  const int c = block_count(block, "allgather");
+  mpi_ok(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, c, mpi_type<T>(), MPI_COMM_WORLD),
          "allgather");
 }
 
@@ -183,21 +174,21 @@ class MpiComm : public Comm {
            "all-reduce (overlapped)");
     pending_.clear();
   }
-  void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) override {
+  void reduce_scatter_sum(float* data, size_t block) override {
     Timed t(watchdog_.get(), "reduce-scatter");
-    reduce_scatter_in_place(data, counts, rank_);
+    reduce_scatter_in_place(data, block, rank_);
   }
-  void reduce_scatter_sum(double* data, const std::vector<size_t>& counts) override {
+  void reduce_scatter_sum(double* data, size_t block) override {
     Timed t(watchdog_.get(), "reduce-scatter");
-    reduce_scatter_in_place(data, counts, rank_);
+    reduce_scatter_in_place(data, block, rank_);
   }
-  void allgather(float* data, const std::vector<size_t>& counts) override {
+  void allgather(float* data, size_t block) override {
     Timed t(watchdog_.get(), "all-gather");
-    allgather_in_place(data, counts);
+    allgather_in_place(data, block);
   }
-  void allgather(double* data, const std::vector<size_t>& counts) override {
+  void allgather(double* data, size_t block) override {
     Timed t(watchdog_.get(), "all-gather");
-    allgather_in_place(data, counts);
+    allgather_in_place(data, block);
   }
   void broadcast(void* data, size_t n, int root) override {
     Timed t(watchdog_.get(), "broadcast");

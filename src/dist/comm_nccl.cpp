@@ -137,14 +137,10 @@ class NcclComm : public Comm {
     cuda_ok(cudaStreamWaitEvent(cuda::stream(), done_, 0), "wait");
     started_ = false;
   }
-  void reduce_scatter_sum(float* data, const std::vector<size_t>& counts) override {
-    reduce_scatter(data, counts);
-  }
-  void reduce_scatter_sum(double* data, const std::vector<size_t>& counts) override {
-    reduce_scatter(data, counts);
-  }
-  void allgather(float* data, const std::vector<size_t>& counts) override { gather(data, counts); }
-  void allgather(double* data, const std::vector<size_t>& counts) override { gather(data, counts); }
+  void reduce_scatter_sum(float* data, size_t block) override { reduce_scatter(data, block); }
+  void reduce_scatter_sum(double* data, size_t block) override { reduce_scatter(data, block); }
+  void allgather(float* data, size_t block) override { gather(data, block); }
+  void allgather(double* data, size_t block) override { gather(data, block); }
   void broadcast(void* data, size_t n, int root) override {
     run("broadcast", data, n, [&](void* d) {
       enqueued(ncclBroadcast(d, d, n, ncclUint8, root, comm_, stream_), "broadcast");
@@ -217,48 +213,25 @@ class NcclComm : public Comm {
         /*op_stream_waits=*/false);
     started_ = true;
   }
-  // ZeRO-1's blocks are uneven (shard_counts: the last shorter, trailing ones empty), and
-  // NCCL's reduce-scatter / all-gather take equal ones: so one grouped call of a reduce to
-  // rank r (reduce-scatter) or a broadcast from rank r (all-gather) per block r, which moves
-  // about the same bytes and never touches memory past the blocks.
+  // ZeRO-1's equal blocks (Comm::reduce_scatter_sum), in place: this rank's block is the
+  // receive buffer, at data + rank * block.
   template <typename T>
-  void reduce_scatter(T* data, const std::vector<size_t>& counts) {
-    run("reduce-scatter", data, total(counts) * sizeof(T), [&](void* d) {
-      per_block(static_cast<T*>(d), counts, "reduce-scatter", [&](T* block, size_t n, int r) {
-        return ncclReduce(block, block, n, nccl_type<T>(), ncclSum, r, comm_, stream_);
-      });
+  void reduce_scatter(T* data, size_t block) {
+    run("reduce-scatter", data, size_t(size_) * block * sizeof(T), [&](void* d) {
+      T* all = static_cast<T*>(d);
+      enqueued(ncclReduceScatter(all, all + size_t(rank_) * block, block, nccl_type<T>(), ncclSum,
+                                 comm_, stream_),
+               "reduce-scatter");
     });
   }
   template <typename T>
-  void gather(T* data, const std::vector<size_t>& counts) {
-    run("all-gather", data, total(counts) * sizeof(T), [&](void* d) {
-      per_block(static_cast<T*>(d), counts, "all-gather", [&](T* block, size_t n, int r) {
-        return ncclBroadcast(block, block, n, nccl_type<T>(), r, comm_, stream_);
-      });
+  void gather(T* data, size_t block) {
+    run("all-gather", data, size_t(size_) * block * sizeof(T), [&](void* d) {
+      T* all = static_cast<T*>(d);
+      enqueued(
+          ncclAllGather(all + size_t(rank_) * block, all, block, nccl_type<T>(), comm_, stream_),
+          "all-gather");
     });
-  }
-  size_t total(const std::vector<size_t>& counts) const {
-    VIT_CHECK(int(counts.size()) == size_, "NCCL: one block per rank");
-    size_t n = 0;
-    for (size_t c : counts) n += c;
-    return n;
-  }
-  // f(block start, its length, its rank) for every non-empty block, in one NCCL group.
-  template <typename T, typename F>
-  void per_block(T* all, const std::vector<size_t>& counts, const char* what, F&& f) {
-    nccl_ok(ncclGroupStart(), "group start");
-    size_t off = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (counts[size_t(r)] > 0) {
-        const ncclResult_t rc = f(all + off, counts[size_t(r)], r);
-        if (rc != ncclSuccess && rc != ncclInProgress) {
-          ncclGroupEnd();
-          nccl_ok(rc, what);
-        }
-      }
-      off += counts[size_t(r)];
-    }
-    enqueued(ncclGroupEnd(), what);
   }
 
   // f enqueues the collective on stream_ over device memory. The watchdog watches `op` from
@@ -295,8 +268,8 @@ class NcclComm : public Comm {
     cuda_ok(e, op);
     std::memcpy(data, pinned_, bytes);
     watchdog_->end();
-    // A large host collective (ZeRO-1's moment gather for a checkpoint: the whole moments)
-    // does not keep its scratch: it would hold device memory that the sharding saved.
+    // A large host collective does not keep its scratch: it would hold device memory that
+    // ZeRO-1 saved (the engine gathers the moments for a checkpoint in pieces that fit).
     if (staging_bytes_ > kKeepStagingBytes) release_staging();
   }
   // Pinned host and device scratch of at least `bytes` (grown by doubling; kept up to

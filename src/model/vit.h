@@ -31,9 +31,10 @@ class VitModel {
 
   // max_img_size: the largest image size this model will be switched to (0 = cfg.img_size).
   // `plan`: the kernel plan whose attention choice the model's buffers follow (null: the active
-  // plan, or the rules under default options).
+  // plan, or the rules under default options). `capacity_multiple`: the parameter buffers'
+  // length is rounded up to a multiple of it (ZeRO-1: world x 64, its equal padded blocks).
   VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size = 0,
-           KernelPlan* plan = nullptr);
+           KernelPlan* plan = nullptr, Index capacity_multiple = 1);
   ~VitModel();
   VitModel(const VitModel&) = delete;
   VitModel& operator=(const VitModel&) = delete;
@@ -98,7 +99,7 @@ class VitModel {
   Index max_batch_;
   int max_img_size_;
   bool fused_attention_;  // decided once: the arena holds the state of one kind
-  Index capacity_ = 0;    // elements of params / grads / weight copy
+  Index capacity_ = 0;    // elements of params / grads / weight copy (zeros past the table)
   Buffer<Store> lowp_;    // (capacity) the weight copy when Store != Acc
   ArenaPlan plan_;
   Buffer<std::byte> arena_;

@@ -78,7 +78,7 @@ struct VitModel<Backend>::Acts {
 
 template <class Backend>
 VitModel<Backend>::VitModel(const ModelConfig& cfg, Index max_batch, int max_img_size,
-                            KernelPlan* plan)
+                            KernelPlan* plan, Index capacity_multiple)
     : cfg_(cfg),
       table_(build_param_table(cfg)),
       max_batch_(max_batch),
@@ -91,7 +91,9 @@ VitModel<Backend>::VitModel(const ModelConfig& cfg, Index max_batch, int max_img
             "the current size");
   ModelConfig big = cfg;
   big.img_size = max_img_size_;
+  VIT_CHECK(capacity_multiple > 0, "model: the capacity multiple must be positive");
   capacity_ = std::max(table_.total, build_param_table(big).total);
+  capacity_ = (capacity_ + capacity_multiple - 1) / capacity_multiple * capacity_multiple;
   params = Buffer<Acc>(size_t(capacity_));
   grads = Buffer<Acc>(size_t(capacity_));
   Backend::zero(params.data(), capacity_);
@@ -211,6 +213,10 @@ void VitModel<Backend>::set_img_size(int size) {
             "model: image size must be a multiple of the patch size, at most the run's largest");
   cfg_.img_size = size;
   table_ = build_param_table(cfg_);
+  // Past the table the buffers hold zeros (ZeRO-1 sums and copies that padding): a smaller
+  // table leaves the larger one's tail behind.
+  Backend::zero(params.data() + table_.total, capacity_ - table_.total);
+  Backend::zero(grads.data() + table_.total, capacity_ - table_.total);
   rebind();
 }
 

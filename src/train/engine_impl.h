@@ -28,7 +28,8 @@ class ModelEngine : public Engine {
 
   explicit ModelEngine(const EngineOptions& opt)
       : plan_(make_plan(opt)),
-        model_(opt.cfg, opt.max_batch, opt.max_img_size, plan_.get()),
+        model_(opt.cfg, opt.max_batch, opt.max_img_size, plan_.get(),
+               zero1_world(opt) > 0 ? Index(zero1_world(opt)) * 64 : 1),
         adamw_(opt.adamw),
         m_(size_t(moment_capacity(opt))),
         v_(size_t(moment_capacity(opt))),
@@ -94,6 +95,12 @@ class ModelEngine : public Engine {
       sums_started_ = false;
     }
     model_.zero_grad();
+    // ZeRO-1's reduce-scatter leaves the other ranks' blocks unspecified (MPI's in place one
+    // sums into the first block): their padding is zeroed again before the next sum.
+    if (zero1_) {
+      const Index total = table().total;
+      Backend::zero(model_.grads.data() + total, Index(padded_total()) - total);
+    }
   }
 
   void forward_backward(const float* images, const float* targets, Index B, float loss_scale,
@@ -226,12 +233,8 @@ class ModelEngine : public Engine {
     m.resize(size_t(table().total));
     v.resize(size_t(table().total));
     if (zero1_) {  // collective: every rank's block to every rank
-      size_t lo = 0, hi = 0;
-      const std::vector<size_t> counts = shard(&lo, &hi);
-      Backend::download(m.data() + lo, m_.data(), Index(hi - lo));
-      Backend::download(v.data() + lo, v_.data(), Index(hi - lo));
-      comm_->allgather(m.data(), counts);
-      comm_->allgather(v.data(), counts);
+      gather_moment(m_.data(), m);
+      gather_moment(v_.data(), v);
       return;
     }
     Backend::download(m.data(), m_.data(), table().total);
@@ -241,10 +244,12 @@ class ModelEngine : public Engine {
                      int64_t steps) override {
     check_size(m, "first moments");
     check_size(v, "second moments");
-    size_t lo = 0, hi = size_t(table().total);
-    if (zero1_) shard(&lo, &hi);
-    Backend::upload(m_.data(), m.data() + lo, Index(hi - lo));
-    Backend::upload(v_.data(), v.data() + lo, Index(hi - lo));
+    const size_t lo = zero1_ ? shard_start() : 0;
+    const Index n = zero1_ ? shard_params() : table().total;
+    // The rest of the buffers (ZeRO-1's padding, a larger table's tail) holds zeros.
+    for (Acc* x : {m_.data(), v_.data()}) Backend::zero(x + n, Index(m_.size()) - n);
+    Backend::upload(m_.data(), m.data() + lo, n);
+    Backend::upload(v_.data(), v.data() + lo, n);
     steps_ = steps;
   }
   bool has_ema() const override { return ema_.size() > 0; }
@@ -292,45 +297,74 @@ class ModelEngine : public Engine {
 
  private:
   Index capacity() const { return Index(model_.params.size()); }
-  bool sharding(const EngineOptions& opt) const {
-    return opt.shard_optimizer && opt.comm && opt.comm->size() > 1;
+  // ZeRO-1's world: the number of equal blocks the buffers are padded for; 0 without ZeRO-1.
+  // A NCCL world of one still runs its collectives (see the constructor).
+  static int zero1_world(const EngineOptions& opt) {
+    if (!opt.shard_optimizer || !opt.comm) return 0;
+    return opt.comm->size() > 1 || opt.comm->name() == "nccl" ? opt.comm->size() : 0;
   }
-  // AdamW moments: the whole buffer, or under ZeRO-1 the largest block a rank can own.
+  // AdamW moments: the whole buffer, or under ZeRO-1 one block (the largest a table fits).
   Index moment_capacity(const EngineOptions& opt) const {
-    if (!sharding(opt)) return capacity();
-    const Index w64 = Index(opt.comm->size()) * 64;
-    return (capacity() + w64 - 1) / w64 * 64;
+    const int world = zero1_world(opt);
+    return world > 0 ? Index(shard_block(size_t(capacity()), world)) : capacity();
   }
-  // ZeRO-1: this rank's block [lo, hi) of the parameter buffer; returns every rank's size.
-  std::vector<size_t> shard(size_t* lo, size_t* hi) const {
-    return shard_counts(size_t(table().total), comm_->size(), comm_->rank(), lo, hi);
+  // ZeRO-1's partition of the table's parameters (comm.h's shard_block): every rank's block
+  // size, this rank's first element, its parameters (the block less its padding), and the
+  // padded length of the whole (world x block, within capacity()).
+  size_t shard_size() const { return shard_block(size_t(table().total), comm_->size()); }
+  size_t shard_start() const { return size_t(comm_->rank()) * shard_size(); }
+  Index shard_params() const {
+    const size_t total = size_t(table().total), lo = std::min(shard_start(), total);
+    return Index(std::min(shard_size(), total - lo));
   }
+  size_t padded_total() const { return size_t(comm_->size()) * shard_size(); }
   // ZeRO-1 update: the same AdamW as adamw_step on this rank's block, with the global grad
   // norm and loss (Backend::sharded_adamw), then every rank's updated block to every rank.
+  // The padding carries zero gradients and is never updated, so it stays zero everywhere.
   void sharded_step(double lr) {
-    size_t lo = 0, hi = 0;
-    const std::vector<size_t> counts = shard(&lo, &hi);
+    const size_t block = shard_size(), lo = shard_start();
     Acc* grads = model_.grads.data();
     Acc* params = model_.params.data();
     double* stats = stats_.data();
     {
       ProfileScope prof("reduce-scatter (ZeRO-1)");
-      comm_->reduce_scatter_sum(grads, counts);
+      comm_->reduce_scatter_sum(grads, block);
     }
     reduce_loss_over_ranks();
     Backend::close_update_loss(stats, micro_batches_);
-    const Index n = Index(hi - lo), decay = std::clamp(table().num_decay - Index(lo), Index(0), n);
+    const Index n = shard_params(), decay = std::clamp(table().num_decay - Index(lo), Index(0), n);
     // Every rank judges the same global loss and norm, so all skip or none.
     if (!Backend::sharded_adamw(params + lo, m_.data(), v_.data(), grads + lo, stats, n, decay,
                                 adamw_, lr, steps_, *comm_))
       return;
     {
       ProfileScope prof("all-gather (ZeRO-1)");
-      comm_->allgather(params, counts);
+      comm_->allgather(params, block);
     }
     if constexpr (!std::is_same_v<Store, Acc>)
       Backend::convert(model_.weights(), params, table().total);
   }
+  // ZeRO-1: every rank's block of a moment buffer (`mine`, this rank's) into `out`
+  // (table().total), in pieces of at most kGatherPieceBytes over all ranks: a host-buffer
+  // collective stages through device scratch of its size (the NCCL world keeps up to 1 MiB),
+  // so a checkpoint never holds the whole moments in device memory.
+  void gather_moment(const Acc* mine, std::vector<float>& out) {
+    const size_t total = size_t(table().total), world = size_t(comm_->size());
+    const size_t block = shard_size(), rank = size_t(comm_->rank());
+    const size_t piece = std::max<size_t>(64, kGatherPieceBytes / sizeof(float) / world / 64 * 64);
+    std::vector<float> buf(world * std::min(piece, block));  // (world, piece) host
+    out.assign(total, 0.0f);
+    for (size_t off = 0; off < block; off += piece) {
+      const size_t c = std::min(piece, block - off);
+      Backend::download(buf.data() + rank * c, mine + off, Index(c));
+      comm_->allgather(buf.data(), c);
+      for (size_t r = 0; r < world; ++r) {
+        const size_t at = r * block + off;
+        if (at < total) std::copy_n(buf.data() + r * c, std::min(c, total - at), out.data() + at);
+      }
+    }
+  }
+  static constexpr size_t kGatherPieceBytes = size_t(1) << 20;
   // Data parallel: the gradient sum and the update's loss over the ranks, before the update.
   // On the GPU both are NCCL collectives on device buffers, ordered after the backward pass on
   // the op stream (no host sync).
