@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "cli_harness.h"
+#include "data/decode.h"
+#include "data/image.h"
 #include "dist/comm.h"
 #include "model/params.h"
 #include "train/checkpoint.h"
@@ -388,6 +390,41 @@ TEST_F(DistJob, StopRequestOnRankZeroStopsEveryRankWithTheState) {
       dir_.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(vit::load_train_state((job.run / "state.safetensors").string()).step, st.step + 3);
+}
+
+// vitrain's warnings on a worker rank (here: unreadable images in an ImageFolder) reach its
+// rank<R>.log in the run folder besides stderr. Every other training file is broken, so each
+// rank draws some.
+TEST_F(DistCli, WorkerRankWarningsReachItsRankLog) {
+  const fs::path photos = dir_ / "photos";
+  for (const char* split : {"train", "val"})
+    for (const char* cls : {"a", "b"})
+      for (int i = 0; i < 8; ++i) {
+        vit::data::Image img(8, 8, 3);
+        for (size_t p = 0; p < img.px.size(); ++p) img.px[p] = uint8_t((p * 7 + size_t(i)) % 251);
+        const bool broken = std::string(split) == "train" && i % 2 == 1;
+        const std::vector<uint8_t> bytes = broken
+                                               ? std::vector<uint8_t>{0xFF, 0xD8, 0xFF, 0xE0, 1, 2}
+                                               : vit::data::encode_png(img);
+        const fs::path f = photos / split / cls / (std::to_string(i) + (broken ? ".jpg" : ".png"));
+        fs::create_directories(f.parent_path());
+        std::ofstream(f, std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes.data()), long(bytes.size()));
+      }
+  const RunResult r = run_ranks(2,
+                                "train --data-dir " + photos.string() +
+                                    " --model vit_fmnist_tiny --img-size 8 -b 8 --epochs 1 "
+                                    "--warmup-epochs 0 -j 1 --seed 3 --output " +
+                                    (dir_ / "out").string() + " --experiment warn",
+                                dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string log = vit::testing::slurp(dir_ / "out" / "warn" / "rank1.log");
+  EXPECT_NE(log.find("warning: skipping unreadable image"), std::string::npos) << log;
+  // Each line of the rank's log is one of the stderr's.
+  for (size_t at = 0; (at = log.find("warning: ", at)) != std::string::npos; ++at) {
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    EXPECT_NE(r.err.find(line), std::string::npos) << line;
+  }
 }
 
 TEST_F(DistCli, BatchTheRanksCannotShareIsOneClearError) {

@@ -15,6 +15,7 @@
 
 #include "core/common.h"
 #include "core/fatal_signal.h"
+#include "core/warning.h"
 #include "data/decode.h"
 #include "data/stage_clock.h"
 
@@ -175,7 +176,7 @@ PackStats write_packed(const std::string& out_path, const FolderIndex& idx, int 
       Sample& s = results[i - b0];
       if (!s.ok) {
         ++st.skipped;
-        std::fprintf(stderr, "warning: skipping undecodable image %s\n", s.err.c_str());
+        warn("skipping undecodable image " + s.err);
         continue;
       }
       write_all(tmp, s.bytes.data(), s.bytes.size());

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/warning.h"
 #include "data/decode.h"
 #include "data/stage_clock.h"
 
@@ -14,10 +15,7 @@ namespace vit::data {
 void Source::report_unreadable(Index i, const std::string& why) const {
   std::lock_guard<std::mutex> lock(bad_mutex_);
   if (!bad_.insert(i).second) return;
-  // One line, written at once so lines from concurrent workers do not interleave.
-  const std::string line = fmt::format("warning: skipping unreadable image {}\n", why);
-  std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fflush(stderr);
+  warn(fmt::format("skipping unreadable image {}", why));
 }
 
 bool Source::known_unreadable(Index i) const {

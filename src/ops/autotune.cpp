@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/warning.h"
 #include "io/atomic_file.h"
 
 namespace vit {
@@ -47,8 +48,7 @@ void Autotuner::load() {
       picks_[k] = KernelChoice{v.at("variant").get<std::string>(), v.at("param").get<int>(),
                                ChoiceWhy::kTuned};
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vitrain: warning: ignoring the autotune cache %s (%s)\n", path_.c_str(),
-                 e.what());
+    warn(std::string("ignoring the autotune cache ") + path_ + " (" + e.what() + ")");
     picks_.clear();
   }
 }
@@ -63,8 +63,7 @@ void Autotuner::save() const {
     std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
     io::write_file_atomic(path_, j.dump(1) + "\n");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vitrain: warning: cannot write the autotune cache %s (%s)\n",
-                 path_.c_str(), e.what());
+    warn(std::string("cannot write the autotune cache ") + path_ + " (" + e.what() + ")");
   }
 }
 

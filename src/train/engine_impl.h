@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/profile.h"
+#include "core/warning.h"
 #include "model/model_plan.h"
 #include "model/vit.h"
 #include "ops/autotune.h"
@@ -387,8 +388,8 @@ class ModelEngine : public Engine {
   void say_if_graphs_off() {
     if (graphs_->enabled() || !graphs_off_reason_.empty()) return;
     graphs_off_reason_ = graphs_->off_reason();
-    fmt::print(stderr, "warning: CUDA graphs turned off ({}); training goes on without them\n",
-               graphs_off_reason_);
+    warn(fmt::format("CUDA graphs turned off ({}); training goes on without them",
+                     graphs_off_reason_));
   }
   void check_size(const std::vector<float>& x, const char* what) const {
     VIT_CHECK(Index(x.size()) == table().total,

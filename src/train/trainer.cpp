@@ -21,6 +21,7 @@
 #include "core/gpu_stats.h"
 #include "core/profile.h"
 #include "core/rng.h"
+#include "core/warning.h"
 #include "data/augment.h"
 #include "data/batch.h"
 #include "data/dataset.h"
@@ -286,6 +287,7 @@ TrainRun::TrainRun(const TrainArgs& args, const std::string& args_yaml)
   if (rank_ > 0 &&
       !std::freopen((fs::path(run_dir_) / fmt::format("rank{}.log", rank_)).c_str(), "a", stdout))
     throw Error(fmt::format("cannot open rank{}.log in the run folder {}", rank_, run_dir_));
+  if (rank_ > 0) set_warning_log(stdout);  // and its warnings, besides stderr
   start_weights();
   st_.args_yaml = args_yaml;
   // What eval/export need to reproduce the input pipeline and name the classes.
