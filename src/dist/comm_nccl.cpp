@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -87,7 +88,7 @@ class NcclComm : public Comm {
     Watchdog::Hooks hooks;
     hooks.on_thread_start = [d = device_] { cudaSetDevice(d); };  // no context on GPU 0
     hooks.poll = [this](std::string* why) { return pending_state(why); };
-    hooks.abort = [c = comm_] { ncclCommAbort(c); };
+    hooks.abort = aborter();
     watchdog_ = std::make_unique<Watchdog>(rank_, "NCCL", std::move(hooks), real_clock(), 0.1,
                                            kAbortGraceS);
     watchdog_->set_timeout(timeout_s);
@@ -112,7 +113,7 @@ class NcclComm : public Comm {
     if (clean)
       ncclCommDestroy(comm_);
     else
-      run_with_deadline([c = comm_] { ncclCommAbort(c); }, kAbortGraceS, real_clock());
+      run_with_deadline(aborter(), kAbortGraceS, real_clock());
     if (pinned_) cudaFreeHost(pinned_);
     if (staging_) cudaFree(staging_);
     cudaEventDestroy(ready_);
@@ -151,6 +152,14 @@ class NcclComm : public Comm {
   static constexpr double kAbortGraceS = 10.0;  // ncclCommAbort's time before a hard exit
   static constexpr size_t kKeepStagingBytes = size_t(1) << 20;  // evaluation sums, flags, names
 
+  // ncclCommAbort, for a thread of its own (run_with_deadline's): the rank's device first, as
+  // for every thread that calls CUDA, or the abort would open a context on GPU 0.
+  std::function<void()> aborter() const {
+    return [c = comm_, d = device_] {
+      cudaSetDevice(d);
+      ncclCommAbort(c);
+    };
+  }
   // Non-blocking init, bounded by the timeout: a rank that never joins would hold it forever.
   void init(const ncclUniqueId& id, double timeout_s) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -161,7 +170,7 @@ class NcclComm : public Comm {
     const PollState s =
         poll_until([&] { return comm_state(comm_, &why); }, timeout_s, real_clock());
     if (s == PollState::Done) return;
-    run_with_deadline([c = comm_] { ncclCommAbort(c); }, kAbortGraceS, real_clock());
+    run_with_deadline(aborter(), kAbortGraceS, real_clock());
     throw Error(s == PollState::Failed
                     ? fmt::format("NCCL init failed: {}", why)
                     : fmt::format("NCCL init did not finish within {:g} s (--dist-timeout): a "
