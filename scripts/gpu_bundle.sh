@@ -10,7 +10,8 @@
 #                       yaml-cpp, fmt, libpng, FFTW, libgomp, the GCC 12 C++ runtime ...); not
 #                       glibc, not CUDA's own libraries
 #   data/fashion-mnist  the four IDX .gz files (the device machine cannot download them)
-#   recipes/, py/       the recipes and the Python scripts gpu_check.sh runs (timm_bench.py and
+#   recipes/, py/       the recipes and the Python scripts gpu_check.sh runs (timm_bench.py,
+#                       timm_load_check.py, torch_fmnist_loop.py and
 #                       what it imports; copies: the working tree travels too, and gpu_check.sh
 #                       prefers the tree's own files)
 #   nccl/               NCCL 2.30.7 for sm_90 (../shared/nccl, NCCL_XZ): the two-rank NCCL
@@ -117,7 +118,8 @@ done
 [ "$n_idx" = 4 ] || echo "gpu_bundle: WARNING: only $n_idx of the 4 Fashion-MNIST files in" \
   "$FMNIST_DIR (apt-get install dataset-fashion-mnist); the training steps will fail" >&2
 cp recipes/*.yaml "$OUT/recipes/"
-cp bench/timm_bench.py bench/torch_train_bench.py tests/reference/torch_vit.py "$OUT/py/"
+cp bench/timm_bench.py bench/torch_train_bench.py bench/timm_load_check.py bench/torch_fmnist_loop.py \
+  tests/reference/torch_vit.py tests/reference/timm_logits_check.py "$OUT/py/"
 cp scripts/gpu_check.sh scripts/gpu_check_report.py scripts/gpu_presets.tsv "$OUT/"
 if [ -f "$NCCL_XZ" ]; then
   mkdir -p "$OUT/nccl" && cp "$NCCL_XZ" "$OUT/nccl/libnccl.so.2.xz"
