@@ -720,9 +720,21 @@ FinalEvalShape TrainRun::final_eval_shape() const {
 
 // A few evaluation batches at the evaluation size, timed for the budget (rank 0 alone; the
 // other ranks wait for its verdict).
+// Each probe goes to log.jsonl with what the stop rule makes of it, so that a run that ended
+// early or late shows why.
 void TrainRun::probe_eval() {
-  planner_->record_probe(time_eval_batches(eval_model(), *data_.val, eval_bc_, B_,
-                                           planner_->probe_batches(), args_.workers));
+  const double t0 = elapsed();
+  const std::vector<double> times = time_eval_batches(eval_model(), *data_.val, eval_bc_, B_,
+                                                      planner_->probe_batches(), args_.workers);
+  planner_->record_probe(times);
+  const BudgetVerdict v = planner_->decide();
+  out_->log.write({{"type", "budget_probe"},
+                   {"step", engine_->num_steps()},
+                   {"elapsed_s", t0},
+                   {"batch_s", times},
+                   {"one_eval_s", planner_->one_eval()},
+                   {"final_s", v.final_s},
+                   {"step_s", v.step_s}});
 }
 
 // One optimizer update (accum micro-batches), at the size and learning rate the schedules give
