@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -66,14 +67,41 @@ def seconds(text):
     return float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
 
 
+def child_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_log_facts(path):
+    """From a run's log.jsonl: the stop rule's probes (elapsed s, one evaluation's estimate s)
+    and the schedules' progress in the last training record (every --log-interval updates)."""
+    facts = {"probes": []}
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if j.get("type") == "budget_probe":
+            facts["probes"].append([round(j["elapsed_s"], 1), round(j["one_eval_s"], 2)])
+        elif j.get("type") == "train" and "fraction" in j:
+            facts["last_logged_progress"] = round(j["fraction"], 3)
+    return facts
+
+
 def run_cell(a, budget, curriculum, ema, runs_dir):
     name = f"{budget}_{curriculum}_{'ema' if ema else 'noema'}"
     cmd = [a.vitrain, "train", "--budget", budget, "--curriculum", curriculum,
            "--output", runs_dir, "--experiment", name] + (["--model-ema"] if ema else []) + a.extra
     load_before = os.getloadavg()[0]
+    cpu0 = child_cpu_s()
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - t0
+    cpu = child_cpu_s() - cpu0
     load_after = os.getloadavg()[0]
     out = p.stdout + p.stderr
     tail = "\n".join(out.splitlines()[-15:])
@@ -84,7 +112,9 @@ def run_cell(a, budget, curriculum, ema, runs_dir):
            "curriculum": curriculum, "model_ema": ema, "exit_code": p.returncode,
            "wall_s": round(wall, 2), "load1_before": round(load_before, 2),
            "load1_after": round(load_after, 2), "busy_loops": a.load,
+           "cpu_s": round(cpu, 1), "cores_used": round(cpu / max(wall, 1e-9), 2),
            "log_tail": f"logs/{name}.txt"}
+    fig.update(run_log_facts(os.path.join(runs_dir, name, "log.jsonl")))
     m = STOP_RE.search(out)
     if m:
         used = float(m.group(1))
@@ -111,8 +141,8 @@ def write(a, meta, figures):
 def table(out):
     doc = json.load(open(os.path.join(out, "results.json"), encoding="utf-8"))
     print("| budget | curriculum | EMA | used s | used % | final eval s (kept) | process wall s "
-          "| updates | top-1 % | load (1 min) before → after | inside, >= 85% |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|")
+          "| updates | top-1 % | load (1 min) before → after | vitrain's cores | inside, >= 85% |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
     order = {"none": 0, "size": 1, "efficienttrain": 2}
     figs = sorted(doc["figures"], key=lambda f: (f["budget_s"], order.get(f["curriculum"], 9),
                                                   f["model_ema"]))
@@ -130,7 +160,7 @@ def table(out):
         print(f"| {f['budget_s']:.0f} s | {f['curriculum']} | {'on' if f['model_ema'] else 'off'} "
               f"| {used_txt} | {fin} | {f['wall_s']:.1f} | {f.get('updates', '-')} | "
               f"{f.get('top1_final') or '-'} | {f['load1_before']:.1f} → {f['load1_after']:.1f} "
-              f"| {ok} |")
+              f"| {f.get('cores_used', '-')} | {ok} |")
 
 
 def main():
@@ -189,7 +219,9 @@ def main():
                     print(f"{name}: used {fig.get('used_s')} s of {fig['budget_s']:.0f} s "
                           f"({100 * fig.get('used_frac', 0):.1f}%), wall {fig['wall_s']} s, "
                           f"{fig.get('updates')} updates, top-1 {fig['top1_final']}, "
-                          f"load {fig['load1_before']}->{fig['load1_after']}", flush=True)
+                          f"load {fig['load1_before']}->{fig['load1_after']}, "
+                          f"{fig['cores_used']} cores, progress {fig.get('last_logged_progress')}",
+                          flush=True)
     finally:
         for p in loads:
             p.terminate()
