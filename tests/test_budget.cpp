@@ -106,6 +106,21 @@ TEST(BudgetPlanner, StopsWhenTheNextStepAndTheFinalEvaluationNoLongerFit) {
   EXPECT_TRUE(p.decide(7).stop);
 }
 
+// The measured case: a 90-s run with EMA reached its first epoch's end at 37 s with 25 s kept
+// for its two evaluations; evaluating then ended the run at 62 s, 69% of the budget, with no
+// time for another. The epoch's evaluation is skipped instead.
+TEST(BudgetPlanner, AnEpochEvaluationFitsOnlyWithTheFinalOneAfterIt) {
+  FakeClock c;
+  vit::BudgetPlanner p(vit::TimeBudget{90, 4.5}, {157, 2}, c.fn());  // 85.5 s usable
+  EXPECT_TRUE(p.interim_evaluation_fits());                          // nothing measured yet
+  p.record_probe({0.2, 0.08, 0.07, 0.08, 0.07, 0.09});  // 11.8 s an evaluation, 25.9 s kept
+  c.t = 30;  // 30 + 2 x 25.9 = 81.8: the epoch's evaluation, then the final one
+  EXPECT_TRUE(p.interim_evaluation_fits());
+  c.t = 37;
+  EXPECT_FALSE(p.interim_evaluation_fits());
+  EXPECT_FALSE(p.decide().stop);  // and training goes on
+}
+
 TEST(BudgetPlanner, KeepsTwoEvaluationsWithEmaOnTheMeanOfRecentEstimates) {
   FakeClock c;
   vit::BudgetPlanner p(vit::TimeBudget{1000, 50}, {10, 2}, c.fn());

@@ -172,6 +172,10 @@ BudgetVerdict BudgetPlanner::decide(int64_t updates) const {
   return v;
 }
 
+bool BudgetPlanner::interim_evaluation_fits() const {
+  return clock_() + 2.0 * final_estimate() <= budget_.usable_s();
+}
+
 std::string BudgetPlanner::too_small_line(int64_t updates) const {
   const double final_s = final_estimate(), now = clock_();
   // Half of the time after start-up trains when usable - start >= 2 final, with

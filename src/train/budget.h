@@ -95,6 +95,10 @@ class BudgetPlanner {
   // A whole end-of-epoch evaluation (all `evals`): it replaces the probes' estimates.
   void record_evaluation(double seconds);
   BudgetVerdict decide(int64_t updates = 1) const;
+  // Whether an evaluation before the stop (an epoch's, at --eval-interval) leaves time for the
+  // final one: now + 2 final_s <= usable. One that does not would end the run right after it
+  // with the rest of the budget unused; the final evaluation at the stop comes instead.
+  bool interim_evaluation_fits() const;
   double final_estimate() const;  // final_s of decide()
   double one_eval() const;        // the mean of the last kEvalHistory estimates (-1: none)
   // One line for a run stopped with verdict.too_small: what took the budget, and a budget that

@@ -232,13 +232,14 @@ class TrainRun {
   double step_est_ = 0;
   // What the last agree() settled, on every rank alike.
   struct Agreement {
-    double clock = 0;      // the budget's elapsed seconds then
-    double step_s = 0;     // the step time the clock extrapolates with until the next one
-    int64_t at = 0;        // the update count then
-    int64_t next = 0;      // the update count of the next one (data parallel)
-    double final_s = 0;    // the time the budget keeps for the final evaluation
-    bool time_up = false;  // the budget's verdict
-    bool stop = false;     // rank 0's stop request (data parallel)
+    double clock = 0;          // the budget's elapsed seconds then
+    double step_s = 0;         // the step time the clock extrapolates with until the next one
+    int64_t at = 0;            // the update count then
+    int64_t next = 0;          // the update count of the next one (data parallel)
+    double final_s = 0;        // the time the budget keeps for the final evaluation
+    bool interim_eval = true;  // an epoch's evaluation now leaves time for the final one
+    bool time_up = false;      // the budget's verdict
+    bool stop = false;         // rank 0's stop request (data parallel)
   } agreed_;
   double clock_skew_ = 0;                   // VIT_TEST_CLOCK_SKEW_S on ranks other than 0
   std::pair<int, int64_t> fail_at_{-1, 0};  // VIT_TEST_FAIL_AT
@@ -658,8 +659,9 @@ void TrainRun::agree(bool epoch_end) {
   const int64_t step = engine_->num_steps();
   if (world_ > 1 && !epoch_end && step < agreed_.next) return;
   constexpr double kCheckSeconds = 1.0;
-  // clock, verdict, updates until the next check, step time, stop request, final evaluation
-  double agreed[6] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0, 0.0};
+  // clock, verdict, updates until the next check, step time, stop request, final evaluation,
+  // whether an epoch's evaluation fits before it
+  double agreed[7] = {elapsed(), 0.0, 1.0, step_est_, g_stop_requested ? 1.0 : 0.0, 0.0, 1.0};
   if (rank_ == 0 && world_ > 1 && step_est_ > 0) {
     agreed[2] = std::clamp(std::floor(kCheckSeconds / step_est_), 1.0, 1e4);
     // Between checks the schedules extrapolate with 0.9 of the last interval's mean step time
@@ -672,6 +674,7 @@ void TrainRun::agree(bool epoch_end) {
   if (rank_ == 0 && plan_.budget) {
     agreed[1] = time_is_up(int64_t(agreed[2])) ? 1.0 : 0.0;
     agreed[5] = planner_->final_estimate();
+    agreed[6] = planner_->interim_evaluation_fits() ? 1.0 : 0.0;
   }
   if (world_ > 1) comm_->broadcast(agreed, sizeof agreed, 0);
   agreed_.clock = world_ > 1 ? std::max(agreed[0], budget_clock()) : agreed[0];
@@ -682,6 +685,7 @@ void TrainRun::agree(bool epoch_end) {
   agreed_.step_s = agreed[3];
   agreed_.stop = agreed[4] != 0.0;
   agreed_.final_s = agreed[5];
+  agreed_.interim_eval = agreed[6] != 0.0;
 }
 
 // The stop rules of the open-ended runs, on what agree() last settled: compute spent, or no
@@ -932,8 +936,16 @@ TrainRun::EpochEnd TrainRun::end_epoch(int64_t epoch, int64_t u, int64_t first_u
                  engine_->num_steps());
     return EpochEnd::BudgetSpent;
   }
-  const bool do_eval =
-      (epoch + 1) % args_.eval_interval == 0 || (!open_ended_ && epoch + 1 == args_.epochs);
+  const bool last = !open_ended_ && epoch + 1 == args_.epochs;
+  bool do_eval = (epoch + 1) % args_.eval_interval == 0 || last;
+  // A budget run skips an epoch's evaluation that would leave no time for the final one.
+  if (do_eval && !last && plan_.budget && !agreed_.interim_eval) {
+    fmt::print(
+        "{}Budget: epoch {}'s evaluation skipped: with the final one after it ({:.1f}s each) it "
+        "does not fit in the {:.1f}s left; the final evaluation comes at the stop\n",
+        tty_ ? "\n" : "", epoch, agreed_.final_s, plan_.budget->usable_s() - budget_clock());
+    do_eval = false;
+  }
   if (!do_eval) {
     save_state(epoch + 1, 0);
     return EpochEnd::Done;
